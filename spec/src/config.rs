@@ -1,0 +1,550 @@
+//! `variants.toml`: parsing, expansion of groups into variants, and the checks that need no
+//! template. Nothing here touches the file system except [`Config::load`].
+//!
+//! ```toml
+//! [gemm.defaults]            # one value per axis; names leave default values out
+//! layout = "tn"
+//! ...
+//! [gemm.backends.simt]       # template and targets of a backend value
+//! template = "gemm_simt.cu.tera"
+//! sass = ["sm_80", "sm_90"]
+//! ptx = "compute_80"
+//!
+//! [[gemm.groups]]            # axes given as lists expand as a cartesian product
+//! layout = ["nn", "nt", "tn", "tt"]
+//! tile = [[128, 128, 32], [64, 64, 32]]
+//! exclude = [{ layout = "nn", tile = [64, 64, 32] }]
+//! ```
+
+use crate::arch;
+use crate::axes::{Bounds, Dtype, Family, Layout};
+use crate::variant::{Kind, Variant};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// A problem found in `variants.toml` (or, by xtask, in a variant's template), located by line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: PathBuf,
+    pub line: usize,
+    pub variant: Option<String>,
+    pub rule: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: ", self.file.display(), self.line)?;
+        if let Some(variant) = &self.variant {
+            write!(f, "variant `{variant}`: ")?;
+        }
+        f.write_str(&self.rule)
+    }
+}
+
+/// Every problem found, so that one run reports them all.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError(pub Vec<Diagnostic>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lines: Vec<String> = self.0.iter().map(Diagnostic::to_string).collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+/// The template and compile targets of one backend value.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    /// Path of the template, relative to `kernel-templates/`.
+    pub template: String,
+    /// Architectures to embed SASS for (`sm_80`, `sm_90a`).
+    pub sass: Vec<String>,
+    /// Virtual architecture to embed PTX for, so newer GPUs can JIT it (`compute_80`).
+    pub ptx: String,
+}
+
+/// A variant as declared: its axes, where it came from, and its backend's build data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Declared {
+    pub variant: Variant,
+    /// The line of the group that produced it.
+    pub line: usize,
+    pub backend: Backend,
+}
+
+/// The parsed and expanded `variants.toml`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub path: PathBuf,
+    pub variants: Vec<Declared>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            ConfigError(vec![Diagnostic {
+                file: path.to_path_buf(),
+                line: 0,
+                variant: None,
+                rule: format!("cannot read the variants file: {err}"),
+            }])
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Parses `text`, naming `path` in messages.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let mut parser = Parser { path, text, diagnostics: Vec::new() };
+        let variants = parser.parse();
+        if parser.diagnostics.is_empty() {
+            Ok(Config { path: path.to_path_buf(), variants })
+        } else {
+            Err(ConfigError(parser.diagnostics))
+        }
+    }
+}
+
+type AxisTable = BTreeMap<String, Spanned<toml::Value>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDecl {
+    gemm: Option<Spanned<FamilyDecl>>,
+    transpose: Option<Spanned<FamilyDecl>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FamilyDecl {
+    defaults: Spanned<AxisTable>,
+    backends: BTreeMap<String, Spanned<Backend>>,
+    #[serde(default)]
+    groups: Vec<Spanned<AxisTable>>,
+}
+
+/// What values an axis takes.
+#[derive(Clone, Copy)]
+enum Domain {
+    Layout,
+    Dtype,
+    Bounds,
+    Backend,
+    Count { min: u32, max: u32 },
+    Tile(usize),
+}
+
+const GEMM_AXES: &[(&str, Domain)] = &[
+    ("layout", Domain::Layout),
+    ("dtype", Domain::Dtype),
+    ("tile", Domain::Tile(3)),
+    ("backend", Domain::Backend),
+    ("warps", Domain::Count { min: 1, max: 32 }),
+    ("stages", Domain::Count { min: 1, max: 8 }),
+    ("bounds", Domain::Bounds),
+];
+
+const TRANSPOSE_AXES: &[(&str, Domain)] = &[
+    ("dtype", Domain::Dtype),
+    ("tile", Domain::Tile(2)),
+    ("backend", Domain::Backend),
+    ("warps", Domain::Count { min: 1, max: 32 }),
+    ("bounds", Domain::Bounds),
+];
+
+/// The axes a family's groups may set, in the order they expand.
+pub fn family_axes(family: Family) -> Vec<&'static str> {
+    axes_of(family).iter().map(|(name, _)| *name).collect()
+}
+
+fn axes_of(family: Family) -> &'static [(&'static str, Domain)] {
+    match family {
+        Family::Gemm => GEMM_AXES,
+        Family::Transpose => TRANSPOSE_AXES,
+    }
+}
+
+/// One axis value, checked against its domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Value {
+    Word(String),
+    Count(u32),
+    Tile(Vec<u32>),
+}
+
+/// Largest tile edge accepted; templates may set tighter rules.
+const MAX_TILE_EDGE: i64 = 1024;
+
+struct Parser<'a> {
+    path: &'a Path,
+    text: &'a str,
+    diagnostics: Vec<Diagnostic>,
+}
+
+impl Parser<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    fn report(&mut self, offset: usize, variant: Option<&str>, rule: String) {
+        let line = self.line_of(offset);
+        self.diagnostics.push(Diagnostic {
+            file: self.path.to_path_buf(),
+            line,
+            variant: variant.map(str::to_string),
+            rule,
+        });
+    }
+
+    fn parse(&mut self) -> Vec<Declared> {
+        let file: FileDecl = match toml::from_str(self.text) {
+            Ok(file) => file,
+            Err(err) => {
+                let offset = err.span().map_or(0, |span| span.start);
+                self.report(offset, None, err.message().trim().to_string());
+                return Vec::new();
+            }
+        };
+        let mut variants = Vec::new();
+        let families = [(Family::Gemm, file.gemm), (Family::Transpose, file.transpose)];
+        for (family, decl) in families {
+            if let Some(decl) = decl {
+                variants.extend(self.family(family, decl));
+            }
+        }
+        if variants.is_empty() && self.diagnostics.is_empty() {
+            self.report(0, None, "declares no variants: add a [[gemm.groups]] or [[transpose.groups]] table".into());
+        }
+        self.check_unique(&variants);
+        variants
+    }
+
+    fn family(&mut self, family: Family, decl: Spanned<FamilyDecl>) -> Vec<Declared> {
+        let family_offset = decl.span().start;
+        let decl = decl.into_inner();
+        let backends = self.backends(family, &decl.backends);
+        let Some(defaults) = self.defaults(family, &decl.defaults, &backends) else {
+            return Vec::new();
+        };
+        if decl.groups.is_empty() {
+            self.report(family_offset, None, format!("family `{family}` has no [[{family}.groups]]"));
+        }
+        let mut declared = Vec::new();
+        for group in &decl.groups {
+            declared.extend(self.group(family, group, &defaults, &backends));
+        }
+        declared
+    }
+
+    fn backends(&mut self, family: Family, decls: &BTreeMap<String, Spanned<Backend>>) -> BTreeMap<String, Backend> {
+        let mut backends = BTreeMap::new();
+        for (name, decl) in decls {
+            let offset = decl.span().start;
+            let backend = decl.get_ref();
+            let before = self.diagnostics.len();
+            if !is_identifier(name) {
+                self.report(offset, None, format!("backend name `{name}` must be lowercase letters, digits and `_`, starting with a letter"));
+            }
+            if backend.template.trim().is_empty() {
+                self.report(offset, None, format!("backend `{family}.{name}` names no template"));
+            }
+            if backend.sass.is_empty() {
+                self.report(offset, None, format!("backend `{family}.{name}` lists no SASS architecture"));
+            }
+            for sass in &backend.sass {
+                if arch::smem_limit(sass).is_none() {
+                    let known: Vec<_> = arch::known_sass().collect();
+                    self.report(offset, None, format!("backend `{family}.{name}`: unknown SASS architecture `{sass}` (known: {})", known.join(", ")));
+                }
+            }
+            if !arch::is_known_ptx(&backend.ptx) {
+                self.report(offset, None, format!("backend `{family}.{name}`: `{}` is not a known PTX architecture (`compute_80`, `compute_90`, ...)", backend.ptx));
+            }
+            if self.diagnostics.len() == before {
+                backends.insert(name.clone(), backend.clone());
+            }
+        }
+        backends
+    }
+
+    fn defaults(&mut self, family: Family, table: &Spanned<AxisTable>, backends: &BTreeMap<String, Backend>) -> Option<Variant> {
+        let before = self.diagnostics.len();
+        self.unknown_axes(family, table.get_ref(), &[]);
+        let mut values = BTreeMap::new();
+        for &(axis, domain) in axes_of(family) {
+            match table.get_ref().get(axis) {
+                None => self.report(table.span().start, None, format!("[{family}.defaults] must set axis `{axis}`")),
+                Some(raw) => {
+                    if let Some(value) = self.value(family, axis, domain, raw, backends) {
+                        values.insert(axis, value);
+                    }
+                }
+            }
+        }
+        (self.diagnostics.len() == before).then(|| build_variant(family, &values))
+    }
+
+    fn unknown_axes(&mut self, family: Family, table: &AxisTable, extra: &[&str]) {
+        let axes = family_axes(family);
+        for (key, value) in table {
+            if !axes.contains(&key.as_str()) && !extra.contains(&key.as_str()) {
+                let mut known = axes.clone();
+                known.extend_from_slice(extra);
+                self.report(value.span().start, None, format!("unknown {family} axis `{key}` (known: {})", known.join(", ")));
+            }
+        }
+    }
+
+    fn group(&mut self, family: Family, group: &Spanned<AxisTable>, defaults: &Variant, backends: &BTreeMap<String, Backend>) -> Vec<Declared> {
+        let line = self.line_of(group.span().start);
+        let table = group.get_ref();
+        let before = self.diagnostics.len();
+        self.unknown_axes(family, table, &["exclude"]);
+
+        // Per axis, the values this group expands over (a default when the group is silent).
+        let mut choices: Vec<(&'static str, Vec<Value>)> = Vec::new();
+        for &(axis, domain) in axes_of(family) {
+            let values = match table.get(axis) {
+                Some(raw) => self.values(family, axis, domain, raw, backends),
+                None => vec![default_value(defaults, axis)],
+            };
+            choices.push((axis, values));
+        }
+        let excludes = table.get("exclude").map(|raw| self.excludes(family, raw, backends)).unwrap_or_default();
+        if self.diagnostics.len() != before {
+            return Vec::new();
+        }
+
+        let mut used = vec![false; excludes.len()];
+        let mut declared = Vec::new();
+        for combination in cartesian(&choices) {
+            let matching: Vec<usize> = excludes
+                .iter()
+                .enumerate()
+                .filter(|(_, exclude)| exclude.iter().all(|(axis, value)| combination.get(axis) == Some(value)))
+                .map(|(index, _)| index)
+                .collect();
+            if !matching.is_empty() {
+                matching.into_iter().for_each(|index| used[index] = true);
+                continue;
+            }
+            let mut variant = build_variant(family, &combination);
+            variant.name = variant.derive_name(defaults);
+            let backend = backends[&variant.backend].clone();
+            declared.push(Declared { variant, line, backend });
+        }
+        if let Some(raw) = table.get("exclude") {
+            for (index, _) in used.iter().enumerate().filter(|(_, used)| !**used) {
+                self.report(raw.span().start, None, format!("exclude #{} matches no variant of this group", index + 1));
+            }
+        }
+        declared
+    }
+
+    fn excludes(&mut self, family: Family, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Vec<BTreeMap<&'static str, Value>> {
+        let offset = raw.span().start;
+        let Some(entries) = raw.get_ref().as_array() else {
+            self.report(offset, None, "`exclude` must be an array of tables such as [{ layout = \"nn\" }]".into());
+            return Vec::new();
+        };
+        let mut excludes = Vec::new();
+        for (index, entry) in entries.iter().enumerate() {
+            let Some(table) = entry.as_table().filter(|table| !table.is_empty()) else {
+                self.report(offset, None, format!("exclude #{} must be a non-empty table of axis = value", index + 1));
+                continue;
+            };
+            let mut exclude = BTreeMap::new();
+            for (key, value) in table {
+                let Some(&(axis, domain)) = axes_of(family).iter().find(|(axis, _)| axis == key) else {
+                    self.report(offset, None, format!("exclude #{}: unknown {family} axis `{key}`", index + 1));
+                    continue;
+                };
+                let spanned = Spanned::new(raw.span(), value.clone());
+                if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
+                    exclude.insert(axis, value);
+                }
+            }
+            excludes.push(exclude);
+        }
+        excludes
+    }
+
+    /// The values an axis takes in a group: a single value or a list of them.
+    fn values(&mut self, family: Family, axis: &str, domain: Domain, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Vec<Value> {
+        let is_list = match (domain, raw.get_ref()) {
+            (Domain::Tile(_), toml::Value::Array(items)) => items.first().is_some_and(toml::Value::is_array),
+            (_, toml::Value::Array(_)) => true,
+            _ => false,
+        };
+        if !is_list {
+            return self.value(family, axis, domain, raw, backends).into_iter().collect();
+        }
+        let items = raw.get_ref().as_array().map(Vec::as_slice).unwrap_or_default();
+        if items.is_empty() {
+            self.report(raw.span().start, None, format!("axis `{axis}` lists no values"));
+        }
+        let mut values: Vec<Value> = Vec::new();
+        for item in items {
+            let spanned = Spanned::new(raw.span(), item.clone());
+            if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
+                if values.contains(&value) {
+                    self.report(raw.span().start, None, format!("axis `{axis}` lists {} twice", show(&value)));
+                } else {
+                    values.push(value);
+                }
+            }
+        }
+        values
+    }
+
+    fn value(&mut self, family: Family, axis: &str, domain: Domain, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Option<Value> {
+        let offset = raw.span().start;
+        let fail = |parser: &mut Self, rule: String| {
+            parser.report(offset, None, format!("axis `{axis}`: {rule}"));
+            None
+        };
+        match domain {
+            Domain::Layout | Domain::Dtype | Domain::Bounds | Domain::Backend => {
+                let known: Vec<String> = match domain {
+                    Domain::Layout => Layout::ALL.iter().map(|v| v.to_string()).collect(),
+                    Domain::Dtype => Dtype::ALL.iter().map(|v| v.to_string()).collect(),
+                    Domain::Bounds => Bounds::ALL.iter().map(|v| v.to_string()).collect(),
+                    _ => backends.keys().cloned().collect(),
+                };
+                let Some(word) = raw.get_ref().as_str() else {
+                    return fail(self, format!("expected a string, one of {}", known.join(", ")));
+                };
+                if known.iter().any(|k| k == word) {
+                    Some(Value::Word(word.to_string()))
+                } else if domain_is_backend(domain) {
+                    fail(self, format!("unknown backend `{word}`: declare [{family}.backends.{word}] (declared: {})", known.join(", ")))
+                } else {
+                    fail(self, format!("unknown value `{word}` (expected one of {})", known.join(", ")))
+                }
+            }
+            Domain::Count { min, max } => match raw.get_ref().as_integer() {
+                Some(n) if (i64::from(min)..=i64::from(max)).contains(&n) => Some(Value::Count(n as u32)),
+                Some(n) => fail(self, format!("{n} is out of range {min}..={max}")),
+                None => fail(self, format!("expected an integer in {min}..={max}")),
+            },
+            Domain::Tile(len) => {
+                let edges: Option<Vec<i64>> = raw.get_ref().as_array().map(|items| items.iter().filter_map(toml::Value::as_integer).collect());
+                let shape = if len == 3 { "[TM, TN, TK]" } else { "[TM, TN]" };
+                match edges {
+                    Some(edges) if edges.len() == len && raw.get_ref().as_array().is_some_and(|a| a.len() == len) => {
+                        if edges.iter().all(|e| (1..=MAX_TILE_EDGE).contains(e)) {
+                            Some(Value::Tile(edges.iter().map(|&e| e as u32).collect()))
+                        } else {
+                            fail(self, format!("tile edges must be in 1..={MAX_TILE_EDGE}, got {edges:?}"))
+                        }
+                    }
+                    _ => fail(self, format!("expected {shape}: {len} integers, or a list of such tiles")),
+                }
+            }
+        }
+    }
+
+    fn check_unique(&mut self, variants: &[Declared]) {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut duplicates = Vec::new();
+        for declared in variants {
+            match seen.get(declared.variant.name.as_str()) {
+                Some(first) => duplicates.push((declared.line, declared.variant.name.clone(), *first)),
+                None => {
+                    seen.insert(&declared.variant.name, declared.line);
+                }
+            }
+        }
+        for (line, name, first) in duplicates {
+            self.diagnostics.push(Diagnostic {
+                file: self.path.to_path_buf(),
+                line,
+                variant: Some(name),
+                rule: format!("two variants share this name (the first was declared at line {first}); names must be unique"),
+            });
+        }
+    }
+}
+
+fn domain_is_backend(domain: Domain) -> bool {
+    matches!(domain, Domain::Backend)
+}
+
+fn is_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn show(value: &Value) -> String {
+    match value {
+        Value::Word(word) => format!("`{word}`"),
+        Value::Count(n) => n.to_string(),
+        Value::Tile(tile) => format!("{tile:?}"),
+    }
+}
+
+/// Every combination of one value per axis, the last axis varying fastest.
+fn cartesian(choices: &[(&'static str, Vec<Value>)]) -> Vec<BTreeMap<&'static str, Value>> {
+    let mut combinations = vec![BTreeMap::new()];
+    for (axis, values) in choices {
+        combinations = combinations
+            .into_iter()
+            .flat_map(|partial| {
+                values.iter().map(move |value| {
+                    let mut next = partial.clone();
+                    next.insert(*axis, value.clone());
+                    next
+                })
+            })
+            .collect();
+    }
+    combinations
+}
+
+fn default_value(defaults: &Variant, axis: &str) -> Value {
+    match (axis, &defaults.kind) {
+        ("layout", Kind::Gemm { layout, .. }) => Value::Word(layout.to_string()),
+        ("stages", Kind::Gemm { stages, .. }) => Value::Count(*stages),
+        ("dtype", _) => Value::Word(defaults.dtype.to_string()),
+        ("tile", _) => Value::Tile(defaults.tile().to_vec()),
+        ("backend", _) => Value::Word(defaults.backend.clone()),
+        ("warps", _) => Value::Count(defaults.warps),
+        ("bounds", _) => Value::Word(defaults.bounds.to_string()),
+        _ => unreachable!("axis `{axis}` is not an axis of this family"),
+    }
+}
+
+/// Builds a variant from values already checked against their domains.
+fn build_variant(family: Family, values: &BTreeMap<&'static str, Value>) -> Variant {
+    let word = |axis: &str| match &values[axis] {
+        Value::Word(word) => word.clone(),
+        other => unreachable!("axis `{axis}` holds {other:?}"),
+    };
+    let count = |axis: &str| match &values[axis] {
+        Value::Count(n) => *n,
+        other => unreachable!("axis `{axis}` holds {other:?}"),
+    };
+    let tile = match &values["tile"] {
+        Value::Tile(tile) => tile.clone(),
+        other => unreachable!("axis `tile` holds {other:?}"),
+    };
+    let kind = match family {
+        Family::Gemm => Kind::Gemm {
+            layout: Layout::parse(&word("layout")).expect("checked layout"),
+            tile: [tile[0], tile[1], tile[2]],
+            stages: count("stages"),
+        },
+        Family::Transpose => Kind::Transpose { tile: [tile[0], tile[1]] },
+    };
+    Variant {
+        name: String::new(),
+        backend: word("backend"),
+        dtype: Dtype::parse(&word("dtype")).expect("checked dtype"),
+        warps: count("warps"),
+        bounds: Bounds::parse(&word("bounds")).expect("checked bounds"),
+        kind,
+    }
+}

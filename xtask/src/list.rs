@@ -1,0 +1,59 @@
+//! `cargo xtask list`: the variants, their axes and, once built, their resources.
+
+use crate::gen::expand;
+use crate::project::Project;
+use crate::select::Selection;
+use anyhow::{bail, Result};
+use std::collections::BTreeMap;
+use tilesmith_spec::manifest::MANIFEST_FILE;
+use tilesmith_spec::{Built, Kind, Registry};
+
+pub fn run(project: &Project, selection: &Selection) -> Result<()> {
+    let rendered = expand(project)?;
+    let built: BTreeMap<String, Built> = std::fs::read_to_string(project.registry_dir().join(MANIFEST_FILE))
+        .ok()
+        .and_then(|text| serde_json::from_str::<Registry>(&text).ok())
+        .map(|registry| registry.variants.into_iter().map(|b| (b.entry.variant.name.clone(), b)).collect())
+        .unwrap_or_default();
+
+    let header = ["variant", "backend", "layout", "dtype", "tile", "warps", "stages", "bounds", "smem", "regs", "spills"];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    for r in rendered.iter().filter(|r| selection.matches(&r.entry.variant.name)) {
+        let v = &r.entry.variant;
+        let (layout, stages) = match v.kind {
+            Kind::Gemm { layout, stages, .. } => (layout.to_string(), stages.to_string()),
+            Kind::Transpose { .. } => ("-".into(), "-".into()),
+        };
+        let tile = v.tile().iter().map(u32::to_string).collect::<Vec<_>>().join("x");
+        let (regs, spills) = match built.get(&v.name).filter(|b| b.entry == r.entry) {
+            Some(b) => (
+                b.resources.iter().map(|res| format!("{}:{}", res.arch, res.registers)).collect::<Vec<_>>().join(" "),
+                if b.spills() { "yes".into() } else { "no".into() },
+            ),
+            None => ("not built".into(), "-".into()),
+        };
+        rows.push(vec![
+            v.name.clone(),
+            v.backend.clone(),
+            layout,
+            v.dtype.to_string(),
+            tile,
+            v.warps.to_string(),
+            stages,
+            v.bounds.to_string(),
+            r.entry.dynamic_smem_bytes.to_string(),
+            regs,
+            spills,
+        ]);
+    }
+    if rows.len() == 1 {
+        bail!("no declared variant matches the given globs");
+    }
+    let widths: Vec<usize> = (0..header.len()).map(|c| rows.iter().map(|row| row[c].len()).max().unwrap_or(0)).collect();
+    for row in &rows {
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+    println!("{} variant(s)", rows.len() - 1);
+    Ok(())
+}

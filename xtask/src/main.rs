@@ -1,0 +1,101 @@
+//! tilesmith's build tool: `cargo xtask gen`, `build`, `list` and `toolchain`.
+
+mod build;
+mod gen;
+mod list;
+mod project;
+mod render;
+mod select;
+mod toolchain;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use project::Project;
+use select::Selection;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "tilesmith: GPU kernel variants from templates to a fatbin registry")]
+struct Cli {
+    /// Project folder holding variants.toml, kernel-templates/, generated/ and registry/
+    /// (default: this workspace).
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Render every variant of variants.toml into generated/ and write generated/manifest.json.
+    Gen {
+        /// Write nothing; fail listing the files that differ from what the templates produce.
+        #[arg(long)]
+        check: bool,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Compile generated sources into fatbins in registry/, incrementally and in parallel.
+    Build {
+        /// Parallel nvcc jobs (default: the number of cores).
+        #[arg(short, long)]
+        jobs: Option<usize>,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Show the variants with their key axes and, once built, their resources.
+    List {
+        /// Only variants matching this glob.
+        glob: Option<String>,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Say which nvcc is used and its version, installing NVIDIA's wheels if none is found.
+    Toolchain,
+}
+
+#[derive(clap::Args)]
+struct Kernels {
+    /// Only variants whose names match this glob (repeatable), e.g. 'gemm_tn_*'.
+    #[arg(long = "kernels", value_name = "GLOB")]
+    globs: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let project = match cli.root {
+        Some(root) => Project { root: std::path::absolute(root)? },
+        None => Project::workspace(),
+    };
+    match cli.command {
+        Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
+        Command::Build { jobs, kernels } => {
+            let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            build::run(&project, &Selection::new(&kernels.globs)?, jobs)
+        }
+        Command::List { glob, mut kernels } => {
+            kernels.globs.extend(glob);
+            list::run(&project, &Selection::new(&kernels.globs)?)
+        }
+        Command::Toolchain => {
+            let nvcc = toolchain::Nvcc::locate()?;
+            println!("nvcc: {} ({})", nvcc.path.display(), nvcc.origin);
+            println!("version: {}", nvcc.version);
+            match &nvcc.cuobjdump {
+                Some(path) => println!("cuobjdump: {}", path.display()),
+                None => println!("cuobjdump: not found beside nvcc"),
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Finding nvcc, or installing NVIDIA's CUDA 13.0 compiler wheels from PyPI when there is none.
+
+use crate::project::{temporary_sibling, Project};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The wheels that make a working nvcc: the compiler, its runtime headers, the CRT headers,
+/// NVVM, and CCCL, which nvcc's wheel does not pull in (cuda_bf16.h needs its `nv/target`).
+/// Pinned to 13.0 to match the GPU machines' driver. cuobjdump has no 13.0 wheel; the oldest
+/// 13.x one reads 13.0 fatbins.
+const WHEELS: &[&str] = &[
+    "nvidia-cuda-nvcc==13.0.*",
+    "nvidia-cuda-runtime==13.0.*",
+    "nvidia-cuda-crt==13.0.*",
+    "nvidia-nvvm==13.0.*",
+    "nvidia-cuda-cccl==13.0.*",
+    "nvidia-cuda-cuobjdump==13.2.*",
+];
+
+/// Folder under `.toolchain/` holding the installed wheels.
+const INSTALL_NAME: &str = "cuda-13.0";
+
+/// A usable nvcc.
+#[derive(Clone, Debug)]
+pub struct Nvcc {
+    pub path: PathBuf,
+    /// Where it was found: which variable, PATH, /usr/local/cuda, or the project's own install.
+    pub origin: String,
+    /// The release line of `nvcc --version`, e.g. "Cuda compilation tools, release 13.0, V13.0.88".
+    pub version: String,
+    pub cuobjdump: Option<PathBuf>,
+}
+
+impl Nvcc {
+    /// Looks in NVCC, CUDA_HOME / CUDA_PATH, PATH and /usr/local/cuda, in that order, then in
+    /// the project's `.toolchain/`, installing the wheels there if needed.
+    pub fn locate() -> Result<Nvcc> {
+        if let Some(path) = std::env::var_os("NVCC").filter(|v| !v.is_empty()) {
+            return Nvcc::at(PathBuf::from(path), "the NVCC environment variable");
+        }
+        for var in ["CUDA_HOME", "CUDA_PATH"] {
+            if let Some(home) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+                return Nvcc::at(Path::new(&home).join("bin/nvcc"), &format!("{var}"));
+            }
+        }
+        if let Some(path) = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("nvcc"))
+            .find(|candidate| candidate.is_file())
+        {
+            return Nvcc::at(path, "PATH");
+        }
+        let system = PathBuf::from("/usr/local/cuda/bin/nvcc");
+        if system.is_file() {
+            return Nvcc::at(system, "/usr/local/cuda");
+        }
+        let installed = install_dir().join("nvidia/cu13/bin/nvcc");
+        if !installed.is_file() {
+            install()?;
+        }
+        Nvcc::at(installed, "NVIDIA's PyPI wheels in .toolchain/")
+    }
+
+    fn at(path: PathBuf, origin: &str) -> Result<Nvcc> {
+        if !path.is_file() {
+            bail!("{origin} points to nvcc at {}, which does not exist", path.display());
+        }
+        let output = Command::new(&path)
+            .arg("--version")
+            .output()
+            .with_context(|| format!("cannot run {} (from {origin})", path.display()))?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let Some(version) = text.lines().find(|line| line.contains("release")) else {
+            bail!("{} --version (from {origin}) printed no release line:\n{text}", path.display());
+        };
+        let cuobjdump = path.with_file_name("cuobjdump");
+        Ok(Nvcc {
+            origin: origin.to_string(),
+            version: version.trim().to_string(),
+            cuobjdump: cuobjdump.is_file().then_some(cuobjdump),
+            path,
+        })
+    }
+}
+
+fn install_dir() -> PathBuf {
+    Project::workspace().root.join(".toolchain").join(INSTALL_NAME)
+}
+
+/// Installs the wheels into a temporary folder and renames it into place, so an interrupted
+/// or concurrent install never leaves a half-filled toolchain behind.
+fn install() -> Result<()> {
+    require("python3", &["--version"], "python3 is needed to install NVIDIA's nvcc wheels")?;
+    require("python3", &["-m", "pip", "--version"], "pip is needed to install NVIDIA's nvcc wheels (python3 -m pip)")?;
+    require("g++", &["--version"], "g++ is needed: nvcc uses it as its host compiler")?;
+    let target = install_dir();
+    let staging = temporary_sibling(&target);
+    std::fs::create_dir_all(target.parent().expect("install dir has a parent"))?;
+    eprintln!("no nvcc found: installing NVIDIA's CUDA 13.0 compiler wheels into {} (once)", target.display());
+    let status = Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--root-user-action=ignore", "--disable-pip-version-check", "--no-warn-script-location", "--target"])
+        .arg(&staging)
+        .args(WHEELS)
+        .status()
+        .context("cannot run python3 -m pip")?;
+    if !status.success() {
+        let _ = std::fs::remove_dir_all(&staging);
+        bail!("pip could not install {} ({status})", WHEELS.join(" "));
+    }
+    if let Err(err) = std::fs::rename(&staging, &target) {
+        let _ = std::fs::remove_dir_all(&staging);
+        // Another build installed it meanwhile.
+        if !target.join("nvidia/cu13/bin/nvcc").is_file() {
+            bail!("cannot move the installed toolchain into {}: {err}", target.display());
+        }
+    }
+    Ok(())
+}
+
+fn require(program: &str, args: &[&str], why: &str) -> Result<()> {
+    match Command::new(program).args(args).output() {
+        Ok(output) if output.status.success() => Ok(()),
+        _ => bail!("{why}, and `{program} {}` failed", args.join(" ")),
+    }
+}
