@@ -41,7 +41,7 @@ impl Nvcc {
         }
         for var in ["CUDA_HOME", "CUDA_PATH"] {
             if let Some(home) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-                return Nvcc::at(Path::new(&home).join("bin/nvcc"), &format!("{var}"));
+                return Nvcc::at(Path::new(&home).join("bin/nvcc"), var);
             }
         }
         if let Some(path) = std::env::var_os("PATH")
@@ -58,7 +58,7 @@ impl Nvcc {
         }
         let installed = install_dir().join("nvidia/cu13/bin/nvcc");
         if !installed.is_file() {
-            install()?;
+            install(&installed)?;
         }
         Nvcc::at(installed, "NVIDIA's PyPI wheels in .toolchain/")
     }
@@ -90,14 +90,21 @@ fn install_dir() -> PathBuf {
 }
 
 /// Installs the wheels into a temporary folder and renames it into place, so an interrupted
-/// or concurrent install never leaves a half-filled toolchain behind.
-fn install() -> Result<()> {
+/// install never leaves a half-filled toolchain behind; a lock makes concurrent builds wait for
+/// one install instead of each downloading their own.
+fn install(nvcc: &Path) -> Result<()> {
+    let target = install_dir();
+    let parent = target.parent().expect("install dir has a parent");
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let lock = std::fs::File::create(parent.join("install.lock")).context("cannot create the install lock")?;
+    lock.lock().context("cannot take the install lock")?;
+    if nvcc.is_file() {
+        return Ok(());
+    }
     require("python3", &["--version"], "python3 is needed to install NVIDIA's nvcc wheels")?;
     require("python3", &["-m", "pip", "--version"], "pip is needed to install NVIDIA's nvcc wheels (python3 -m pip)")?;
     require("g++", &["--version"], "g++ is needed: nvcc uses it as its host compiler")?;
-    let target = install_dir();
     let staging = temporary_sibling(&target);
-    std::fs::create_dir_all(target.parent().expect("install dir has a parent"))?;
     eprintln!("no nvcc found: installing NVIDIA's CUDA 13.0 compiler wheels into {} (once)", target.display());
     let status = Command::new("python3")
         .args(["-m", "pip", "install", "--quiet", "--root-user-action=ignore", "--disable-pip-version-check", "--no-warn-script-location", "--target"])
@@ -109,13 +116,10 @@ fn install() -> Result<()> {
         let _ = std::fs::remove_dir_all(&staging);
         bail!("pip could not install {} ({status})", WHEELS.join(" "));
     }
-    if let Err(err) = std::fs::rename(&staging, &target) {
+    std::fs::rename(&staging, &target).with_context(|| {
         let _ = std::fs::remove_dir_all(&staging);
-        // Another build installed it meanwhile.
-        if !target.join("nvidia/cu13/bin/nvcc").is_file() {
-            bail!("cannot move the installed toolchain into {}: {err}", target.display());
-        }
-    }
+        format!("cannot move the installed toolchain into {}", target.display())
+    })?;
     Ok(())
 }
 

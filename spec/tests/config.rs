@@ -1,0 +1,245 @@
+//! variants.toml: parsing, expansion, naming and each validation error, message by message.
+
+use std::path::Path;
+use tilesmith_spec::{Bounds, Config, Dtype, Kind, Layout};
+
+const BASE: &str = r#"
+[gemm.defaults]
+layout = "tn"
+dtype = "bf16"
+tile = [128, 128, 32]
+backend = "simt"
+warps = 8
+stages = 2
+bounds = "checked"
+
+[gemm.backends.simt]
+template = "gemm_simt.cu.tera"
+sass = ["sm_80", "sm_90"]
+ptx = "compute_80"
+"#;
+
+fn parse(groups: &str) -> Result<Config, String> {
+    Config::parse(Path::new("variants.toml"), &format!("{BASE}{groups}")).map_err(|err| err.to_string())
+}
+
+fn error(groups: &str) -> String {
+    match parse(groups) {
+        Ok(config) => panic!("expected an error, got {} variants", config.variants.len()),
+        Err(message) => message,
+    }
+}
+
+/// Line numbers count from the start of BASE + groups.
+fn line_of(groups: &str, needle: &str) -> usize {
+    let text = format!("{BASE}{groups}");
+    text.lines().position(|line| line.contains(needle)).expect("needle in text") + 1
+}
+
+#[test]
+fn groups_expand_as_a_cartesian_product_in_order() {
+    let config = parse(
+        r#"
+[[gemm.groups]]
+layout = ["nn", "tn"]
+dtype = ["f16", "f32"]
+bounds = ["checked", "unchecked"]
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "gemm_nn_128x128x32_f16",
+            "gemm_nn_128x128x32_f16_unchecked",
+            "gemm_nn_128x128x32_f32",
+            "gemm_nn_128x128x32_f32_unchecked",
+            "gemm_tn_128x128x32_f16",
+            "gemm_tn_128x128x32_f16_unchecked",
+            "gemm_tn_128x128x32_f32",
+            "gemm_tn_128x128x32_f32_unchecked",
+        ]
+    );
+    let first = &config.variants[0];
+    assert_eq!(first.variant.dtype, Dtype::F16);
+    assert_eq!(first.variant.bounds, Bounds::Checked);
+    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2 });
+    assert_eq!(first.backend.template, "gemm_simt.cu.tera");
+    assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
+}
+
+#[test]
+fn the_default_variant_has_the_short_name() {
+    let config = parse("[[gemm.groups]]\n").unwrap();
+    assert_eq!(config.variants.len(), 1);
+    assert_eq!(config.variants[0].variant.name, "gemm_tn_128x128x32");
+}
+
+#[test]
+fn tiles_may_be_one_tile_or_a_list() {
+    let config = parse(
+        r#"
+[[gemm.groups]]
+tile = [[64, 64, 32], [128, 64, 16]]
+warps = 4
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert_eq!(names, ["gemm_tn_64x64x32_w4", "gemm_tn_128x64x16_w4"]);
+}
+
+#[test]
+fn excludes_drop_matching_combinations() {
+    let config = parse(
+        r#"
+[[gemm.groups]]
+layout = ["nn", "tn"]
+dtype = ["f16", "f32"]
+exclude = [{ layout = "nn", dtype = "f32" }]
+"#,
+    )
+    .unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert_eq!(names, ["gemm_nn_128x128x32_f16", "gemm_tn_128x128x32_f16", "gemm_tn_128x128x32_f32"]);
+}
+
+#[test]
+fn an_exclude_that_matches_nothing_is_an_error() {
+    let groups = "\n[[gemm.groups]]\nlayout = [\"nn\"]\nexclude = [{ layout = \"tt\" }]\n";
+    let message = error(groups);
+    assert_eq!(
+        message,
+        format!("variants.toml:{}: exclude #1 matches no variant of this group", line_of(groups, "exclude"))
+    );
+}
+
+#[test]
+fn unknown_axis_names_the_line_and_the_known_axes() {
+    let groups = "\n[[gemm.groups]]\nlayuot = \"nn\"\n";
+    assert_eq!(
+        error(groups),
+        format!(
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, dtype, tile, backend, warps, stages, bounds, exclude)",
+            line_of(groups, "layuot")
+        )
+    );
+}
+
+#[test]
+fn unknown_value_lists_the_allowed_ones() {
+    let groups = "\n[[gemm.groups]]\ndtype = [\"f16\", \"f64\"]\n";
+    assert_eq!(
+        error(groups),
+        format!("variants.toml:{}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32)", line_of(groups, "f64"))
+    );
+}
+
+#[test]
+fn unknown_backend_says_how_to_declare_one() {
+    let groups = "\n[[gemm.groups]]\nbackend = \"wgmma\"\n";
+    assert_eq!(
+        error(groups),
+        format!(
+            "variants.toml:{}: axis `backend`: unknown backend `wgmma`: declare [gemm.backends.wgmma] (declared: simt)",
+            line_of(groups, "wgmma")
+        )
+    );
+}
+
+#[test]
+fn malformed_tiles_and_counts_are_rejected() {
+    let groups = "\n[[gemm.groups]]\ntile = [128, 128]\n";
+    assert!(error(groups).ends_with("axis `tile`: expected [TM, TN, TK]: 3 integers, or a list of such tiles"), "{}", error(groups));
+    let groups = "\n[[gemm.groups]]\ntile = [0, 128, 32]\n";
+    assert!(error(groups).ends_with("axis `tile`: tile edges must be in 1..=1024, got [0, 128, 32]"), "{}", error(groups));
+    let groups = "\n[[gemm.groups]]\nwarps = 64\n";
+    assert!(error(groups).ends_with("axis `warps`: 64 is out of range 1..=32"), "{}", error(groups));
+    let groups = "\n[[gemm.groups]]\nwarps = \"eight\"\n";
+    assert!(error(groups).ends_with("axis `warps`: expected an integer in 1..=32"), "{}", error(groups));
+    let groups = "\n[[gemm.groups]]\ndtype = []\n";
+    assert!(error(groups).ends_with("axis `dtype` lists no values"), "{}", error(groups));
+    let groups = "\n[[gemm.groups]]\ndtype = [\"f16\", \"f16\"]\n";
+    assert!(error(groups).ends_with("axis `dtype` lists `f16` twice"), "{}", error(groups));
+}
+
+#[test]
+fn two_variants_with_one_name_are_an_error() {
+    let groups = "\n[[gemm.groups]]\nlayout = \"nn\"\n\n[[gemm.groups]]\nlayout = [\"nn\", \"nt\"]\n";
+    let first = line_of(groups, "layout = \"nn\"") - 1;
+    let second = line_of(groups, "layout = [") - 1;
+    assert_eq!(
+        error(groups),
+        format!(
+            "variants.toml:{second}: variant `gemm_nn_128x128x32`: two variants share this name (the first was declared at line {first}); names must be unique"
+        )
+    );
+}
+
+#[test]
+fn defaults_must_set_every_axis() {
+    let text = BASE.replace("stages = 2\n", "") + "[[gemm.groups]]\n";
+    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    assert_eq!(message, "v.toml:2: [gemm.defaults] must set axis `stages`");
+}
+
+#[test]
+fn backends_must_name_known_architectures() {
+    let text = BASE.replace("\"sm_90\"]", "\"sm_91\"]").replace("compute_80", "compute_81") + "[[gemm.groups]]\n";
+    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    assert!(message.contains("backend `gemm.simt`: unknown SASS architecture `sm_91` (known: sm_80, sm_86"), "{message}");
+    assert!(message.contains("backend `gemm.simt`: `compute_81` is not a known PTX architecture"), "{message}");
+}
+
+#[test]
+fn toml_errors_name_the_line() {
+    let message = error("\n[[gemm.groups]]\nlayout = nn\n");
+    assert!(message.starts_with(&format!("variants.toml:{}: ", line_of("\n[[gemm.groups]]\nlayout = nn\n", "= nn"))), "{message}");
+    let message = error("\n[[gemm.groupz]]\n");
+    assert!(message.contains("unknown field `groupz`"), "{message}");
+    let message = error("\n[[fft.groups]]\n");
+    assert!(message.contains("unknown field `fft`, expected `gemm` or `transpose`"), "{message}");
+}
+
+#[test]
+fn a_file_without_groups_declares_nothing() {
+    let message = Config::parse(Path::new("v.toml"), BASE).unwrap_err().to_string();
+    assert!(message.contains("family `gemm` has no [[gemm.groups]]"), "{message}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let message = error("\n[[gemm.groups]]\nlayout = \"xx\"\n\n[[gemm.groups]]\nwarps = 99\n");
+    assert_eq!(message.lines().count(), 2, "{message}");
+}
+
+#[test]
+fn the_shipped_variants_file_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml");
+    let config = Config::load(&path).unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert!(names.contains(&"gemm_tn_128x128x32"));
+    let gemm_default = config.variants.iter().find(|d| d.variant.name == "gemm_tn_128x128x32").unwrap();
+    assert_eq!(gemm_default.variant.dtype, Dtype::Bf16);
+    assert_eq!(gemm_default.variant.bounds, Bounds::Checked);
+    for layout in Layout::ALL {
+        for dtype in Dtype::ALL {
+            for bounds in Bounds::ALL {
+                assert!(
+                    config.variants.iter().any(|d| d.variant.dtype == *dtype
+                        && d.variant.bounds == *bounds
+                        && matches!(d.variant.kind, Kind::Gemm { layout: l, .. } if l == *layout)),
+                    "no simt GEMM for {layout} {dtype} {bounds}"
+                );
+            }
+        }
+    }
+    for dtype in Dtype::ALL {
+        for bounds in Bounds::ALL {
+            assert!(config.variants.iter().any(|d| d.variant.dtype == *dtype
+                && d.variant.bounds == *bounds
+                && matches!(d.variant.kind, Kind::Transpose { .. })));
+        }
+    }
+}
