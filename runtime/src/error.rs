@@ -1,0 +1,55 @@
+//! What can go wrong, as values: the runtime never panics on bad input or a missing GPU.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no tilesmith registry found; looked in {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", then "))]
+    RegistryNotFound { looked: Vec<PathBuf> },
+
+    #[error("cannot read the registry at {}: {reason}", path.display())]
+    RegistryUnreadable { path: PathBuf, reason: String },
+
+    #[error("unknown kernel `{name}`{}", suggest(closest))]
+    UnknownKernel { name: String, closest: Vec<String> },
+
+    #[error("no CUDA driver: {0}")]
+    NoDriver(String),
+
+    #[error("no GPU: {0}")]
+    NoGpu(String),
+
+    #[error("kernel `{name}` has no code for this GPU: it has {has}, and {device} is sm_{major}{minor}")]
+    NoCodeForDevice { name: String, has: String, device: String, major: u32, minor: u32 },
+
+    #[error("kernel `{name}` refused the launch: {rule}")]
+    Refused { name: String, rule: String },
+
+    #[error("CUDA error while {what}: {source}")]
+    Cuda { what: String, source: cudarc::driver::DriverError },
+}
+
+fn suggest(closest: &[String]) -> String {
+    if closest.is_empty() {
+        String::new()
+    } else {
+        format!("; closest: {}", closest.join(", "))
+    }
+}
+
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(source: cudarc::driver::DriverError) -> Self {
+        Error::Cuda { what: "calling the driver".into(), source }
+    }
+}
+
+/// Attaches what was being done to a driver error.
+pub(crate) trait Context<T> {
+    fn during(self, what: &str) -> Result<T, Error>;
+}
+
+impl<T> Context<T> for Result<T, cudarc::driver::DriverError> {
+    fn during(self, what: &str) -> Result<T, Error> {
+        self.map_err(|source| Error::Cuda { what: what.to_string(), source })
+    }
+}

@@ -1,0 +1,34 @@
+//! Loads tilesmith kernels from the fatbin registry by name and launches them safely.
+//!
+//! ```no_run
+//! use tilesmith_runtime::{GemmArgs, Gpu, Registry};
+//! # fn main() -> Result<(), tilesmith_runtime::Error> {
+//! let registry = Registry::open(None)?;                // no CUDA needed yet
+//! let kernel = registry.kernel("gemm_tn_128x128x32")?; // manifest data; loads on first launch
+//! let gpu = Gpu::new(0)?;                              // an error value where there is no GPU
+//! # let (m, n, k) = (256, 256, 256);
+//! let a = gpu.stream().alloc_zeros::<half::bf16>(m * k)?;
+//! let b = gpu.stream().alloc_zeros::<half::bf16>(k * n)?;
+//! let mut c = gpu.stream().alloc_zeros::<half::bf16>(m * n)?;
+//! kernel.gemm(&gpu, GemmArgs::packed(&a, &b, &mut c, m, n, k, kernel.layout()?))?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every launch is checked first against what the manifest records (dtype, layout, buffer
+//! lengths, leading dimensions, divisibility, alignment) and refused with an [`Error`] naming
+//! the rule, so no launch reads or writes out of bounds.
+
+mod error;
+mod gpu;
+mod kernel;
+mod plan;
+mod registry;
+
+pub use error::Error;
+pub use gpu::Gpu;
+pub use kernel::{Element, GemmArgs, Kernel, TransposeArgs};
+pub use plan::{plan_gemm, plan_transpose, runs_on, Buffer, GemmShape, Launch, TransposeShape};
+pub use registry::Registry;
+pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Kind, Layout, Variant};
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

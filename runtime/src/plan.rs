@@ -1,0 +1,215 @@
+//! The checks that stand between a call and a launch, as pure functions of the manifest data,
+//! the shape and the buffers, so that they are tested without a GPU.
+
+use tilesmith_spec::arch::compute_capability;
+use tilesmith_spec::{Built, Dtype, Kind, Layout, Targets};
+
+/// A device buffer as the checks see it: its length in elements and its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub len: usize,
+    pub addr: u64,
+}
+
+/// C (M×N, row-major) = A (M×K) · B (K×N), stored as `layout` says, with leading dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    pub layout: Layout,
+}
+
+impl GemmShape {
+    /// Leading dimensions equal to the stored rows' lengths: no padding.
+    pub fn packed(m: usize, n: usize, k: usize, layout: Layout) -> GemmShape {
+        let lda = if layout.a_row_major() { k } else { m };
+        let ldb = if layout.b_row_major() { n } else { k };
+        GemmShape { m, n, k, lda, ldb, ldc: n, layout }
+    }
+
+    /// (rows, row length) of A, B and C as stored.
+    fn stored(&self) -> [(usize, usize); 3] {
+        let a = if self.layout.a_row_major() { (self.m, self.k) } else { (self.k, self.m) };
+        let b = if self.layout.b_row_major() { (self.k, self.n) } else { (self.n, self.k) };
+        [a, b, (self.m, self.n)]
+    }
+
+    /// Elements each of A, B and C spans.
+    pub fn spans(&self) -> [usize; 3] {
+        let lds = [self.lda, self.ldb, self.ldc];
+        let stored = self.stored();
+        [0, 1, 2].map(|i| span(stored[i].0, stored[i].1, lds[i]).unwrap_or(usize::MAX))
+    }
+}
+
+/// Y (N×M) = Xᵀ, X (M×N); both row-major with leading dimensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransposeShape {
+    pub m: usize,
+    pub n: usize,
+    pub ldx: usize,
+    pub ldy: usize,
+}
+
+impl TransposeShape {
+    pub fn packed(m: usize, n: usize) -> TransposeShape {
+        TransposeShape { m, n, ldx: n, ldy: m }
+    }
+}
+
+/// A launch the checks allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub dynamic_smem_bytes: u32,
+}
+
+/// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
+fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(ld)?.checked_add(cols)
+}
+
+fn order(row_major: bool) -> &'static str {
+    if row_major { "row-major" } else { "column-major" }
+}
+
+/// One operand as the checks see it.
+struct Operand<'a> {
+    name: &'a str,
+    ld_name: &'a str,
+    buffer: Buffer,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    layout: &'a str,
+}
+
+fn check_operand(built: &Built, dtype: Dtype, op: &Operand<'_>) -> Result<(), String> {
+    let Operand { name, ld_name, buffer, rows, cols, ld, layout } = *op;
+    if ld < cols.max(1) {
+        return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
+    }
+    let needed = span(rows, cols, ld).ok_or(format!("{name} spans more elements than an address can hold"))?;
+    if buffer.len < needed {
+        return Err(format!("{name} holds {} elements, but {rows} rows of {cols} with {ld_name} = {ld} span {needed}", buffer.len));
+    }
+    let requires = &built.entry.requires;
+    if ld % requires.ld_multiple as usize != 0 {
+        return Err(format!(
+            "{ld_name} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
+            requires.ld_multiple, built.entry.variant.bounds
+        ));
+    }
+    let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()));
+    if buffer.addr % align != 0 {
+        return Err(format!("{name} starts at {:#x}, which is not {align}-byte aligned", buffer.addr));
+    }
+    Ok(())
+}
+
+fn check_dims(dims: &[(&str, usize, u32)], bounds: &str) -> Result<(), String> {
+    for &(dim, value, multiple) in dims {
+        if i32::try_from(value).is_err() {
+            return Err(format!("{dim} = {value} exceeds the kernels' 32-bit index range"));
+        }
+        if value % multiple as usize != 0 {
+            return Err(format!(
+                "{dim} = {value} is not a multiple of {multiple}: {bounds} variants take tile multiples only; use a checked variant"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_kernel(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
+    let variant = &built.entry.variant;
+    if variant.family().as_str() != family {
+        return Err(format!("it is a {} kernel, not a {family} kernel", variant.family()));
+    }
+    if variant.dtype != dtype {
+        return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));
+    }
+    Ok(())
+}
+
+fn grid(built: &Built, m: usize, n: usize) -> Result<Launch, String> {
+    let grid = built
+        .entry
+        .grid
+        .grid(m as u64, n as u64)
+        .ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
+    Ok(Launch { grid, block: built.entry.block, dynamic_smem_bytes: built.entry.dynamic_smem_bytes })
+}
+
+/// Checks a GEMM call; `None` when there is nothing to compute (M or N is 0).
+pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3]) -> Result<Option<Launch>, String> {
+    check_kernel(built, dtype, "gemm")?;
+    let Kind::Gemm { layout, .. } = built.entry.variant.kind else { unreachable!("checked family") };
+    if shape.layout != layout {
+        return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
+    }
+    let multiple = built.entry.requires.shape_multiple;
+    let bounds = built.entry.variant.bounds.as_str();
+    check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1]), ("K", shape.k, multiple[2])], bounds)?;
+    let [sa, sb, sc] = shape.stored();
+    let letters = layout.as_str();
+    let (a_order, b_order) = (order(layout.a_row_major()), order(layout.b_row_major()));
+    let a_layout = format!("{a_order}, layout {letters}");
+    let b_layout = format!("{b_order}, layout {letters}");
+    let operands = [
+        Operand { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &a_layout },
+        Operand { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &b_layout },
+        Operand { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
+    ];
+    for operand in &operands {
+        check_operand(built, dtype, operand)?;
+    }
+    if shape.m == 0 || shape.n == 0 {
+        return Ok(None);
+    }
+    grid(built, shape.m, shape.n).map(Some)
+}
+
+/// Checks a transpose call; `None` when there is nothing to move.
+pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y]: [Buffer; 2]) -> Result<Option<Launch>, String> {
+    check_kernel(built, dtype, "transpose")?;
+    let multiple = built.entry.requires.shape_multiple;
+    let bounds = built.entry.variant.bounds.as_str();
+    check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1])], bounds)?;
+    let operands = [
+        Operand { name: "X", ld_name: "ldx", buffer: x, rows: shape.m, cols: shape.n, ld: shape.ldx, layout: "row-major" },
+        Operand { name: "Y", ld_name: "ldy", buffer: y, rows: shape.n, cols: shape.m, ld: shape.ldy, layout: "row-major" },
+    ];
+    for operand in &operands {
+        check_operand(built, dtype, operand)?;
+    }
+    if shape.m == 0 || shape.n == 0 {
+        return Ok(None);
+    }
+    grid(built, shape.m, shape.n).map(Some)
+}
+
+/// Whether a fatbin with these targets runs on a GPU of compute capability `device`: SASS of
+/// the same major version and no newer minor, or PTX no newer than the device; `a` targets
+/// (`sm_90a`) run on exactly their own architecture.
+pub fn runs_on(targets: &Targets, device: (u32, u32)) -> bool {
+    let sass = targets.sass.iter().any(|sass| match compute_capability(sass) {
+        Some(cc) if sass.ends_with('a') => cc == device,
+        Some((major, minor)) => major == device.0 && minor <= device.1,
+        None => false,
+    });
+    let ptx = match compute_capability(&targets.ptx) {
+        Some(cc) if targets.ptx.ends_with('a') => cc == device,
+        Some(cc) => cc <= device,
+        None => false,
+    };
+    sass || ptx
+}

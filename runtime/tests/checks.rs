@@ -1,0 +1,176 @@
+//! The launch checks, the registry and the no-GPU path, all without a GPU.
+
+use std::path::Path;
+use tilesmith_runtime::{runs_on, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
+use tilesmith_spec::{Built, Dtype, Manifest, Targets};
+
+fn built(name: &str) -> Built {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap_or_else(|| panic!("{name} not shipped"));
+    Built { entry, fatbin: format!("{name}.fatbin"), hash: String::new(), resources: Vec::new() }
+}
+
+const ALIGNED: u64 = 0x7f00_0000_0000;
+
+fn buffers(shape: &GemmShape) -> [Buffer; 3] {
+    shape.spans().map(|len| Buffer { len, addr: ALIGNED })
+}
+
+fn gemm(name: &str, dtype: Dtype, shape: GemmShape) -> Result<Option<tilesmith_runtime::Launch>, String> {
+    tilesmith_runtime::plan_gemm(&built(name), dtype, &shape, buffers(&shape))
+}
+
+#[test]
+fn a_valid_gemm_gets_its_grid_from_the_manifest() {
+    let shape = GemmShape::packed(300, 200, 77, Layout::Tn);
+    let launch = gemm("gemm_tn_128x128x32", Dtype::Bf16, shape).unwrap().unwrap();
+    assert_eq!(launch.grid, [2, 3, 1]);
+    assert_eq!(launch.block, [256, 1, 1]);
+    assert_eq!(launch.dynamic_smem_bytes, 67584);
+    assert_eq!(gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(0, 200, 77, Layout::Tn)), Ok(None));
+}
+
+#[test]
+fn gemm_refusals_name_the_rule() {
+    let tn = GemmShape::packed(256, 256, 256, Layout::Tn);
+    assert_eq!(gemm("gemm_tn_128x128x32", Dtype::F32, tn).unwrap_err(), "it takes bf16 elements, but the buffers hold f32");
+    assert_eq!(gemm("transpose_64x64", Dtype::Bf16, tn).unwrap_err(), "it is a transpose kernel, not a gemm kernel");
+    assert_eq!(
+        gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(256, 256, 256, Layout::Nn)).unwrap_err(),
+        "it computes layout tn, but the call is for layout nn"
+    );
+    assert_eq!(
+        gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape { lda: 255, ..tn }).unwrap_err(),
+        "lda = 255 is less than 256, the length of a stored row of A (row-major, layout tn)"
+    );
+    let nn = GemmShape::packed(256, 128, 64, Layout::Nn);
+    assert_eq!(
+        gemm("gemm_nn_128x128x32", Dtype::Bf16, GemmShape { lda: 200, ..nn }).unwrap_err(),
+        "lda = 200 is less than 256, the length of a stored row of A (column-major, layout nn)"
+    );
+    assert_eq!(
+        gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape::packed(200, 256, 256, Layout::Tn)).unwrap_err(),
+        "M = 200 is not a multiple of 128: unchecked variants take tile multiples only; use a checked variant"
+    );
+    assert_eq!(
+        gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape::packed(256, 256, 48, Layout::Tn)).unwrap_err(),
+        "K = 48 is not a multiple of 32: unchecked variants take tile multiples only; use a checked variant"
+    );
+    assert_eq!(
+        gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape { ldc: 260, ..tn }).unwrap_err(),
+        "ldc = 260 is not a multiple of 8 elements, as this unchecked variant assumes (16-byte rows)"
+    );
+    assert_eq!(
+        gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(3_000_000_000, 1, 1, Layout::Tn)).unwrap_err(),
+        "M = 3000000000 exceeds the kernels' 32-bit index range"
+    );
+}
+
+#[test]
+fn short_or_misaligned_buffers_are_refused() {
+    let built = built("gemm_tn_128x128x32_unchecked");
+    let shape = GemmShape::packed(128, 128, 32, Layout::Tn);
+    let [a, b, c] = buffers(&shape);
+    let short = Buffer { len: a.len - 1, ..a };
+    assert_eq!(
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [short, b, c]).unwrap_err(),
+        "A holds 4095 elements, but 128 rows of 32 with lda = 32 span 4096"
+    );
+    let shifted = Buffer { addr: ALIGNED + 2, ..c };
+    assert_eq!(
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, shifted]).unwrap_err(),
+        format!("C starts at {:#x}, which is not 16-byte aligned", ALIGNED + 2)
+    );
+    // A checked variant takes any element-aligned address and odd leading dimensions.
+    let checked = built_checked_odd();
+    assert!(checked.is_ok(), "{checked:?}");
+}
+
+fn built_checked_odd() -> Result<Option<tilesmith_runtime::Launch>, String> {
+    let shape = GemmShape { lda: 4099, ldb: 4099, ldc: 4097, ..GemmShape::packed(4095, 4097, 4099, Layout::Tn) };
+    let [a, b, c] = buffers(&shape);
+    let c = Buffer { addr: ALIGNED + 2, ..c };
+    tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &shape, [a, b, c])
+}
+
+#[test]
+fn transpose_checks() {
+    let plan = |name: &str, shape: TransposeShape, lens: [usize; 2]| {
+        let buffers = lens.map(|len| Buffer { len, addr: ALIGNED });
+        tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, buffers)
+    };
+    let shape = TransposeShape::packed(100, 70);
+    assert_eq!(plan("transpose_64x64_f32", shape, [7000, 7000]).unwrap().unwrap().grid, [2, 2, 1]);
+    assert_eq!(
+        plan("transpose_64x64_f32", TransposeShape { ldy: 99, ..shape }, [7000, 7000]).unwrap_err(),
+        "ldy = 99 is less than 100, the length of a stored row of Y (row-major)"
+    );
+    assert_eq!(
+        plan("transpose_64x64_f32", shape, [7000, 6999]).unwrap_err(),
+        "Y holds 6999 elements, but 70 rows of 100 with ldy = 100 span 7000"
+    );
+    assert_eq!(
+        plan("transpose_64x64_f32_unchecked", shape, [7000, 7000]).unwrap_err(),
+        "M = 100 is not a multiple of 64: unchecked variants take tile multiples only; use a checked variant"
+    );
+    assert_eq!(plan("gemm_tn_128x128x32_f32", shape, [7000, 7000]).unwrap_err(), "it is a gemm kernel, not a transpose kernel");
+}
+
+#[test]
+fn architecture_compatibility() {
+    let targets = Targets { sass: vec!["sm_80".into(), "sm_90".into()], ptx: "compute_80".into() };
+    assert!(runs_on(&targets, (9, 0)));
+    assert!(runs_on(&targets, (8, 6)));
+    assert!(runs_on(&targets, (12, 0)), "through PTX");
+    assert!(!runs_on(&targets, (7, 5)));
+    let hopper = Targets { sass: vec!["sm_90a".into()], ptx: "compute_90a".into() };
+    assert!(runs_on(&hopper, (9, 0)));
+    assert!(!runs_on(&hopper, (10, 0)));
+    assert!(!runs_on(&hopper, (8, 0)));
+}
+
+#[test]
+fn registry_lookup_suggests_close_names_and_says_where_it_looked() {
+    let missing = Path::new("/nonexistent/registry");
+    match Registry::open(Some(missing)) {
+        Err(Error::RegistryNotFound { looked }) => assert_eq!(looked, [missing.to_path_buf()]),
+        other => panic!("expected RegistryNotFound, got {other:?}"),
+    }
+    let dir = tempdir_with_registry();
+    let registry = Registry::open(Some(dir.path())).unwrap();
+    let kernel = registry.kernel("gemm_tn_128x128x32").unwrap();
+    assert_eq!(kernel.layout().unwrap(), Layout::Tn);
+    let err = registry.kernel("gemm_tn_128x128x3").unwrap_err().to_string();
+    assert!(err.starts_with("unknown kernel `gemm_tn_128x128x3`; closest: gemm_tn_128x128x32"), "{err}");
+    let err = registry.kernel("transpose_64x64").unwrap().layout().unwrap_err().to_string();
+    assert_eq!(err, "kernel `transpose_64x64` refused the launch: it is a transpose kernel and has no GEMM layout");
+}
+
+/// A registry manifest made from the shipped generated manifest, without fatbins.
+fn tempdir_with_registry() -> tempfile::TempDir {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let registry = tilesmith_spec::Registry {
+        format: manifest.format,
+        compiler: "test".into(),
+        variants: manifest.variants.into_iter().map(|entry| Built { fatbin: format!("{}.fatbin", entry.variant.name), entry, hash: String::new(), resources: Vec::new() }).collect(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
+    dir
+}
+
+#[test]
+fn no_driver_or_no_gpu_is_an_error_value() {
+    match Gpu::new(0) {
+        Ok(gpu) => eprintln!("a GPU is present: {}", gpu.name()),
+        Err(err @ (Error::NoDriver(_) | Error::NoGpu(_))) => eprintln!("as expected here: {err}"),
+        Err(other) => panic!("unexpected error: {other}"),
+    }
+    match Gpu::new(10_000) {
+        Err(Error::NoDriver(_) | Error::NoGpu(_)) => {}
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("GPU 10000 cannot exist"),
+    }
+}
