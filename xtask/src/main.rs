@@ -1,6 +1,7 @@
 //! tilesmith's build tool: `cargo xtask gen`, `build`, `list` and `toolchain`.
 
 mod build;
+mod bundle;
 mod gen;
 mod list;
 mod project;
@@ -53,6 +54,16 @@ enum Command {
     },
     /// Say which nvcc is used and its version, installing NVIDIA's wheels if none is found.
     Toolchain,
+    /// Build the registry, the release test binary and the example into one folder with a
+    /// run.sh, for running every trial on a GPU machine without Rust.
+    Bundle {
+        /// Where to put it (default: bundle/ in the workspace).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Parallel nvcc jobs (default: the number of cores).
+        #[arg(short, long)]
+        jobs: Option<usize>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -72,6 +83,10 @@ fn main() -> ExitCode {
     }
 }
 
+fn job_count(jobs: Option<usize>) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1)
+}
+
 fn run(cli: Cli) -> Result<()> {
     let project = match cli.root {
         Some(root) => Project { root: std::path::absolute(root)? },
@@ -79,10 +94,8 @@ fn run(cli: Cli) -> Result<()> {
     };
     match cli.command {
         Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
-        Command::Build { jobs, kernels } => {
-            let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
-            build::run(&project, &Selection::new(&kernels.globs)?, jobs)
-        }
+        Command::Build { jobs, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, job_count(jobs)),
+        Command::Bundle { out, jobs } => bundle::run(&project, out, job_count(jobs)),
         Command::List { glob, mut kernels } => {
             kernels.globs.extend(glob);
             list::run(&project, &Selection::new(&kernels.globs)?)

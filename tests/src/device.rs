@@ -1,0 +1,122 @@
+//! The GPU side of the trials: one shared GPU, the baselines (cuBLAS, a device copy), and
+//! event timing.
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::cublas::{result as blas, CudaBlas};
+use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock};
+use tilesmith_runtime::{Dtype, Element, GemmShape, Gpu, Registry};
+
+/// The process's GPU, opened once; the error says why there is none.
+pub fn gpu() -> Result<&'static Gpu, String> {
+    static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
+    GPU.get_or_init(|| Gpu::new(0).map_err(|err| err.to_string())).as_ref().map_err(Clone::clone)
+}
+
+/// The registry, opened once.
+pub fn registry() -> Result<&'static Registry, String> {
+    static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(|| Registry::open(None).map_err(|err| format!("{err}: run `cargo xtask build`")))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The device's L2 size in bytes, to size the rotation of input sets.
+pub fn l2_bytes(gpu: &Gpu) -> Result<usize, String> {
+    gpu.context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+        .map(|bytes| bytes.max(0) as usize)
+        .map_err(|err| format!("reading the L2 size: {err}"))
+}
+
+/// Enough input sets of `bytes_per_set` that cycling through them overflows the L2 twice over.
+pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
+    Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).max(2))
+}
+
+/// Median time in milliseconds of `runs` calls of `run(i)` (i counting up), each between two
+/// CUDA events, after `warmup` untimed calls.
+pub fn median_ms(stream: &Arc<CudaStream>, warmup: usize, runs: usize, mut run: impl FnMut(usize) -> Result<(), String>) -> Result<f64, String> {
+    for i in 0..warmup {
+        run(i)?;
+    }
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let mut pairs = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let start = stream.record_event(flags).map_err(|e| format!("recording an event: {e}"))?;
+        run(warmup + i)?;
+        let end = stream.record_event(flags).map_err(|e| format!("recording an event: {e}"))?;
+        pairs.push((start, end));
+    }
+    stream.synchronize().map_err(|e| format!("waiting for the timed runs: {e}"))?;
+    let mut times: Vec<f64> = pairs
+        .iter()
+        .map(|(start, end)| start.elapsed_ms(end).map(f64::from).map_err(|e| format!("reading an event: {e}")))
+        .collect::<Result<_, _>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// cuBLAS for one GEMM shape in our row-major convention.
+pub struct Cublas {
+    blas: CudaBlas,
+}
+
+impl Cublas {
+    pub fn new(gpu: &Gpu) -> Result<Cublas, String> {
+        // cudarc panics when the library is missing, so look first.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err("libcublas could not be loaded (is the CUDA library folder on LD_LIBRARY_PATH?)".into());
+        }
+        CudaBlas::new(gpu.stream().clone()).map(|blas| Cublas { blas }).map_err(|err| format!("creating a cuBLAS handle: {err}"))
+    }
+
+    /// C = A·B with f32 accumulation (no TF32 for f32: the handle keeps the default math mode).
+    /// cuBLAS is column-major, so it computes Cᵀ = Bᵀ·Aᵀ: a row-major operand is a column-major
+    /// one transposed.
+    pub fn gemm<T: Element>(&self, stream: &Arc<CudaStream>, shape: &GemmShape, a: &CudaSlice<T>, b: &CudaSlice<T>, c: &mut CudaSlice<T>) -> Result<(), String> {
+        let op = |row_major: bool| if row_major { cublasOperation_t::CUBLAS_OP_N } else { cublasOperation_t::CUBLAS_OP_T };
+        let data_type = match T::DTYPE {
+            Dtype::F32 => cudaDataType::CUDA_R_32F,
+            Dtype::F16 => cudaDataType::CUDA_R_16F,
+            Dtype::Bf16 => cudaDataType::CUDA_R_16BF,
+        };
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (a_ptr, _a) = a.device_ptr(stream);
+        let (b_ptr, _b) = b.device_ptr(stream);
+        let (c_ptr, _c) = c.device_ptr_mut(stream);
+        let dim = |d: usize| i32::try_from(d).map_err(|_| format!("{d} is too large for cuBLAS"));
+        unsafe {
+            blas::gemm_ex(
+                *self.blas.handle(),
+                op(shape.layout.b_row_major()),
+                op(shape.layout.a_row_major()),
+                dim(shape.n)?,
+                dim(shape.m)?,
+                dim(shape.k)?,
+                (&alpha as *const f32).cast::<c_void>(),
+                b_ptr as *const c_void,
+                data_type,
+                dim(shape.ldb)?,
+                a_ptr as *const c_void,
+                data_type,
+                dim(shape.lda)?,
+                (&beta as *const f32).cast::<c_void>(),
+                c_ptr as *mut c_void,
+                data_type,
+                dim(shape.ldc)?,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
+            )
+        }
+        .map_err(|err| format!("cuBLAS gemm_ex: {err}"))
+    }
+}
+
+/// Copies `src` into `dst` on the device: the transpose baseline.
+pub fn device_copy<T: Element>(stream: &Arc<CudaStream>, src: &CudaSlice<T>, dst: &mut CudaSlice<T>) -> Result<(), String> {
+    stream.memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
+}

@@ -1,0 +1,92 @@
+//! Host-side inputs and float64 references.
+
+use rand::Rng;
+use tilesmith_runtime::{Dtype, Element, GemmShape};
+
+/// `len` random elements, uniform in [-1, 1): fresh on every call, never all zeros.
+pub fn random<T: Element>(len: usize) -> Vec<T> {
+    let mut rng = rand::rng();
+    (0..len).map(|_| T::from_f64(rng.random_range(-1.0..1.0))).collect()
+}
+
+/// Relative Frobenius error ‖out − reference‖ / ‖reference‖; infinite if `out` holds a NaN.
+pub fn relative_error(out: &[f64], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "compared slices differ in length");
+    if out.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
+    }
+    let diff: f64 = out.iter().zip(reference).map(|(o, r)| (o - r) * (o - r)).sum();
+    let norm: f64 = reference.iter().map(|r| r * r).sum();
+    if norm == 0.0 {
+        return diff.sqrt();
+    }
+    (diff / norm).sqrt()
+}
+
+/// Largest accepted relative error for a GEMM whose output is stored in `dtype`.
+pub fn gemm_tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::Bf16 => 1e-2,
+        Dtype::F16 => 2e-3,
+        Dtype::F32 => 1e-5,
+    }
+}
+
+/// Element (i, k) of A and (k, j) of B as stored in `shape`'s layout.
+pub struct Operands<'a, T> {
+    pub shape: GemmShape,
+    pub a: &'a [T],
+    pub b: &'a [T],
+}
+
+impl<T: Element> Operands<'_, T> {
+    pub fn a(&self, i: usize, k: usize) -> f64 {
+        let s = &self.shape;
+        let index = if s.layout.a_row_major() { i * s.lda + k } else { k * s.lda + i };
+        self.a[index].to_f64()
+    }
+
+    pub fn b(&self, k: usize, j: usize) -> f64 {
+        let s = &self.shape;
+        let index = if s.layout.b_row_major() { k * s.ldb + j } else { j * s.ldb + k };
+        self.b[index].to_f64()
+    }
+
+    /// One element of C = A·B, in float64.
+    pub fn c(&self, i: usize, j: usize) -> f64 {
+        (0..self.shape.k).map(|k| self.a(i, k) * self.b(k, j)).sum()
+    }
+
+    /// All of C, M×N row-major, in float64.
+    pub fn product(&self) -> Vec<f64> {
+        let (m, n, k) = (self.shape.m, self.shape.n, self.shape.k);
+        // Dense copies keep the inner loop contiguous.
+        let a: Vec<f64> = (0..m).flat_map(|i| (0..k).map(move |p| (i, p))).map(|(i, p)| self.a(i, p)).collect();
+        let bt: Vec<f64> = (0..n).flat_map(|j| (0..k).map(move |p| (j, p))).map(|(j, p)| self.b(p, j)).collect();
+        let mut c = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                c[i * n + j] = a[i * k..(i + 1) * k].iter().zip(&bt[j * k..(j + 1) * k]).map(|(x, y)| x * y).sum();
+            }
+        }
+        c
+    }
+}
+
+/// Splits a poisoned output of `rows` rows with leading dimension `ld` into the values of its
+/// `rows`×`cols` region, and counts region elements left unwritten (NaN) and elements outside
+/// the region that were written (no longer NaN).
+pub fn read_region<T: Element>(out: &[T], rows: usize, cols: usize, ld: usize) -> (Vec<f64>, usize, usize) {
+    let mut region = Vec::with_capacity(rows * cols);
+    let (mut unwritten, mut outside) = (0, 0);
+    for (index, value) in out.iter().enumerate() {
+        let value = value.to_f64();
+        if index / ld < rows && index % ld < cols {
+            unwritten += usize::from(value.is_nan());
+            region.push(value);
+        } else if !value.is_nan() {
+            outside += 1;
+        }
+    }
+    (region, unwritten, outside)
+}

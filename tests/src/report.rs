@@ -1,0 +1,106 @@
+//! The figures a performance trial writes, one JSON file per variant, and the table made of them.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use tilesmith_runtime::{Gpu, Kernel};
+
+/// Environment variable naming the folder performance records go to.
+pub const PERF_DIR_VAR: &str = "TILESMITH_PERF_DIR";
+
+/// One variant's timing beside its baseline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    pub variant: String,
+    pub family: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub device: String,
+    /// "TFLOP/s" or "GB/s".
+    pub unit: String,
+    pub kernel_ms: f64,
+    pub kernel: f64,
+    pub baseline_name: String,
+    pub baseline_ms: f64,
+    pub baseline: f64,
+    /// kernel / baseline, in the unit's terms: above 1 is faster than the baseline.
+    pub ratio: f64,
+    pub input_sets: usize,
+    /// Seconds since the Unix epoch.
+    pub measured_at: u64,
+}
+
+impl Record {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(kernel: &Kernel, gpu: &Gpu, shape: Vec<usize>, unit: &str, kernel_ms: f64, figure: f64, baseline_name: &str, baseline_ms: f64, baseline: f64, input_sets: usize) -> Record {
+        let variant = kernel.variant();
+        Record {
+            variant: variant.name.clone(),
+            family: variant.family().to_string(),
+            dtype: variant.dtype.to_string(),
+            shape,
+            device: gpu.name().to_string(),
+            unit: unit.to_string(),
+            kernel_ms,
+            kernel: figure,
+            baseline_name: baseline_name.to_string(),
+            baseline_ms,
+            baseline,
+            ratio: figure / baseline,
+            input_sets,
+            measured_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// A one-line summary for the trial's output.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} {:.1} {} ({:.3} ms), {} {:.1} ({:.3} ms): ratio {:.2}",
+            self.variant, self.kernel, self.unit, self.kernel_ms, self.baseline_name, self.baseline, self.baseline_ms, self.ratio
+        )
+    }
+}
+
+/// Where records go: `$TILESMITH_PERF_DIR`, else this workspace's `target/tilesmith-perf/`.
+pub fn perf_dir() -> PathBuf {
+    std::env::var_os(PERF_DIR_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tilesmith-perf"))
+}
+
+pub fn write(record: &Record) -> Result<PathBuf, String> {
+    let dir = perf_dir();
+    std::fs::create_dir_all(&dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    let path = dir.join(format!("{}.json", record.variant));
+    let json = serde_json::to_string_pretty(record).map_err(|err| err.to_string())?;
+    std::fs::write(&path, json + "\n").map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+    Ok(path)
+}
+
+/// Every record in `dir`, ordered by family and variant.
+pub fn read_all(dir: &Path) -> Result<Vec<Record>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|err| format!("cannot read {}: {err}", dir.display()))?;
+    let mut records = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|err| err.to_string())?.path();
+        if path.extension().is_some_and(|ext| ext == "json") {
+            let text = std::fs::read_to_string(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+            records.push(serde_json::from_str::<Record>(&text).map_err(|err| format!("{}: {err}", path.display()))?);
+        }
+    }
+    records.sort_by(|a, b| (&a.family, &a.variant).cmp(&(&b.family, &b.variant)));
+    Ok(records)
+}
+
+/// A Markdown table of records.
+pub fn table(records: &[Record]) -> String {
+    let mut out = String::from("| variant | shape | figure | baseline | ratio |\n| --- | --- | --- | --- | --- |\n");
+    for r in records {
+        let shape = r.shape.iter().map(usize::to_string).collect::<Vec<_>>().join("×");
+        out.push_str(&format!(
+            "| {} | {shape} | {:.1} {} | {} {:.1} | {:.2} |\n",
+            r.variant, r.kernel, r.unit, r.baseline_name, r.baseline, r.ratio
+        ));
+    }
+    out
+}

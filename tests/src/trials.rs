@@ -1,0 +1,281 @@
+//! The two trials every variant gets: correctness on shapes chosen for its bounds mode, and
+//! performance at a large shape beside its baseline.
+
+use crate::device::{device_copy, median_ms, rotation, Cublas};
+use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
+use crate::report::Record;
+use cudarc::driver::CudaSlice;
+use rand::Rng;
+use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, TransposeArgs, TransposeShape};
+
+/// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            Dtype::F32 => {
+                type $t = f32;
+                $body
+            }
+            Dtype::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            Dtype::Bf16 => {
+                type $t = half::bf16;
+                $body
+            }
+        }
+    };
+}
+
+fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
+    gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
+}
+
+fn download<T: Element>(gpu: &Gpu, device: &CudaSlice<T>) -> Result<Vec<T>, String> {
+    gpu.stream().clone_dtoh(device).map_err(|err| format!("copying from the GPU: {err}"))
+}
+
+/// The GEMM shapes a variant is tried on: every edge case for a checked variant, tile
+/// multiples (one with padded leading dimensions) for an unchecked one.
+pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
+    let Kind::Gemm { layout, tile: [tm, tn, tk], .. } = kernel.variant().kind else { return Vec::new() };
+    let [tm, tn, tk] = [tm, tn, tk].map(|t| t as usize);
+    let packed = |m, n, k| GemmShape::packed(m, n, k, layout);
+    let padded = |m, n, k, extra: usize| {
+        let shape = packed(m, n, k);
+        GemmShape { lda: shape.lda + extra, ldb: shape.ldb + extra, ldc: shape.ldc + extra, ..shape }
+    };
+    if kernel.variant().is_checked() {
+        vec![
+            packed(2 * tm + 3, 2 * tn + 5, 3 * tk + 7),
+            packed(tm + 1, tn - 1, (tk / 2).max(1)),
+            packed(1, 2 * tn + 1, 2 * tk + 3),
+            packed(2 * tm + 1, 1, 2 * tk + 3),
+            padded(tm + 7, tn + 9, 2 * tk + 1, 13),
+        ]
+    } else {
+        let step = kernel.info().entry.requires.ld_multiple as usize;
+        vec![packed(2 * tm, 3 * tn, 4 * tk), padded(tm, tn, tk, 2 * step)]
+    }
+}
+
+/// The transpose shapes (M, N, ldx, ldy) a variant is tried on.
+pub fn transpose_shapes(kernel: &Kernel) -> Vec<TransposeShape> {
+    let Kind::Transpose { tile: [tm, tn] } = kernel.variant().kind else { return Vec::new() };
+    let [tm, tn] = [tm, tn].map(|t| t as usize);
+    let packed = TransposeShape::packed;
+    if kernel.variant().is_checked() {
+        vec![
+            packed(2 * tm + 3, 3 * tn + 5),
+            packed(1, tn + 1),
+            packed(tm + 1, 1),
+            TransposeShape { m: tm + 7, n: tn + 9, ldx: tn + 9 + 13, ldy: tm + 7 + 11 },
+        ]
+    } else {
+        let step = kernel.info().entry.requires.ld_multiple as usize;
+        vec![packed(2 * tm, 3 * tn), TransposeShape { m: tm, n: tn, ldx: tn + 2 * step, ldy: tm + 2 * step }]
+    }
+}
+
+/// Correctness: fresh random inputs, NaN-poisoned output, every element of the result checked
+/// written and nothing outside it touched, compared with a float64 reference; then a shape the
+/// variant cannot take must be refused. Returns a one-line summary.
+pub fn correctness(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    with_element!(kernel.variant().dtype, T => match kernel.variant().kind {
+        Kind::Gemm { .. } => gemm_correctness::<T>(gpu, kernel),
+        Kind::Transpose { .. } => transpose_correctness::<T>(gpu, kernel),
+    })
+}
+
+fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<f64, String> {
+    let [a_len, b_len, c_len] = shape.spans();
+    let (a, b) = (random::<T>(a_len), random::<T>(b_len));
+    let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
+    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    kernel.gemm(gpu, GemmArgs { a: &da, b: &db, c: &mut dc, shape }).map_err(|err| err.to_string())?;
+    gpu.synchronize().map_err(|err| err.to_string())?;
+    let c = download(gpu, &dc)?;
+    let (region, unwritten, outside) = read_region(&c, shape.m, shape.n, shape.ldc);
+    let what = format!("{}x{}x{} (lda {}, ldb {}, ldc {})", shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc);
+    if unwritten > 0 {
+        return Err(format!("{what}: {unwritten} of {} outputs left unwritten", shape.m * shape.n));
+    }
+    if outside > 0 {
+        return Err(format!("{what}: {outside} elements written outside C's {}x{} region", shape.m, shape.n));
+    }
+    let error = relative_error(&region, &Operands { shape, a: &a, b: &b }.product());
+    let tolerance = gemm_tolerance(T::DTYPE);
+    if error > tolerance {
+        return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
+    }
+    Ok(error)
+}
+
+fn gemm_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let shapes = gemm_shapes(kernel);
+    let mut worst: f64 = 0.0;
+    for shape in &shapes {
+        worst = worst.max(gemm_once::<T>(gpu, kernel, *shape)?);
+    }
+    let refusal = refused_gemm::<T>(gpu, kernel)?;
+    Ok(format!("{} shapes, worst relative error {worst:.2e}; refused as it must: {refusal}", shapes.len()))
+}
+
+/// A call the variant must refuse: an off-tile shape for an unchecked variant, a C buffer one
+/// element short for a checked one.
+fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let good = gemm_shapes(kernel)[0];
+    let (shape, c_len) = if kernel.variant().is_checked() {
+        (good, good.spans()[2] - 1)
+    } else {
+        let off_tile = GemmShape::packed(good.m + 1, good.n, good.k, good.layout);
+        (off_tile, off_tile.spans()[2])
+    };
+    let [a_len, b_len, _] = shape.spans();
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    match kernel.gemm(gpu, GemmArgs { a: &da, b: &db, c: &mut dc, shape }) {
+        Err(Error::Refused { rule, .. }) => {
+            let untouched = download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan());
+            if untouched { Ok(rule) } else { Err(format!("refused ({rule}) but C was written")) }
+        }
+        Err(other) => Err(format!("expected a refusal, got: {other}")),
+        Ok(()) => Err(format!("launched {}x{}x{} with C of {c_len} elements; it should have been refused", shape.m, shape.n, shape.k)),
+    }
+}
+
+fn transpose_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let shapes = transpose_shapes(kernel);
+    for shape in &shapes {
+        let x_len = (shape.m - 1) * shape.ldx + shape.n;
+        let y_len = (shape.n - 1) * shape.ldy + shape.m;
+        let x = random::<T>(x_len);
+        let dx = upload(gpu, &x)?;
+        let mut dy = upload(gpu, &vec![T::NAN; y_len])?;
+        kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape: *shape }).map_err(|err| err.to_string())?;
+        gpu.synchronize().map_err(|err| err.to_string())?;
+        let y = download(gpu, &dy)?;
+        let (region, unwritten, outside) = read_region(&y, shape.n, shape.m, shape.ldy);
+        let what = format!("{}x{} (ldx {}, ldy {})", shape.m, shape.n, shape.ldx, shape.ldy);
+        if unwritten > 0 || outside > 0 {
+            return Err(format!("{what}: {unwritten} outputs unwritten, {outside} written outside Y"));
+        }
+        let wrong = (0..shape.n)
+            .flat_map(|j| (0..shape.m).map(move |i| (i, j)))
+            .filter(|&(i, j)| region[j * shape.m + i] != x[i * shape.ldx + j].to_f64())
+            .count();
+        if wrong > 0 {
+            return Err(format!("{what}: {wrong} elements differ from X's transpose"));
+        }
+    }
+    let shape = shapes[0];
+    let rule = if kernel.variant().is_checked() {
+        let dx = upload(gpu, &random::<T>(shape.m * shape.ldx))?;
+        let mut dy = upload(gpu, &vec![T::NAN; shape.n * shape.ldy - 1])?;
+        expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape }))?
+    } else {
+        let bad = TransposeShape::packed(shape.m + 1, shape.n);
+        let dx = upload(gpu, &random::<T>(bad.m * bad.n))?;
+        let mut dy = upload(gpu, &vec![T::NAN; bad.m * bad.n])?;
+        expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape: bad }))?
+    };
+    Ok(format!("{} shapes, exact; refused as it must: {rule}", shapes.len()))
+}
+
+fn expect_refusal(result: Result<(), Error>) -> Result<String, String> {
+    match result {
+        Err(Error::Refused { rule, .. }) => Ok(rule),
+        Err(other) => Err(format!("expected a refusal, got: {other}")),
+        Ok(()) => Err("a call that breaks the variant's requirements was launched".into()),
+    }
+}
+
+/// Edge of the square GEMM and transpose problems the performance trials time.
+pub const GEMM_PERF_EDGE: usize = 4096;
+pub const TRANSPOSE_PERF_EDGE: usize = 16384;
+const WARMUP: usize = 5;
+const RUNS: usize = 25;
+
+/// Performance: kernel and baseline timed side by side, each the median of RUNS event-timed
+/// launches after WARMUP, rotating over input sets that overflow the L2. The result is spot
+/// checked, so a fast wrong kernel fails.
+pub fn performance(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
+    with_element!(kernel.variant().dtype, T => match kernel.variant().kind {
+        Kind::Gemm { layout, .. } => gemm_performance::<T>(gpu, kernel, GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout)),
+        Kind::Transpose { .. } => transpose_performance::<T>(gpu, kernel, TransposeShape::packed(TRANSPOSE_PERF_EDGE, TRANSPOSE_PERF_EDGE)),
+    })
+}
+
+fn gemm_performance<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<Record, String> {
+    let [a_len, b_len, c_len] = shape.spans();
+    let (a, b) = (random::<T>(a_len), random::<T>(b_len));
+    let sets = rotation(gpu, (a_len + b_len + c_len) * T::DTYPE.size_bytes() as usize)?;
+    let mut inputs = Vec::with_capacity(sets);
+    let mut outputs = Vec::with_capacity(sets);
+    for _ in 0..sets {
+        inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
+        outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
+    }
+    let stream = gpu.stream();
+    let kernel_ms = median_ms(stream, WARMUP, RUNS, |i| {
+        let (da, db) = &inputs[i % sets];
+        kernel.gemm(gpu, GemmArgs { a: da, b: db, c: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
+    })?;
+    spot_check(gpu, &outputs[0], &Operands { shape, a: &a, b: &b })?;
+    let cublas = Cublas::new(gpu)?;
+    let baseline_ms = median_ms(stream, WARMUP, RUNS, |i| {
+        let (da, db) = &inputs[i % sets];
+        cublas.gemm(stream, &shape, da, db, &mut outputs[i % sets])
+    })?;
+    let flops = 2.0 * (shape.m * shape.n * shape.k) as f64;
+    let per_ms_to_tera = |ms: f64| flops / (ms * 1e-3) / 1e12;
+    Ok(Record::new(kernel, gpu, vec![shape.m, shape.n, shape.k], "TFLOP/s", kernel_ms, per_ms_to_tera(kernel_ms), "cuBLAS", baseline_ms, per_ms_to_tera(baseline_ms), sets))
+}
+
+/// Compares 256 random elements of a GEMM result with float64 dot products.
+fn spot_check<T: Element>(gpu: &Gpu, c: &CudaSlice<T>, operands: &Operands<'_, T>) -> Result<(), String> {
+    let c = download(gpu, c)?;
+    let shape = operands.shape;
+    let mut rng = rand::rng();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for _ in 0..256 {
+        let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
+        got.push(c[i * shape.ldc + j].to_f64());
+        want.push(operands.c(i, j));
+    }
+    let error = relative_error(&got, &want);
+    let tolerance = gemm_tolerance(T::DTYPE);
+    if error > tolerance {
+        return Err(format!("the timed result is wrong: relative error {error:.3e} on 256 sampled elements (allowed {tolerance:.0e})"));
+    }
+    Ok(())
+}
+
+fn transpose_performance<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: TransposeShape) -> Result<Record, String> {
+    let len = shape.m * shape.n;
+    let x = random::<T>(len);
+    let sets = rotation(gpu, 2 * len * T::DTYPE.size_bytes() as usize)?;
+    let mut inputs = Vec::with_capacity(sets);
+    let mut outputs = Vec::with_capacity(sets);
+    for _ in 0..sets {
+        inputs.push(upload(gpu, &x)?);
+        outputs.push(upload(gpu, &vec![T::NAN; len])?);
+    }
+    let stream = gpu.stream();
+    let kernel_ms = median_ms(stream, WARMUP, RUNS, |i| {
+        kernel.transpose(gpu, TransposeArgs { x: &inputs[i % sets], y: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
+    })?;
+    let y = download(gpu, &outputs[0])?;
+    let mut rng = rand::rng();
+    for _ in 0..4096 {
+        let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
+        if y[j * shape.ldy + i].to_f64() != x[i * shape.ldx + j].to_f64() {
+            return Err(format!("the timed result is wrong at Y[{j}][{i}]"));
+        }
+    }
+    let baseline_ms = median_ms(stream, WARMUP, RUNS, |i| device_copy(stream, &inputs[i % sets], &mut outputs[i % sets]))?;
+    let bytes = 2.0 * (len * T::DTYPE.size_bytes() as usize) as f64;
+    let giga = |ms: f64| bytes / (ms * 1e-3) / 1e9;
+    Ok(Record::new(kernel, gpu, vec![shape.m, shape.n], "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), sets))
+}

@@ -1,0 +1,110 @@
+//! `cargo xtask bundle`: the release test binary, the example and the registry in one folder,
+//! with a script that runs every trial there, for a GPU machine without a Rust toolchain.
+
+use crate::project::Project;
+use crate::select::Selection;
+use anyhow::{bail, Context, Result};
+use cargo_metadata::Message;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use tilesmith_spec::manifest::MANIFEST_FILE;
+
+const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
+# Runs every tilesmith trial (correctness and performance) on this machine's GPU; no Rust needed.
+# Extra arguments go to the test binary, e.g. a filter such as 'gemm::' or '--skip ::perf'.
+# Results: $TILESMITH_PERF_DIR (default results/ here): trials.log, one JSON per perf trial, perf.md.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export TILESMITH_REGISTRY="$here/registry"
+export TILESMITH_PERF_DIR="${TILESMITH_PERF_DIR:-$here/results}"
+# cuBLAS, the GEMM baseline, is loaded at run time.
+for lib in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  if [ -d "$lib" ]; then export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+done
+mkdir -p "$TILESMITH_PERF_DIR"
+"$here/bin/variants" --include-ignored "$@" 2>&1 | tee "$TILESMITH_PERF_DIR/trials.log"
+status=${PIPESTATUS[0]}
+if ls "$TILESMITH_PERF_DIR"/*.json >/dev/null 2>&1; then
+  "$here/bin/perf-table" "$TILESMITH_PERF_DIR" | tee "$TILESMITH_PERF_DIR/perf.md"
+fi
+exit "$status"
+"#;
+
+pub fn run(project: &Project, out: Option<PathBuf>, jobs: usize) -> Result<()> {
+    let out = out.unwrap_or_else(|| project.root.join("bundle"));
+    crate::build::run(project, &Selection::new(&[])?, jobs)?;
+
+    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table"])?;
+    binaries.extend(cargo_build(&project.root, &["-p", "tilesmith-runtime", "--example", "gemm"])?);
+
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+    }
+    let bin = out.join("bin");
+    let registry = out.join("registry");
+    std::fs::create_dir_all(&bin)?;
+    std::fs::create_dir_all(&registry)?;
+    for (name, path) in &binaries {
+        std::fs::copy(path, bin.join(name)).with_context(|| format!("cannot copy {}", path.display()))?;
+    }
+    let registry_dir = project.registry_dir();
+    for entry in std::fs::read_dir(&registry_dir)? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.ends_with(".fatbin") || name == MANIFEST_FILE {
+            std::fs::copy(&path, registry.join(&name))?;
+        }
+    }
+    let script = out.join("run.sh");
+    std::fs::write(&script, RUN_SCRIPT)?;
+    make_executable(&script)?;
+    println!("bundle in {} ({:.1} MiB): ./run.sh runs every trial; bin/gemm is the example", out.display(), size(&out)? as f64 / (1 << 20) as f64);
+    Ok(())
+}
+
+/// Builds release artifacts and returns (file name, path) of each executable.
+fn cargo_build(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut child = Command::new(cargo)
+        .current_dir(root)
+        .args(["build", "--release", "--message-format=json-render-diagnostics"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot run cargo build")?;
+    let stdout = child.stdout.take().context("cargo's output")?;
+    let mut executables = Vec::new();
+    for message in Message::parse_stream(BufReader::new(stdout)) {
+        if let Message::CompilerArtifact(artifact) = message? {
+            if let Some(executable) = artifact.executable {
+                executables.push((artifact.target.name.clone(), executable.into_std_path_buf()));
+            }
+        }
+    }
+    if !child.wait()?.success() {
+        bail!("cargo build --release {} failed", args.join(" "));
+    }
+    Ok(executables)
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn make_executable(_: &Path) -> Result<()> {
+    Ok(())
+}
+
+fn size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        total += if entry.file_type()?.is_dir() { size(&entry.path())? } else { entry.metadata()?.len() };
+    }
+    Ok(total)
+}
