@@ -42,6 +42,9 @@ fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
     format!("{:x}", hasher.finalize())
 }
 
+/// A compile's ptxas report, or the reason it failed.
+type Outcome = Result<Vec<Resources>, String>;
+
 struct Job {
     entry: Entry,
     flags: Vec<String>,
@@ -159,8 +162,8 @@ fn fatbin_name(variant: &str) -> String {
 }
 
 /// Compiles every job on `jobs` threads; one result per job, in order.
-fn compile_all(project: &Project, nvcc: &Nvcc, queue: &[Job], jobs: usize, renderer: Option<&Renderer>) -> Vec<Result<Vec<Resources>, String>> {
-    let results: Vec<Mutex<Option<Result<Vec<Resources>, String>>>> = queue.iter().map(|_| Mutex::new(None)).collect();
+fn compile_all(project: &Project, nvcc: &Nvcc, queue: &[Job], jobs: usize, renderer: Option<&Renderer>) -> Vec<Outcome> {
+    let results: Vec<Mutex<Option<Outcome>>> = queue.iter().map(|_| Mutex::new(None)).collect();
     if queue.is_empty() {
         return Vec::new();
     }
@@ -195,7 +198,7 @@ fn show_running(bar: &ProgressBar, running: &Mutex<BTreeSet<String>>, change: im
     bar.set_message(set.iter().cloned().collect::<Vec<_>>().join(", "));
 }
 
-fn compile_one(project: &Project, nvcc: &Nvcc, job: &Job, renderer: Option<&Renderer>) -> Result<Vec<Resources>, String> {
+fn compile_one(project: &Project, nvcc: &Nvcc, job: &Job, renderer: Option<&Renderer>) -> Outcome {
     let registry_dir = project.registry_dir();
     let target = registry_dir.join(fatbin_name(&job.entry.variant.name));
     let staging = temporary_sibling(&target);
