@@ -7,12 +7,12 @@
 //   dtype = f16
 //   tile = 128x128x32
 //   backend = mma
-//   warps = 8
-//   stages = 3
+//   warps = 4
+//   stages = 4
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
-// launch: dynamic_smem_bytes=49152 grid=tiles_mn ld_multiple=1 ptr_align_bytes=2
+// launch: dynamic_smem_bytes=65536 grid=tiles_mn ld_multiple=1 ptr_align_bytes=2
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -85,13 +85,13 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 #define TM 128
 #define TN 128
 #define TK 32
-#define STAGES 3
-#define THREADS 256
+#define STAGES 4
+#define THREADS 128
 // Warps are arranged WARPS_M x WARPS_N, each computing a WTM x WTN tile as MI x NI MMA tiles.
 #define WARPS_M 2
-#define WARPS_N 4
+#define WARPS_N 2
 #define WTM 64
-#define WTN 32
+#define WTN 64
 #define MI (WTM / 16)
 #define NI (WTN / 8)
 // Block rows per group of the grouped order: blocks sharing B columns run close together.
@@ -155,7 +155,8 @@ typedef Tile<B_K_MAJOR ? TN : TK, B_K_MAJOR ? TK : TN> TileB;
 // Two adjacent outputs of a row, stored in one access.
 struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
 gemm_tn_128x128x32_f16(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
     int M, int N, int K, int lda, int ldb, int ldc)
 {
@@ -205,43 +206,55 @@ gemm_tn_128x128x32_f16(const T* __restrict__ A, const T* __restrict__ B, T* __re
     // matrix j = lane / 8, row lane % 8.
     const int j = lane / 8, r = lane % 8;
 
-    for (int kt = 0; kt < k_tiles; ++kt) {
-        // The stage refilled here was last read in the previous iteration, before its barrier.
-        if (kt + STAGES - 1 < k_tiles) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
-        cp_async_commit();
-
-        const uint32_t a_tile = smem_base + (kt % STAGES) * STAGE_BYTES;
+    // Fragments of one 16-deep k-step, double-buffered: step ks + 1 loads while ks multiplies.
+    uint32_t a[2][MI][4];
+    uint32_t b[2][NI][2];
+    auto load_fragments = [&](int buf, int stage, int ks) {
+        const uint32_t a_tile = smem_base + stage * STAGE_BYTES;
         const uint32_t b_tile = a_tile + TileA::BYTES;
 #pragma unroll
-        for (int ks = 0; ks < TK / 16; ++ks) {
-            uint32_t a[MI][4];
-            uint32_t b[NI][2];
+        for (int mi = 0; mi < MI; ++mi) {
+            const int m = wm + mi * 16;
+            // Matrices 0..3 are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15).
+            if (A_K_MAJOR) ldmatrix_x4(a[buf][mi], a_tile + TileA::offset(m + r + 8 * (j % 2), ks * 2 + j / 2));
+            else ldmatrix_x4_trans(a[buf][mi], a_tile + TileA::offset(ks * 16 + r + 8 * (j / 2), m / 8 + j % 2));
+        }
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int m = wm + mi * 16;
-                // Matrices 0..3 are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15).
-                if (A_K_MAJOR) ldmatrix_x4(a[mi], a_tile + TileA::offset(m + r + 8 * (j % 2), ks * 2 + j / 2));
-                else ldmatrix_x4_trans(a[mi], a_tile + TileA::offset(ks * 16 + r + 8 * (j / 2), m / 8 + j % 2));
-            }
+        for (int nj = 0; nj < NI / 2; ++nj) {
+            const int n = wn + nj * 16;
+            // Matrices 0..3 are (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+            uint32_t q[4];
+            if (B_K_MAJOR) ldmatrix_x4(q, b_tile + TileB::offset(n + r + 8 * (j / 2), ks * 2 + j % 2));
+            else ldmatrix_x4_trans(q, b_tile + TileB::offset(ks * 16 + r + 8 * (j % 2), n / 8 + j / 2));
+            b[buf][2 * nj][0] = q[0];
+            b[buf][2 * nj][1] = q[1];
+            b[buf][2 * nj + 1][0] = q[2];
+            b[buf][2 * nj + 1][1] = q[3];
+        }
+    };
+
+    constexpr int K_STEPS = TK / 16;
+    if (k_tiles > 0) load_fragments(0, 0, 0);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        // The stage refilled here was last read before the previous iteration's barrier.
+        if (kt + STAGES - 1 < k_tiles) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+        cp_async_commit();
 #pragma unroll
-            for (int nj = 0; nj < NI / 2; ++nj) {
-                const int n = wn + nj * 16;
-                // Matrices 0..3 are (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
-                uint32_t q[4];
-                if (B_K_MAJOR) ldmatrix_x4(q, b_tile + TileB::offset(n + r + 8 * (j / 2), ks * 2 + j % 2));
-                else ldmatrix_x4_trans(q, b_tile + TileB::offset(ks * 16 + r + 8 * (j % 2), n / 8 + j / 2));
-                b[2 * nj][0] = q[0];
-                b[2 * nj][1] = q[1];
-                b[2 * nj + 1][0] = q[2];
-                b[2 * nj + 1][1] = q[3];
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            if (ks + 1 < K_STEPS) {
+                load_fragments((ks + 1) % 2, kt % STAGES, ks + 1);
+            } else {
+                // Every read of this stage is issued: wait for the next one, then start on its
+                // first fragments while the last MMAs of this one run.
+                cp_async_wait<STAGES - 2>();
+                __syncthreads();
+                if (kt + 1 < k_tiles) load_fragments(0, (kt + 1) % STAGES, 0);
             }
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) mma_16816(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+                for (int ni = 0; ni < NI; ++ni) mma_16816(acc[mi][ni], a[ks % 2][mi], b[ks % 2][ni][0], b[ks % 2][ni][1]);
         }
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();
     }
 
     // Each lane holds, per MMA tile, rows lane/4 and lane/4 + 8, columns 2*(lane%4) + {0, 1}.

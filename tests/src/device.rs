@@ -115,8 +115,3 @@ impl Cublas {
         .map_err(|err| format!("cuBLAS gemm_ex: {err}"))
     }
 }
-
-/// Copies `src` into `dst` on the device: the transpose baseline.
-pub fn device_copy<T: Element>(stream: &Arc<CudaStream>, src: &CudaSlice<T>, dst: &mut CudaSlice<T>) -> Result<(), String> {
-    stream.memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
-}

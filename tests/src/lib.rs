@@ -2,7 +2,9 @@
 //! on the host, baselines and timing on the device, and the trials themselves. The harness
 //! (`variants.rs`) turns the manifest into one correctness and one performance trial per variant.
 
+pub mod chart;
 pub mod device;
 pub mod host;
 pub mod report;
+pub mod timing;
 pub mod trials;

@@ -1,14 +1,14 @@
 //! The two trials every variant gets: correctness on shapes chosen for its bounds mode, and
 //! performance at a large shape beside its baseline.
 
-use crate::device::{device_copy, median_ms, rotation, Cublas};
 use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
 use crate::report::Record;
+use crate::timing::{GemmCase, TransposeCase};
 use cudarc::driver::CudaSlice;
-use rand::Rng;
 use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, TransposeArgs, TransposeShape};
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
+#[macro_export]
 macro_rules! with_element {
     ($dtype:expr, $t:ident => $body:expr) => {
         match $dtype {
@@ -194,88 +194,19 @@ fn expect_refusal(result: Result<(), Error>) -> Result<String, String> {
 /// Edge of the square GEMM and transpose problems the performance trials time.
 pub const GEMM_PERF_EDGE: usize = 4096;
 pub const TRANSPOSE_PERF_EDGE: usize = 16384;
-const WARMUP: usize = 5;
-const RUNS: usize = 25;
 
-/// Performance: kernel and baseline timed side by side, each the median of RUNS event-timed
-/// launches after WARMUP, rotating over input sets that overflow the L2. The result is spot
-/// checked, so a fast wrong kernel fails.
+/// Performance: the kernel and its baseline timed side by side on one shared set of inputs.
 pub fn performance(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
     with_element!(kernel.variant().dtype, T => match kernel.variant().kind {
-        Kind::Gemm { layout, .. } => gemm_performance::<T>(gpu, kernel, GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout)),
-        Kind::Transpose { .. } => transpose_performance::<T>(gpu, kernel, TransposeShape::packed(TRANSPOSE_PERF_EDGE, TRANSPOSE_PERF_EDGE)),
-    })
-}
-
-fn gemm_performance<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<Record, String> {
-    let [a_len, b_len, c_len] = shape.spans();
-    let (a, b) = (random::<T>(a_len), random::<T>(b_len));
-    let sets = rotation(gpu, (a_len + b_len + c_len) * T::DTYPE.size_bytes() as usize)?;
-    let mut inputs = Vec::with_capacity(sets);
-    let mut outputs = Vec::with_capacity(sets);
-    for _ in 0..sets {
-        inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
-        outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
-    }
-    let stream = gpu.stream();
-    let kernel_ms = median_ms(stream, WARMUP, RUNS, |i| {
-        let (da, db) = &inputs[i % sets];
-        kernel.gemm(gpu, GemmArgs { a: da, b: db, c: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
-    })?;
-    spot_check(gpu, &outputs[0], &Operands { shape, a: &a, b: &b })?;
-    let cublas = Cublas::new(gpu)?;
-    let baseline_ms = median_ms(stream, WARMUP, RUNS, |i| {
-        let (da, db) = &inputs[i % sets];
-        cublas.gemm(stream, &shape, da, db, &mut outputs[i % sets])
-    })?;
-    let flops = 2.0 * (shape.m * shape.n * shape.k) as f64;
-    let per_ms_to_tera = |ms: f64| flops / (ms * 1e-3) / 1e12;
-    Ok(Record::new(kernel, gpu, vec![shape.m, shape.n, shape.k], "TFLOP/s", kernel_ms, per_ms_to_tera(kernel_ms), "cuBLAS", baseline_ms, per_ms_to_tera(baseline_ms), sets))
-}
-
-/// Compares 256 random elements of a GEMM result with float64 dot products.
-fn spot_check<T: Element>(gpu: &Gpu, c: &CudaSlice<T>, operands: &Operands<'_, T>) -> Result<(), String> {
-    let c = download(gpu, c)?;
-    let shape = operands.shape;
-    let mut rng = rand::rng();
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    for _ in 0..256 {
-        let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
-        got.push(c[i * shape.ldc + j].to_f64());
-        want.push(operands.c(i, j));
-    }
-    let error = relative_error(&got, &want);
-    let tolerance = gemm_tolerance(T::DTYPE);
-    if error > tolerance {
-        return Err(format!("the timed result is wrong: relative error {error:.3e} on 256 sampled elements (allowed {tolerance:.0e})"));
-    }
-    Ok(())
-}
-
-fn transpose_performance<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: TransposeShape) -> Result<Record, String> {
-    let len = shape.m * shape.n;
-    let x = random::<T>(len);
-    let sets = rotation(gpu, 2 * len * T::DTYPE.size_bytes() as usize)?;
-    let mut inputs = Vec::with_capacity(sets);
-    let mut outputs = Vec::with_capacity(sets);
-    for _ in 0..sets {
-        inputs.push(upload(gpu, &x)?);
-        outputs.push(upload(gpu, &vec![T::NAN; len])?);
-    }
-    let stream = gpu.stream();
-    let kernel_ms = median_ms(stream, WARMUP, RUNS, |i| {
-        kernel.transpose(gpu, TransposeArgs { x: &inputs[i % sets], y: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
-    })?;
-    let y = download(gpu, &outputs[0])?;
-    let mut rng = rand::rng();
-    for _ in 0..4096 {
-        let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
-        if y[j * shape.ldy + i].to_f64() != x[i * shape.ldx + j].to_f64() {
-            return Err(format!("the timed result is wrong at Y[{j}][{i}]"));
+        Kind::Gemm { layout, .. } => {
+            let mut case = GemmCase::<T>::new(gpu, GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout))?;
+            let baseline_ms = case.time_cublas(gpu)?;
+            case.record(gpu, kernel, baseline_ms)
         }
-    }
-    let baseline_ms = median_ms(stream, WARMUP, RUNS, |i| device_copy(stream, &inputs[i % sets], &mut outputs[i % sets]))?;
-    let bytes = 2.0 * (len * T::DTYPE.size_bytes() as usize) as f64;
-    let giga = |ms: f64| bytes / (ms * 1e-3) / 1e9;
-    Ok(Record::new(kernel, gpu, vec![shape.m, shape.n], "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), sets))
+        Kind::Transpose { .. } => {
+            let mut case = TransposeCase::<T>::new(gpu, TransposeShape::packed(TRANSPOSE_PERF_EDGE, TRANSPOSE_PERF_EDGE))?;
+            let baseline_ms = case.time_copy(gpu)?;
+            case.record(gpu, kernel, baseline_ms)
+        }
+    })
 }

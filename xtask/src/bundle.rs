@@ -10,18 +10,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tilesmith_spec::manifest::MANIFEST_FILE;
 
-const RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
-# Runs every tilesmith trial (correctness and performance) on this machine's GPU; no Rust needed.
-# Extra arguments go to the test binary, e.g. a filter such as 'gemm::' or '--skip ::perf'.
-# Results: $TILESMITH_PERF_DIR (default results/ here): trials.log, one JSON per perf trial, perf.md.
+/// What both scripts start with: the bundled registry, and cuBLAS on the library path.
+const PRELUDE: &str = r#"#!/usr/bin/env bash
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export TILESMITH_REGISTRY="$here/registry"
-export TILESMITH_PERF_DIR="${TILESMITH_PERF_DIR:-$here/results}"
 # cuBLAS, the GEMM baseline, is loaded at run time.
 for lib in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   if [ -d "$lib" ]; then export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 done
+"#;
+
+const RUN_SCRIPT: &str = r#"# Runs every tilesmith trial (correctness and performance) on this machine's GPU; no Rust needed.
+# Extra arguments go to the test binary, e.g. a filter such as 'gemm::' or '--skip ::perf'.
+# Results: $TILESMITH_PERF_DIR (default results/ here): trials.log, one JSON per perf trial, perf.md.
+export TILESMITH_PERF_DIR="${TILESMITH_PERF_DIR:-$here/results}"
 mkdir -p "$TILESMITH_PERF_DIR"
 "$here/bin/variants" --include-ignored "$@" 2>&1 | tee "$TILESMITH_PERF_DIR/trials.log"
 status=${PIPESTATUS[0]}
@@ -31,11 +34,18 @@ fi
 exit "$status"
 "#;
 
+const BENCH_SCRIPT: &str = r#"# Benchmarks the bundled variants against cuBLAS and a device copy over a set of shapes.
+# Arguments go to bin/bench (--kernels GLOB, --shapes LIST, --out DIR); see bin/bench --help.
+# Results: $TILESMITH_BENCH_DIR (default bench/ here): bench.json, gemm.svg, transpose.svg.
+export TILESMITH_BENCH_DIR="${TILESMITH_BENCH_DIR:-$here/bench}"
+exec "$here/bin/bench" "$@"
+"#;
+
 pub fn run(project: &Project, out: Option<PathBuf>, jobs: usize) -> Result<()> {
     let out = out.unwrap_or_else(|| project.root.join("bundle"));
     crate::build::run(project, &Selection::new(&[])?, jobs)?;
 
-    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table"])?;
+    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench"])?;
     binaries.extend(cargo_build(&project.root, &["-p", "tilesmith-runtime", "--example", "gemm"])?);
 
     if out.exists() {
@@ -56,10 +66,33 @@ pub fn run(project: &Project, out: Option<PathBuf>, jobs: usize) -> Result<()> {
             std::fs::copy(&path, registry.join(&name))?;
         }
     }
-    let script = out.join("run.sh");
-    std::fs::write(&script, RUN_SCRIPT)?;
-    make_executable(&script)?;
-    println!("bundle in {} ({:.1} MiB): ./run.sh runs every trial; bin/gemm is the example", out.display(), size(&out)? as f64 / (1 << 20) as f64);
+    for (name, body) in [("run.sh", RUN_SCRIPT), ("bench.sh", BENCH_SCRIPT)] {
+        let script = out.join(name);
+        std::fs::write(&script, format!("{PRELUDE}{body}"))?;
+        make_executable(&script)?;
+    }
+    println!(
+        "bundle in {} ({:.1} MiB): ./run.sh runs every trial, ./bench.sh benchmarks; bin/gemm is the example",
+        out.display(),
+        size(&out)? as f64 / (1 << 20) as f64
+    );
+    Ok(())
+}
+
+/// `cargo xtask bench`: builds the registry, then runs the bench program on this machine's GPU.
+pub fn bench(project: &Project, args: &[String]) -> Result<()> {
+    crate::build::run(project, &Selection::new(&[])?, std::thread::available_parallelism().map_or(1, usize::from))?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&project.root)
+        .args(["run", "--quiet", "--release", "-p", "tilesmith-tests", "--bin", "bench", "--"])
+        .args(args)
+        .env("TILESMITH_REGISTRY", project.registry_dir())
+        .status()
+        .context("cannot run cargo run")?;
+    if !status.success() {
+        bail!("the benchmark failed ({status})");
+    }
     Ok(())
 }
 

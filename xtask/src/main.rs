@@ -54,6 +54,13 @@ enum Command {
     },
     /// Say which nvcc is used and its version, installing NVIDIA's wheels if none is found.
     Toolchain,
+    /// Benchmark variants against cuBLAS (GEMM) and a device copy (transpose) on this machine's
+    /// GPU: a table, bench.json and SVG charts. Arguments go to the bench program.
+    Bench {
+        /// e.g. --kernels 'gemm_tn_*' --shapes 4096x4096x4096,8192x8192 --out DIR
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Build the registry, the release test binary and the example into one folder with a
     /// run.sh, for running every trial on a GPU machine without Rust.
     Bundle {
@@ -96,6 +103,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
         Command::Build { jobs, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, job_count(jobs)),
         Command::Bundle { out, jobs } => bundle::run(&project, out, job_count(jobs)),
+        Command::Bench { args } => bundle::bench(&project, &args),
         Command::List { glob, mut kernels } => {
             kernels.globs.extend(glob);
             list::run(&project, &Selection::new(&kernels.globs)?)

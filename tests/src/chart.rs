@@ -1,0 +1,80 @@
+//! SVG charts of benchmark records: per family, one line per variant and one for the baseline,
+//! across the benchmarked shapes.
+
+use crate::report::Record;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Draws `records` (one family) into an SVG at `path`.
+pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> {
+    let mut shapes: Vec<String> = Vec::new();
+    for r in records {
+        let shape = shape_label(r);
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
+    let mut baseline: Vec<(usize, f64)> = Vec::new();
+    for r in records {
+        let x = shapes.iter().position(|s| *s == shape_label(r)).expect("shape listed");
+        match series.iter_mut().find(|(name, _)| *name == r.variant) {
+            Some((_, points)) => points.push((x, r.kernel)),
+            None => series.push((r.variant.clone(), vec![(x, r.kernel)])),
+        }
+        if !baseline.iter().any(|(bx, _)| *bx == x) {
+            baseline.push((x, r.baseline));
+        }
+    }
+    baseline.sort_by_key(|(x, _)| *x);
+    let top = records.iter().flat_map(|r| [r.kernel, r.baseline]).fold(0.0, f64::max) * 1.1;
+    let unit = records.first().map_or("", |r| r.unit.as_str());
+    let baseline_name = records.first().map_or("baseline", |r| r.baseline_name.as_str());
+
+    let height = 480 + 18 * (series.len() as u32 + 1);
+    let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5f64..(shapes.len() as f64 - 0.5), 0.0..top.max(1.0))
+        .map_err(|e| err(&e))?;
+    let labels = shapes.clone();
+    chart
+        .configure_mesh()
+        .x_labels(shapes.len())
+        .x_label_formatter(&move |x| labels.get(x.round() as usize).filter(|_| (x - x.round()).abs() < 1e-6).cloned().unwrap_or_default())
+        .y_desc(unit)
+        .x_desc("shape")
+        .draw()
+        .map_err(|e| err(&e))?;
+    let as_f = |points: &[(usize, f64)]| points.iter().map(|(x, y)| (*x as f64, *y)).collect::<Vec<_>>();
+    chart
+        .draw_series(LineSeries::new(as_f(&baseline), BLACK.stroke_width(3)))
+        .map_err(|e| err(&e))?
+        .label(baseline_name.to_string())
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+    for (index, (name, points)) in series.iter().enumerate() {
+        let color = Palette99::pick(index).to_rgba();
+        let points = as_f(points);
+        chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(2))).map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        chart.draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|e| err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+fn shape_label(record: &Record) -> String {
+    record.shape.iter().map(usize::to_string).collect::<Vec<_>>().join("x")
+}

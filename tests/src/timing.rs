@@ -1,0 +1,164 @@
+//! Timed problems: inputs made once, rotated over sets larger than the L2, and timed for
+//! kernels and baselines alike, each the median of RUNS event-timed launches after WARMUP.
+//! Every timed kernel result is spot checked, so a fast wrong kernel fails.
+
+use crate::device::{median_ms, rotation, Cublas};
+use crate::host::{gemm_tolerance, random, relative_error, Operands};
+use crate::report::Record;
+use cudarc::driver::CudaSlice;
+use rand::Rng;
+use tilesmith_runtime::{Element, GemmArgs, GemmShape, Gpu, Kernel, TransposeArgs, TransposeShape};
+
+const WARMUP: usize = 5;
+const RUNS: usize = 25;
+
+fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
+    gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
+}
+
+/// One GEMM problem, ready to time.
+pub struct GemmCase<T: Element> {
+    pub shape: GemmShape,
+    a: Vec<T>,
+    b: Vec<T>,
+    inputs: Vec<(CudaSlice<T>, CudaSlice<T>)>,
+    outputs: Vec<CudaSlice<T>>,
+    cublas: Option<Cublas>,
+}
+
+impl<T: Element> GemmCase<T> {
+    pub fn new(gpu: &Gpu, shape: GemmShape) -> Result<Self, String> {
+        let [a_len, b_len, c_len] = shape.spans();
+        let (a, b) = (random::<T>(a_len), random::<T>(b_len));
+        let sets = rotation(gpu, (a_len + b_len + c_len) * T::DTYPE.size_bytes() as usize)?;
+        let mut inputs = Vec::with_capacity(sets);
+        let mut outputs = Vec::with_capacity(sets);
+        for _ in 0..sets {
+            inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
+            outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
+        }
+        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None })
+    }
+
+    fn flops(&self) -> f64 {
+        2.0 * (self.shape.m * self.shape.n * self.shape.k) as f64
+    }
+
+    /// Median milliseconds of the kernel, whose last result is then spot checked.
+    pub fn time_kernel(&mut self, gpu: &Gpu, kernel: &Kernel) -> Result<f64, String> {
+        let (shape, sets) = (self.shape, self.inputs.len());
+        for output in &mut self.outputs {
+            gpu.stream().memcpy_htod(&vec![T::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
+        }
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            let (a, b) = &inputs[i % sets];
+            kernel.gemm(gpu, GemmArgs { a, b, c: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
+        })?;
+        self.spot_check(gpu)?;
+        Ok(ms)
+    }
+
+    /// Median milliseconds of cuBLAS on the same inputs.
+    pub fn time_cublas(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        if self.cublas.is_none() {
+            self.cublas = Some(Cublas::new(gpu)?);
+        }
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let (inputs, outputs, cublas) = (&self.inputs, &mut self.outputs, self.cublas.as_ref().expect("created above"));
+        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            let (a, b) = &inputs[i % sets];
+            cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets])
+        })
+    }
+
+    /// Compares 256 random elements of the first output set with float64 dot products.
+    fn spot_check(&self, gpu: &Gpu) -> Result<(), String> {
+        let c = gpu.stream().clone_dtoh(&self.outputs[0]).map_err(|err| format!("copying from the GPU: {err}"))?;
+        let operands = Operands { shape: self.shape, a: &self.a, b: &self.b };
+        let mut rng = rand::rng();
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for _ in 0..256 {
+            let (i, j) = (rng.random_range(0..self.shape.m), rng.random_range(0..self.shape.n));
+            got.push(c[i * self.shape.ldc + j].to_f64());
+            want.push(operands.c(i, j));
+        }
+        let error = relative_error(&got, &want);
+        let tolerance = gemm_tolerance(T::DTYPE);
+        if error > tolerance {
+            return Err(format!("the timed result is wrong: relative error {error:.3e} on 256 sampled elements (allowed {tolerance:.0e})"));
+        }
+        Ok(())
+    }
+
+    /// Times the kernel and reports it beside the baseline's `baseline_ms`.
+    pub fn record(&mut self, gpu: &Gpu, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
+        let kernel_ms = self.time_kernel(gpu, kernel)?;
+        let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
+        let s = self.shape;
+        Ok(Record::new(kernel, gpu, vec![s.m, s.n, s.k], "TFLOP/s", kernel_ms, tera(kernel_ms), "cuBLAS", baseline_ms, tera(baseline_ms), self.inputs.len()))
+    }
+}
+
+/// One transpose problem, ready to time.
+pub struct TransposeCase<T: Element> {
+    pub shape: TransposeShape,
+    x: Vec<T>,
+    inputs: Vec<CudaSlice<T>>,
+    outputs: Vec<CudaSlice<T>>,
+}
+
+impl<T: Element> TransposeCase<T> {
+    pub fn new(gpu: &Gpu, shape: TransposeShape) -> Result<Self, String> {
+        let x_len = (shape.m - 1) * shape.ldx + shape.n;
+        let y_len = (shape.n - 1) * shape.ldy + shape.m;
+        let x = random::<T>(x_len);
+        let sets = rotation(gpu, (x_len + y_len) * T::DTYPE.size_bytes() as usize)?;
+        let mut inputs = Vec::with_capacity(sets);
+        let mut outputs = Vec::with_capacity(sets);
+        for _ in 0..sets {
+            inputs.push(upload(gpu, &x)?);
+            outputs.push(upload(gpu, &vec![T::NAN; y_len.max(x_len)])?);
+        }
+        Ok(TransposeCase { shape, x, inputs, outputs })
+    }
+
+    fn bytes(&self) -> f64 {
+        2.0 * (self.shape.m * self.shape.n * T::DTYPE.size_bytes() as usize) as f64
+    }
+
+    pub fn time_kernel(&mut self, gpu: &Gpu, kernel: &Kernel) -> Result<f64, String> {
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            kernel.transpose(gpu, TransposeArgs { x: &inputs[i % sets], y: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
+        })?;
+        let y = gpu.stream().clone_dtoh(&self.outputs[0]).map_err(|err| format!("copying from the GPU: {err}"))?;
+        let mut rng = rand::rng();
+        for _ in 0..4096 {
+            let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
+            if y[j * shape.ldy + i].to_f64() != self.x[i * shape.ldx + j].to_f64() {
+                return Err(format!("the timed result is wrong at Y[{j}][{i}]"));
+            }
+        }
+        Ok(ms)
+    }
+
+    /// Median milliseconds of a device-to-device copy of X's bytes.
+    pub fn time_copy(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        let sets = self.inputs.len();
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            let dst = &mut outputs[i % sets];
+            let mut view = dst.slice_mut(..inputs[i % sets].len());
+            gpu.stream().memcpy_dtod(&inputs[i % sets], &mut view).map_err(|err| format!("device-to-device copy: {err}"))
+        })
+    }
+
+    pub fn record(&mut self, gpu: &Gpu, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
+        let kernel_ms = self.time_kernel(gpu, kernel)?;
+        let giga = |ms: f64| self.bytes() / (ms * 1e-3) / 1e9;
+        let s = self.shape;
+        Ok(Record::new(kernel, gpu, vec![s.m, s.n], "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), self.inputs.len()))
+    }
+}
