@@ -117,17 +117,23 @@ struct Tile {
         return (row * CHUNKS + (chunk ^ ((row / ROWS_PER_128B) & XOR_MASK))) * 16;
     }
 
+    // A thread's copies share one chunk and lie ROW_STEP rows apart, a step the swizzle does
+    // not see: one base address and one stride serve them all, which saves registers.
+    static constexpr int ROW_STEP = THREADS / CHUNKS;
+    static_assert(THREADS % CHUNKS == 0, "each thread copies one chunk column");
+    static_assert((ROW_STEP / ROWS_PER_128B) % (XOR_MASK + 1) == 0, "the row step leaves the swizzle unchanged");
+
     // Copies the tile whose first element is `g` (row stride `ld`) into `dst`. Rows past
     // `rows_left` and columns past `cols_left` read as zero when `masked`.
     __device__ __forceinline__ static void load(uint32_t dst, const T* g, long long ld,
                                                 int rows_left, int cols_left, bool masked, bool aligned) {
+        const int row0 = threadIdx.x / CHUNKS;
+        const int chunk = threadIdx.x % CHUNKS;
+        const T* src = g + row0 * ld + chunk * 8;
+        uint32_t to = dst + offset(row0, chunk);
 #pragma unroll
-        for (int i = 0; i < COPIES; ++i) {
-            const int idx = threadIdx.x + i * THREADS;
-            const int row = idx / CHUNKS;
-            const int chunk = idx % CHUNKS;
-            const T* src = g + row * ld + chunk * 8;
-            const uint32_t to = dst + offset(row, chunk);
+        for (int i = 0; i < COPIES; ++i, src += ROW_STEP * ld, to += ROW_STEP * CHUNKS * 16) {
+            const int row = row0 + i * ROW_STEP;
             if (!masked) {
                 cp_async_16(to, src, 16);
             } else if (aligned) {
