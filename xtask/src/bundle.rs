@@ -1,5 +1,6 @@
-//! `cargo xtask bundle`: the release test binary, the example and the registry in one folder,
-//! with a script that runs every trial there, for a GPU machine without a Rust toolchain.
+//! `cargo xtask bundle`: the release test binary, the bench, the example and the registry in
+//! one folder, with scripts that run every trial and the benchmark there, for a GPU machine
+//! without a Rust toolchain; and `cargo xtask bench`, the benchmark on this machine's GPU.
 
 use crate::project::Project;
 use crate::select::Selection;

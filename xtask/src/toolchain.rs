@@ -7,8 +7,8 @@ use std::process::Command;
 
 /// The wheels that make a working nvcc: the compiler, its runtime headers, the CRT headers,
 /// NVVM, and CCCL, which nvcc's wheel does not pull in (cuda_bf16.h needs its `nv/target`).
-/// Pinned to 13.0 to match the GPU machines' driver. cuobjdump has no 13.0 wheel; the oldest
-/// 13.x one reads 13.0 fatbins.
+/// Pinned to 13.0 to match the GPU machines' driver. cuobjdump and nvdisasm (which
+/// `cuobjdump --dump-sass` runs) have no 13.0 wheels; the oldest 13.x ones read 13.0 fatbins.
 const WHEELS: &[&str] = &[
     "nvidia-cuda-nvcc==13.0.*",
     "nvidia-cuda-runtime==13.0.*",
@@ -16,6 +16,7 @@ const WHEELS: &[&str] = &[
     "nvidia-nvvm==13.0.*",
     "nvidia-cuda-cccl==13.0.*",
     "nvidia-cuda-cuobjdump==13.2.*",
+    "nvidia-cuda-nvdisasm==13.2.*",
 ];
 
 /// Folder under `.toolchain/` holding the installed wheels.
