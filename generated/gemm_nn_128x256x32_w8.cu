@@ -131,12 +131,16 @@ struct Tile {
         const int chunk = threadIdx.x % CHUNKS;
         const T* src = g + row0 * ld + chunk * 8;
         uint32_t to = dst + offset(row0, chunk);
+        // Interior tiles take exactly the unchecked path.
+        if (!masked) {
+#pragma unroll
+            for (int i = 0; i < COPIES; ++i) cp_async_16(to + i * ROW_STEP * CHUNKS * 16, src + i * ROW_STEP * ld, 16);
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < COPIES; ++i, src += ROW_STEP * ld, to += ROW_STEP * CHUNKS * 16) {
             const int row = row0 + i * ROW_STEP;
-            if (!masked) {
-                cp_async_16(to, src, 16);
-            } else if (aligned) {
+            if (aligned) {
                 const int valid = row < rows_left ? min(max(cols_left - chunk * 8, 0), 8) : 0;
                 cp_async_16(to, valid > 0 ? src : g, valid * 2);
             } else {
@@ -265,6 +269,8 @@ gemm_nn_128x256x32_w8(const T* __restrict__ A, const T* __restrict__ B, T* __res
 
     // Each lane holds, per MMA tile, rows lane/4 and lane/4 + 8, columns 2*(lane%4) + {0, 1}.
     const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(T)) == 0 && ldc % 2 == 0;
+    // Interior blocks store as the unchecked variant does.
+    const bool interior = !edge_mn && pairs;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -276,6 +282,10 @@ gemm_nn_128x256x32_w8(const T* __restrict__ A, const T* __restrict__ B, T* __res
                 T* p = C + (long long)row * ldc + col;
                 const T lo = from_float<T>(acc[mi][ni][2 * h]);
                 const T hi = from_float<T>(acc[mi][ni][2 * h + 1]);
+                if (interior) {
+                    *reinterpret_cast<Pair*>(p) = Pair{ lo, hi };
+                    continue;
+                }
                 if (row >= M) continue;
                 if (pairs && col + 1 < N) {
                     *reinterpret_cast<Pair*>(p) = Pair{ lo, hi };

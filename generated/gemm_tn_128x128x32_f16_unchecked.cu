@@ -132,9 +132,7 @@ struct Tile {
         const T* src = g + row0 * ld + chunk * 8;
         uint32_t to = dst + offset(row0, chunk);
 #pragma unroll
-        for (int i = 0; i < COPIES; ++i, src += ROW_STEP * ld, to += ROW_STEP * CHUNKS * 16) {
-            cp_async_16(to, src, 16);
-        }
+        for (int i = 0; i < COPIES; ++i) cp_async_16(to + i * ROW_STEP * CHUNKS * 16, src + i * ROW_STEP * ld, 16);
     }
 };
 

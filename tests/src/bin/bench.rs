@@ -39,7 +39,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_shapes(text: &str) -> Result<(Vec<[usize; 3]>, Vec<[usize; 2]>), String> {
+/// The benchmarked problem shapes, per family.
+struct Shapes {
+    gemm: Vec<[usize; 3]>,
+    transpose: Vec<[usize; 2]>,
+}
+
+fn parse_shapes(text: &str) -> Result<Shapes, String> {
     let (mut gemm, mut transpose) = (Vec::new(), Vec::new());
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let dims: Vec<usize> = item.split('x').map(|d| d.parse().map_err(|_| format!("shape `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
@@ -49,11 +55,11 @@ fn parse_shapes(text: &str) -> Result<(Vec<[usize; 3]>, Vec<[usize; 2]>), String
             _ => return Err(format!("shape `{item}` must be MxNxK (GEMM) or MxN (transpose), every size at least 1")),
         }
     }
-    Ok((gemm, transpose))
+    Ok(Shapes { gemm, transpose })
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let (gemm_shapes, transpose_shapes) = parse_shapes(&args.shapes)?;
+    let shapes = parse_shapes(&args.shapes)?;
     let mut globs = GlobSetBuilder::new();
     for pattern in &args.kernels {
         globs.add(Glob::new(pattern).map_err(|e| format!("--kernels `{pattern}`: {e}"))?);
@@ -82,13 +88,16 @@ fn run(args: Args) -> Result<(), String> {
     for (_, dtype, layout, members) in &groups {
         with_element!(*dtype, T => match layout {
             Some(layout) => {
-                for &[m, n, k] in &gemm_shapes {
+                for &[m, n, k] in &shapes.gemm {
                     let shape = GemmShape::packed(m, n, k, *layout);
-                    let fits = |kernel: &&&Kernel| {
+                    let mut runnable = Vec::new();
+                    for &kernel in members {
                         let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-                        plan_gemm(kernel.info(), *dtype, &shape, buffers).map_err(|rule| skipped.push(format!("{} {m}x{n}x{k}: {rule}", kernel.name()))).is_ok()
-                    };
-                    let runnable: Vec<&Kernel> = members.iter().filter(fits).copied().collect();
+                        match plan_gemm(kernel.info(), *dtype, &shape, buffers) {
+                            Ok(_) => runnable.push(kernel),
+                            Err(rule) => skipped.push(format!("{} {m}x{n}x{k}: {rule}", kernel.name())),
+                        }
+                    }
                     if runnable.is_empty() {
                         continue;
                     }
@@ -102,13 +111,16 @@ fn run(args: Args) -> Result<(), String> {
                 }
             }
             None => {
-                for &[m, n] in &transpose_shapes {
+                for &[m, n] in &shapes.transpose {
                     let shape = TransposeShape::packed(m, n);
-                    let fits = |kernel: &&&Kernel| {
+                    let mut runnable = Vec::new();
+                    for &kernel in members {
                         let buffers = [Buffer { len: m * n, addr: 0 }; 2];
-                        plan_transpose(kernel.info(), *dtype, &shape, buffers).map_err(|rule| skipped.push(format!("{} {m}x{n}: {rule}", kernel.name()))).is_ok()
-                    };
-                    let runnable: Vec<&Kernel> = members.iter().filter(fits).copied().collect();
+                        match plan_transpose(kernel.info(), *dtype, &shape, buffers) {
+                            Ok(_) => runnable.push(kernel),
+                            Err(rule) => skipped.push(format!("{} {m}x{n}: {rule}", kernel.name())),
+                        }
+                    }
                     if runnable.is_empty() {
                         continue;
                     }
