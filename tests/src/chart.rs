@@ -1,11 +1,11 @@
-//! SVG charts of benchmark records: per family, one line per variant and one for the baseline,
-//! across the benchmarked shapes.
+//! SVG charts of benchmark records: one chart per family and dtype, one line per variant and a
+//! thick one per baseline (cuBLAS per layout, or the copy), across the benchmarked shapes.
 
 use crate::report::Record;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// Draws `records` (one family) into an SVG at `path`.
+/// Draws `records` (one family and dtype) into an SVG at `path`.
 pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> {
     let mut shapes: Vec<String> = Vec::new();
     for r in records {
@@ -15,23 +15,22 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
         }
     }
     let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
-    let mut baseline: Vec<(usize, f64)> = Vec::new();
+    let mut baselines: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
     for r in records {
         let x = shapes.iter().position(|s| *s == shape_label(r)).expect("shape listed");
-        match series.iter_mut().find(|(name, _)| *name == r.variant) {
-            Some((_, points)) => points.push((x, r.kernel)),
-            None => series.push((r.variant.clone(), vec![(x, r.kernel)])),
-        }
-        if !baseline.iter().any(|(bx, _)| *bx == x) {
-            baseline.push((x, r.baseline));
+        add_point(&mut series, &r.variant, (x, r.kernel));
+        let baseline = match &r.layout {
+            Some(layout) => format!("{} {layout}", r.baseline_name),
+            None => r.baseline_name.clone(),
+        };
+        if !baselines.iter().any(|(name, points)| *name == baseline && points.iter().any(|(bx, _)| *bx == x)) {
+            add_point(&mut baselines, &baseline, (x, r.baseline));
         }
     }
-    baseline.sort_by_key(|(x, _)| *x);
     let top = records.iter().flat_map(|r| [r.kernel, r.baseline]).fold(0.0, f64::max) * 1.1;
     let unit = records.first().map_or("", |r| r.unit.as_str());
-    let baseline_name = records.first().map_or("baseline", |r| r.baseline_name.as_str());
 
-    let height = 480 + 18 * (series.len() as u32 + 1);
+    let height = 480 + 18 * ((series.len() + baselines.len()) as u32);
     let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| format!("drawing {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -52,11 +51,14 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
         .draw()
         .map_err(|e| err(&e))?;
     let as_f = |points: &[(usize, f64)]| points.iter().map(|(x, y)| (*x as f64, *y)).collect::<Vec<_>>();
-    chart
-        .draw_series(LineSeries::new(as_f(&baseline), BLACK.stroke_width(3)))
-        .map_err(|e| err(&e))?
-        .label(baseline_name.to_string())
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+    for (index, (name, points)) in baselines.iter().enumerate() {
+        let shade = RGBColor(0, 0, 0).mix(1.0 - 0.15 * index as f64);
+        chart
+            .draw_series(LineSeries::new(as_f(points), shade.stroke_width(4)))
+            .map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], shade.stroke_width(4)));
+    }
     for (index, (name, points)) in series.iter().enumerate() {
         let color = Palette99::pick(index).to_rgba();
         let points = as_f(points);
@@ -73,6 +75,13 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
         .draw()
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))
+}
+
+fn add_point(series: &mut Vec<(String, Vec<(usize, f64)>)>, name: &str, point: (usize, f64)) {
+    match series.iter_mut().find(|(existing, _)| existing == name) {
+        Some((_, points)) => points.push(point),
+        None => series.push((name.to_string(), vec![point])),
+    }
 }
 
 fn shape_label(record: &Record) -> String {

@@ -13,6 +13,8 @@ pub struct Record {
     pub variant: String,
     pub family: String,
     pub dtype: String,
+    /// The GEMM layout; none for transposes.
+    pub layout: Option<String>,
     pub shape: Vec<usize>,
     pub device: String,
     /// "TFLOP/s" or "GB/s".
@@ -37,6 +39,10 @@ impl Record {
             variant: variant.name.clone(),
             family: variant.family().to_string(),
             dtype: variant.dtype.to_string(),
+            layout: match variant.kind {
+                tilesmith_runtime::Kind::Gemm { layout, .. } => Some(layout.to_string()),
+                tilesmith_runtime::Kind::Transpose { .. } => None,
+            },
             shape,
             device: gpu.name().to_string(),
             unit: unit.to_string(),

@@ -37,7 +37,7 @@ exit "$status"
 
 const BENCH_SCRIPT: &str = r#"# Benchmarks the bundled variants against cuBLAS and a device copy over a set of shapes.
 # Arguments go to bin/bench (--kernels GLOB, --shapes LIST, --out DIR); see bin/bench --help.
-# Results: $TILESMITH_BENCH_DIR (default bench/ here): bench.json, gemm.svg, transpose.svg.
+# Results: $TILESMITH_BENCH_DIR (default bench/ here): bench.json and an SVG chart per family and dtype.
 export TILESMITH_BENCH_DIR="${TILESMITH_BENCH_DIR:-$here/bench}"
 exec "$here/bin/bench" "$@"
 "#;

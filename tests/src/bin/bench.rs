@@ -1,6 +1,6 @@
 //! Benchmarks variants against their baseline (cuBLAS for GEMM, a device-to-device copy for
 //! transpose) side by side in one process, over a set of shapes; prints a table and writes
-//! bench.json and one SVG chart per family. `cargo xtask bench` runs it; so does a bundle.
+//! bench.json and one SVG chart per family and dtype. `cargo xtask bench` runs it; so does a bundle.
 
 use clap::Parser;
 use globset::{Glob, GlobSetBuilder};
@@ -24,6 +24,9 @@ struct Args {
     /// shapes it accepts (unchecked variants skip shapes off their tile).
     #[arg(long, default_value = DEFAULT_SHAPES)]
     shapes: String,
+    /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
+    #[arg(long, value_name = "BENCH_JSON")]
+    replot: Option<PathBuf>,
     /// Folder for bench.json and the charts.
     #[arg(long, env = "TILESMITH_BENCH_DIR", default_value_os_t = report::perf_dir().with_file_name("tilesmith-bench"))]
     out: PathBuf,
@@ -58,7 +61,19 @@ fn parse_shapes(text: &str) -> Result<Shapes, String> {
     Ok(Shapes { gemm, transpose })
 }
 
+fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+    let records: Vec<Record> = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", from.display()))?;
+    let device = records.first().map(|r| r.device.clone()).ok_or(format!("{} holds no records", from.display()))?;
+    write_outputs(out, &records, &device)?;
+    println!("\n{}", report::table(&records));
+    Ok(())
+}
+
 fn run(args: Args) -> Result<(), String> {
+    if let Some(from) = &args.replot {
+        return replot(from, &args.out);
+    }
     let shapes = parse_shapes(&args.shapes)?;
     let mut globs = GlobSetBuilder::new();
     for pattern in &args.kernels {
@@ -148,10 +163,12 @@ fn write_outputs(out: &std::path::Path, records: &[Record], device: &str) -> Res
     let json = serde_json::to_string_pretty(records).map_err(|e| e.to_string())?;
     std::fs::write(out.join("bench.json"), json + "\n").map_err(|e| format!("cannot write bench.json: {e}"))?;
     for family in [Family::Gemm, Family::Transpose] {
-        let mine: Vec<Record> = records.iter().filter(|r| r.family == family.as_str()).cloned().collect();
-        if !mine.is_empty() {
-            let title = format!("tilesmith {family} on {device}: {} vs {}", mine[0].unit, mine[0].baseline_name);
-            chart::draw(&out.join(format!("{family}.svg")), &title, &mine)?;
+        for dtype in Dtype::ALL {
+            let mine: Vec<Record> = records.iter().filter(|r| r.family == family.as_str() && r.dtype == dtype.as_str()).cloned().collect();
+            if !mine.is_empty() {
+                let title = format!("tilesmith {family} {dtype} on {device}: {} vs {}", mine[0].unit, mine[0].baseline_name);
+                chart::draw(&out.join(format!("{family}_{dtype}.svg")), &title, &mine)?;
+            }
         }
     }
     println!("\nwrote {}/bench.json and the charts", out.display());
