@@ -22,23 +22,20 @@ impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY`, else in this
     /// workspace's `registry/`.
     pub fn open(dir: Option<&Path>) -> Result<Registry> {
-        let mut looked = Vec::new();
-        let candidates = [
-            dir.map(Path::to_path_buf),
-            std::env::var_os(REGISTRY_VAR).filter(|v| !v.is_empty()).map(PathBuf::from),
-            Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry")),
-        ];
-        for candidate in candidates.into_iter().flatten() {
-            if candidate.join(MANIFEST_FILE).is_file() {
-                return Registry::load(&candidate);
-            }
-            looked.push(candidate);
-            // An explicit choice is final: falling back would load kernels the caller did not ask for.
-            if looked.len() == 1 && dir.is_some() {
-                break;
-            }
+        // An explicit choice is final: falling back would load kernels the caller did not ask for.
+        let candidates: Vec<PathBuf> = match dir {
+            Some(dir) => vec![dir.to_path_buf()],
+            None => std::env::var_os(REGISTRY_VAR)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+                .into_iter()
+                .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry")])
+                .collect(),
+        };
+        match candidates.iter().find(|candidate| candidate.join(MANIFEST_FILE).is_file()) {
+            Some(found) => Registry::load(found),
+            None => Err(Error::RegistryNotFound { looked: candidates }),
         }
-        Err(Error::RegistryNotFound { looked })
     }
 
     fn load(dir: &Path) -> Result<Registry> {

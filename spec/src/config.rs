@@ -419,7 +419,7 @@ impl Parser<'_> {
                 };
                 if known.iter().any(|k| k == word) {
                     Some(Value::Word(word.to_string()))
-                } else if domain_is_backend(domain) {
+                } else if matches!(domain, Domain::Backend) {
                     fail(self, format!("unknown backend `{word}`: declare [{family}.backends.{word}] (declared: {})", known.join(", ")))
                 } else {
                     fail(self, format!("unknown value `{word}` (expected one of {})", known.join(", ")))
@@ -467,10 +467,6 @@ impl Parser<'_> {
             });
         }
     }
-}
-
-fn domain_is_backend(domain: Domain) -> bool {
-    matches!(domain, Domain::Backend)
 }
 
 fn is_identifier(name: &str) -> bool {

@@ -24,6 +24,14 @@ pub fn registry() -> Result<&'static Registry, String> {
         .map_err(Clone::clone)
 }
 
+pub fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
+    gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
+}
+
+pub fn download<T: Element>(gpu: &Gpu, device: &CudaSlice<T>) -> Result<Vec<T>, String> {
+    gpu.stream().clone_dtoh(device).map_err(|err| format!("copying from the GPU: {err}"))
+}
+
 /// The device's L2 size in bytes, to size the rotation of input sets.
 pub fn l2_bytes(gpu: &Gpu) -> Result<usize, String> {
     gpu.context()

@@ -2,7 +2,7 @@
 //! kernels and baselines alike, each the median of RUNS event-timed launches after WARMUP.
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
-use crate::device::{median_ms, rotation, Cublas};
+use crate::device::{download, median_ms, rotation, upload, Cublas};
 use crate::host::{gemm_tolerance, random, relative_error, Operands};
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
@@ -11,10 +11,6 @@ use tilesmith_runtime::{Element, GemmArgs, GemmShape, Gpu, Kernel, TransposeArgs
 
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
-
-fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
-    gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
-}
 
 /// One GEMM problem, ready to time.
 pub struct GemmCase<T: Element> {
@@ -74,7 +70,7 @@ impl<T: Element> GemmCase<T> {
 
     /// Compares 256 random elements of the first output set with float64 dot products.
     fn spot_check(&self, gpu: &Gpu) -> Result<(), String> {
-        let c = gpu.stream().clone_dtoh(&self.outputs[0]).map_err(|err| format!("copying from the GPU: {err}"))?;
+        let c = download(gpu, &self.outputs[0])?;
         let operands = Operands { shape: self.shape, a: &self.a, b: &self.b };
         let mut rng = rand::rng();
         let (mut got, mut want) = (Vec::new(), Vec::new());
@@ -133,7 +129,7 @@ impl<T: Element> TransposeCase<T> {
         let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
             kernel.transpose(gpu, TransposeArgs { x: &inputs[i % sets], y: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
         })?;
-        let y = gpu.stream().clone_dtoh(&self.outputs[0]).map_err(|err| format!("copying from the GPU: {err}"))?;
+        let y = download(gpu, &self.outputs[0])?;
         let mut rng = rand::rng();
         for _ in 0..4096 {
             let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));

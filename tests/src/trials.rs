@@ -1,10 +1,10 @@
 //! The two trials every variant gets: correctness on shapes chosen for its bounds mode, and
 //! performance at a large shape beside its baseline.
 
+use crate::device::{download, upload};
 use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
 use crate::report::Record;
 use crate::timing::{GemmCase, TransposeCase};
-use cudarc::driver::CudaSlice;
 use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, TransposeArgs, TransposeShape};
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
@@ -26,14 +26,6 @@ macro_rules! with_element {
             }
         }
     };
-}
-
-fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
-    gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
-}
-
-fn download<T: Element>(gpu: &Gpu, device: &CudaSlice<T>) -> Result<Vec<T>, String> {
-    gpu.stream().clone_dtoh(device).map_err(|err| format!("copying from the GPU: {err}"))
 }
 
 /// The GEMM shapes a variant is tried on: every edge case for a checked variant, tile

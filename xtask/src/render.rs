@@ -29,7 +29,7 @@ impl Renderer {
         tera.autoescape_on(vec![]);
         // All at once: templates import partials, which must be known when they are parsed.
         tera.add_raw_templates(texts.iter().map(|(name, text)| (name.as_str(), text.as_str())))
-            .map_err(|err| anyhow::anyhow!("in {}: {}", project.relative(&dir), error_chain(&err)))?;
+            .map_err(|err| anyhow::anyhow!("in {}: {}", project.relative(&dir), messages(&err).join(": ")))?;
         Ok(Renderer { tera, texts })
     }
 
@@ -53,7 +53,7 @@ impl Renderer {
         let source = self
             .tera
             .render(template, &context(declared))
-            .map_err(|err| fail(format!("template {template}: {}", innermost(&err))))?;
+            .map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))?;
         let launch = parse_launch(&source).map_err(|err| fail(format!("template {template}: {err}")))?;
         for sass in &declared.backend.sass {
             let limit = arch::smem_limit(sass).unwrap_or(0);
@@ -193,23 +193,13 @@ fn tidy(source: &str) -> String {
     out
 }
 
-/// The deepest message of a Tera error: a `throw` rule, or what was not found.
-fn innermost(err: &tera::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(inner) = source {
-        message = inner.to_string();
-        source = inner.source();
-    }
-    message
-}
-
-fn error_chain(err: &tera::Error) -> String {
+/// A Tera error's messages, outermost first; the last is a `throw` rule or what was not found.
+fn messages(err: &tera::Error) -> Vec<String> {
     let mut parts = vec![err.to_string()];
     let mut source = std::error::Error::source(err);
     while let Some(inner) = source {
         parts.push(inner.to_string());
         source = inner.source();
     }
-    parts.join(": ")
+    parts
 }
