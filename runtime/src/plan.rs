@@ -59,6 +59,11 @@ impl TransposeShape {
     pub fn packed(m: usize, n: usize) -> TransposeShape {
         TransposeShape { m, n, ldx: n, ldy: m }
     }
+
+    /// Elements each of X and Y spans.
+    pub fn spans(&self) -> [usize; 2] {
+        [span(self.m, self.n, self.ldx), span(self.n, self.m, self.ldy)].map(|s| s.unwrap_or(usize::MAX))
+    }
 }
 
 /// A launch the checks allowed.

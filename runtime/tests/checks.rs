@@ -102,6 +102,7 @@ fn transpose_checks() {
         tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, buffers)
     };
     let shape = TransposeShape::packed(100, 70);
+    assert_eq!(TransposeShape { ldx: 75, ldy: 101, ..shape }.spans(), [99 * 75 + 70, 69 * 101 + 100]);
     assert_eq!(plan("transpose_64x64_f32", shape, [7000, 7000]).unwrap().unwrap().grid, [2, 2, 1]);
     assert_eq!(
         plan("transpose_64x64_f32", TransposeShape { ldy: 99, ..shape }, [7000, 7000]).unwrap_err(),

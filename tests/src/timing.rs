@@ -106,8 +106,7 @@ pub struct TransposeCase<T: Element> {
 
 impl<T: Element> TransposeCase<T> {
     pub fn new(gpu: &Gpu, shape: TransposeShape) -> Result<Self, String> {
-        let x_len = (shape.m - 1) * shape.ldx + shape.n;
-        let y_len = (shape.n - 1) * shape.ldy + shape.m;
+        let [x_len, y_len] = shape.spans();
         let x = random::<T>(x_len);
         let sets = rotation(gpu, (x_len + y_len) * T::DTYPE.size_bytes() as usize)?;
         let mut inputs = Vec::with_capacity(sets);

@@ -140,8 +140,7 @@ fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
 fn transpose_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shapes = transpose_shapes(kernel);
     for shape in &shapes {
-        let x_len = (shape.m - 1) * shape.ldx + shape.n;
-        let y_len = (shape.n - 1) * shape.ldy + shape.m;
+        let [x_len, y_len] = shape.spans();
         let x = random::<T>(x_len);
         let dx = upload(gpu, &x)?;
         let mut dy = upload(gpu, &vec![T::NAN; y_len])?;
@@ -163,13 +162,15 @@ fn transpose_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<Strin
     }
     let shape = shapes[0];
     let rule = if kernel.variant().is_checked() {
-        let dx = upload(gpu, &random::<T>(shape.m * shape.ldx))?;
-        let mut dy = upload(gpu, &vec![T::NAN; shape.n * shape.ldy - 1])?;
+        let [x_len, y_len] = shape.spans();
+        let dx = upload(gpu, &random::<T>(x_len))?;
+        let mut dy = upload(gpu, &vec![T::NAN; y_len - 1])?;
         expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape }))?
     } else {
         let bad = TransposeShape::packed(shape.m + 1, shape.n);
-        let dx = upload(gpu, &random::<T>(bad.m * bad.n))?;
-        let mut dy = upload(gpu, &vec![T::NAN; bad.m * bad.n])?;
+        let [x_len, y_len] = bad.spans();
+        let dx = upload(gpu, &random::<T>(x_len))?;
+        let mut dy = upload(gpu, &vec![T::NAN; y_len])?;
         expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape: bad }))?
     };
     Ok(format!("{} shapes, exact; refused as it must: {rule}", shapes.len()))

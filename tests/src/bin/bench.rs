@@ -130,7 +130,7 @@ fn run(args: Args) -> Result<(), String> {
                     let shape = TransposeShape::packed(m, n);
                     let mut runnable = Vec::new();
                     for &kernel in members {
-                        let buffers = [Buffer { len: m * n, addr: 0 }; 2];
+                        let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
                         match plan_transpose(kernel.info(), *dtype, &shape, buffers) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {m}x{n}: {rule}", kernel.name())),
