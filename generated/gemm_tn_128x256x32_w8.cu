@@ -12,7 +12,6 @@
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
-// launch: dynamic_smem_bytes=98304 grid=tiles_mn ld_multiple=1 ptr_align_bytes=2
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -167,8 +166,7 @@ struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
 // Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gemm_tn_128x256x32_w8(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-    int M, int N, int K, int lda, int ldb, int ldc)
+gemm_tn_128x256x32_w8(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem_base = smem_addr(smem);

@@ -12,7 +12,6 @@
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
-// launch: dynamic_smem_bytes=67584 grid=tiles_mn ld_multiple=8 ptr_align_bytes=16
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -115,8 +114,7 @@ struct alignas(4 * sizeof(T)) Quad { T e[4]; };
 // At least 256 resident threads per SM: a second small block hides one block's barrier behind
 // the other's arithmetic, and naming the target keeps ptxas from spilling to reach a higher one.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gemm_tt_128x128x32_f16_simt_w8_s2_unchecked(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-    int M, int N, int K, int lda, int ldb, int ldc)
+gemm_tt_128x128x32_f16_simt_w8_s2_unchecked(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc)
 {
     extern __shared__ float4 smem4[];
     float* const smem = reinterpret_cast<float*>(smem4);

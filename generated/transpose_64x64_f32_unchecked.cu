@@ -10,7 +10,6 @@
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
-// launch: dynamic_smem_bytes=0 grid=tiles_mn ld_multiple=4 ptr_align_bytes=16
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>

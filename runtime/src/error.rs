@@ -7,6 +7,9 @@ pub enum Error {
     #[error("no tilesmith registry found; looked in {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", then "))]
     RegistryNotFound { looked: Vec<PathBuf> },
 
+    #[error("{var} points to {}, {problem}", path.display())]
+    RegistryVariable { var: &'static str, path: PathBuf, problem: &'static str },
+
     #[error("cannot read the registry at {}: {reason}", path.display())]
     RegistryUnreadable { path: PathBuf, reason: String },
 

@@ -2,7 +2,7 @@
 
 use crate::error::{Context as _, Error};
 use crate::kernel::Kernel;
-use crate::plan::{runs_on, Launch};
+use crate::plan::{runs_on, Arg, Launch};
 use crate::Result;
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule};
 use cudarc::driver::{result, CudaContext, CudaStream};
@@ -109,10 +109,10 @@ impl Gpu {
                 minor: self.capability.1,
             });
         }
-        if entry.dynamic_smem_bytes > self.smem_opt_in {
+        if entry.launch.dynamic_smem_bytes > self.smem_opt_in {
             return Err(Error::Refused {
                 name: kernel.name().to_string(),
-                rule: format!("it needs {} bytes of shared memory; {} allows {}", entry.dynamic_smem_bytes, self.name, self.smem_opt_in),
+                rule: format!("it needs {} bytes of shared memory; {} allows {}", entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in),
             });
         }
         let bytes = std::fs::read(kernel.fatbin()).map_err(|err| Error::RegistryUnreadable {
@@ -133,12 +133,12 @@ impl Gpu {
         let mut loaded_kernel = Loaded { ctx: self.ctx.clone(), module, function: std::ptr::null_mut() };
         loaded_kernel.function = unsafe { result::module::get_function(module, symbol) }
             .during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
-        if entry.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
+        if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
             unsafe {
                 result::function::set_function_attribute(
                     loaded_kernel.function,
                     CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    entry.dynamic_smem_bytes as i32,
+                    entry.launch.dynamic_smem_bytes as i32,
                 )
             }
             .during(&format!("raising {}'s shared-memory limit", kernel.name()))?;
@@ -148,15 +148,23 @@ impl Gpu {
         Ok(loaded_kernel)
     }
 
-    /// Launches a kernel whose arguments the caller has checked against its manifest entry.
-    pub(crate) fn launch(&self, kernel: &Kernel, launch: &Launch, params: &mut [*mut c_void]) -> Result<()> {
+    /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
+    pub(crate) fn launch(&self, kernel: &Kernel, mut launch: Launch) -> Result<()> {
         let loaded = self.load(kernel)?;
+        let mut params: Vec<*mut c_void> = launch
+            .args
+            .iter_mut()
+            .map(|arg| match arg {
+                Arg::Pointer(addr) => addr as *mut u64 as *mut c_void,
+                Arg::I32(value) => value as *mut i32 as *mut c_void,
+            })
+            .collect();
         let what = format!("launching {}", kernel.name());
         self.ctx.bind_to_thread().during(&what)?;
         let [gx, gy, gz] = launch.grid;
         let [bx, by, bz] = launch.block;
         unsafe {
-            result::launch_kernel(loaded.function, (gx, gy, gz), (bx, by, bz), launch.dynamic_smem_bytes, self.stream.cu_stream(), params)
+            result::launch_kernel(loaded.function, (gx, gy, gz), (bx, by, bz), launch.dynamic_smem_bytes, self.stream.cu_stream(), &mut params)
         }
         .during(&what)
     }

@@ -5,7 +5,6 @@ use crate::gpu::Gpu;
 use crate::plan::{plan_gemm, plan_transpose, Buffer, GemmShape, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
-use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tilesmith_spec::{Built, Dtype, Kind, Layout, Variant};
@@ -127,15 +126,10 @@ impl Kernel {
             Buffer { len: args.b.len(), addr: b },
             Buffer { len: c_len, addr: c },
         ];
-        let Some(launch) = plan_gemm(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? else {
-            return Ok(());
-        };
-        let s = &args.shape;
-        // The checks above bound every dimension to i32.
-        let dims = [s.m, s.n, s.k, s.lda, s.ldb, s.ldc].map(|d| d as i32);
-        let mut params: Vec<*mut c_void> = [&a, &b, &c].map(|p| p as *const u64 as *mut c_void).to_vec();
-        params.extend(dims.iter().map(|d| d as *const i32 as *mut c_void));
-        gpu.launch(self, &launch, &mut params)
+        match plan_gemm(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? {
+            Some(launch) => gpu.launch(self, launch),
+            None => Ok(()),
+        }
     }
 
     /// Enqueues Y = Xᵀ on the GPU's stream, after checking every argument against the manifest.
@@ -145,13 +139,9 @@ impl Kernel {
         let y_len = args.y.len();
         let (y, _y_sync) = args.y.device_ptr_mut(stream);
         let buffers = [Buffer { len: args.x.len(), addr: x }, Buffer { len: y_len, addr: y }];
-        let Some(launch) = plan_transpose(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? else {
-            return Ok(());
-        };
-        let s = &args.shape;
-        let dims = [s.m, s.n, s.ldx, s.ldy].map(|d| d as i32);
-        let mut params: Vec<*mut c_void> = [&x, &y].map(|p| p as *const u64 as *mut c_void).to_vec();
-        params.extend(dims.iter().map(|d| d as *const i32 as *mut c_void));
-        gpu.launch(self, &launch, &mut params)
+        match plan_transpose(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? {
+            Some(launch) => gpu.launch(self, launch),
+            None => Ok(()),
+        }
     }
 }

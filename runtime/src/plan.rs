@@ -2,7 +2,7 @@
 //! the shape and the buffers, so that they are tested without a GPU.
 
 use tilesmith_spec::arch::compute_capability;
-use tilesmith_spec::{Built, Dtype, Kind, Layout, Targets};
+use tilesmith_spec::{Built, Dtype, Kind, Layout, Operand, ParamKind, Quantity, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,12 +66,21 @@ impl TransposeShape {
     }
 }
 
-/// A launch the checks allowed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A launch the checks allowed, with its arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub dynamic_smem_bytes: u32,
+    /// One per kernel parameter, in the order of the manifest's parameter list.
+    pub args: Vec<Arg>,
+}
+
+/// A kernel argument, as the kernel's parameter takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    Pointer(u64),
+    I32(i32),
 }
 
 /// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
@@ -87,7 +96,7 @@ fn order(row_major: bool) -> &'static str {
 }
 
 /// One operand as the checks see it.
-struct Operand<'a> {
+struct Stored<'a> {
     name: &'a str,
     ld_name: &'a str,
     buffer: Buffer,
@@ -97,8 +106,8 @@ struct Operand<'a> {
     layout: &'a str,
 }
 
-fn check_operand(built: &Built, dtype: Dtype, op: &Operand<'_>) -> Result<(), String> {
-    let Operand { name, ld_name, buffer, rows, cols, ld, layout } = *op;
+fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), String> {
+    let Stored { name, ld_name, buffer, rows, cols, ld, layout } = *op;
     if ld < cols.max(1) {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
     }
@@ -122,9 +131,6 @@ fn check_operand(built: &Built, dtype: Dtype, op: &Operand<'_>) -> Result<(), St
 
 fn check_dims(dims: &[(&str, usize, u32)], bounds: &str) -> Result<(), String> {
     for &(dim, value, multiple) in dims {
-        if i32::try_from(value).is_err() {
-            return Err(format!("{dim} = {value} exceeds the kernels' 32-bit index range"));
-        }
         if value % multiple as usize != 0 {
             return Err(format!(
                 "{dim} = {value} is not a multiple of {multiple}: {bounds} variants take tile multiples only; use a checked variant"
@@ -145,13 +151,37 @@ fn check_kernel(built: &Built, dtype: Dtype, family: &str) -> Result<(), String>
     Ok(())
 }
 
-fn grid(built: &Built, m: usize, n: usize) -> Result<Launch, String> {
-    let grid = built
+/// The kernel's arguments, made by walking its parameter list: each pointer parameter gets its
+/// operand's address, each integer its quantity, refused when it does not fit the parameter.
+fn arguments(built: &Built, operands: &[(Operand, u64)], quantities: &[(Quantity, usize)]) -> Result<Vec<Arg>, String> {
+    built
         .entry
-        .grid
-        .grid(m as u64, n as u64)
-        .ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
-    Ok(Launch { grid, block: built.entry.block, dynamic_smem_bytes: built.entry.dynamic_smem_bytes })
+        .launch
+        .params
+        .iter()
+        .map(|param| match param.kind {
+            ParamKind::Pointer { operand, .. } => operands
+                .iter()
+                .find(|(o, _)| *o == operand)
+                .map(|&(_, addr)| Arg::Pointer(addr))
+                .ok_or(format!("its parameter `{}` wants operand {}, which this call does not pass", param.name, operand.as_str())),
+            ParamKind::I32 { value } => {
+                let &(_, given) = quantities
+                    .iter()
+                    .find(|(q, _)| *q == value)
+                    .ok_or(format!("its parameter `{}` wants {}, which this call does not give", param.name, value.as_str()))?;
+                i32::try_from(given).map(Arg::I32).map_err(|_| {
+                    format!("{} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})", value.as_str(), param.name, i32::MAX)
+                })
+            }
+        })
+        .collect()
+}
+
+fn launch(built: &Built, m: usize, n: usize, args: Vec<Arg>) -> Result<Launch, String> {
+    let spec = &built.entry.launch;
+    let grid = spec.grid.grid(m as u64, n as u64).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
+    Ok(Launch { grid, block: spec.block, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
 
 /// Checks a GEMM call; `None` when there is nothing to compute (M or N is 0).
@@ -170,17 +200,23 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
     let a_layout = format!("{a_order}, layout {letters}");
     let b_layout = format!("{b_order}, layout {letters}");
     let operands = [
-        Operand { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &a_layout },
-        Operand { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &b_layout },
-        Operand { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
+        Stored { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &a_layout },
+        Stored { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &b_layout },
+        Stored { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
     ];
     for operand in &operands {
         check_operand(built, dtype, operand)?;
     }
+    let s = shape;
+    let args = arguments(
+        built,
+        &[(Operand::A, a.addr), (Operand::B, b.addr), (Operand::C, c.addr)],
+        &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::K, s.k), (Quantity::Lda, s.lda), (Quantity::Ldb, s.ldb), (Quantity::Ldc, s.ldc)],
+    )?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
     }
-    grid(built, shape.m, shape.n).map(Some)
+    launch(built, shape.m, shape.n, args).map(Some)
 }
 
 /// Checks a transpose call; `None` when there is nothing to move.
@@ -190,16 +226,22 @@ pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y
     let bounds = built.entry.variant.bounds.as_str();
     check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1])], bounds)?;
     let operands = [
-        Operand { name: "X", ld_name: "ldx", buffer: x, rows: shape.m, cols: shape.n, ld: shape.ldx, layout: "row-major" },
-        Operand { name: "Y", ld_name: "ldy", buffer: y, rows: shape.n, cols: shape.m, ld: shape.ldy, layout: "row-major" },
+        Stored { name: "X", ld_name: "ldx", buffer: x, rows: shape.m, cols: shape.n, ld: shape.ldx, layout: "row-major" },
+        Stored { name: "Y", ld_name: "ldy", buffer: y, rows: shape.n, cols: shape.m, ld: shape.ldy, layout: "row-major" },
     ];
     for operand in &operands {
         check_operand(built, dtype, operand)?;
     }
+    let s = shape;
+    let args = arguments(
+        built,
+        &[(Operand::X, x.addr), (Operand::Y, y.addr)],
+        &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::Ldx, s.ldx), (Quantity::Ldy, s.ldy)],
+    )?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
     }
-    grid(built, shape.m, shape.n).map(Some)
+    launch(built, shape.m, shape.n, args).map(Some)
 }
 
 /// Whether a fatbin with these targets runs on a GPU of compute capability `device`: SASS of

@@ -5,7 +5,7 @@ use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tilesmith_spec::manifest::{FORMAT, MANIFEST_FILE};
+use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
@@ -14,38 +14,41 @@ pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
 #[derive(Clone, Debug)]
 pub struct Registry {
     dir: PathBuf,
-    compiler: String,
     kernels: BTreeMap<String, Kernel>,
 }
 
 impl Registry {
-    /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY`, else in this
-    /// workspace's `registry/`.
+    /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set, else in this
+    /// workspace's `registry/`. A choice made by argument or variable is final: a folder that
+    /// is missing or holds no manifest is an error, never a fallback to another registry.
     pub fn open(dir: Option<&Path>) -> Result<Registry> {
-        // An explicit choice is final: falling back would load kernels the caller did not ask for.
-        let candidates: Vec<PathBuf> = match dir {
-            Some(dir) => vec![dir.to_path_buf()],
-            None => std::env::var_os(REGISTRY_VAR)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .into_iter()
-                .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry")])
-                .collect(),
-        };
-        match candidates.iter().find(|candidate| candidate.join(MANIFEST_FILE).is_file()) {
-            Some(found) => Registry::load(found),
-            None => Err(Error::RegistryNotFound { looked: candidates }),
+        if let Some(dir) = dir {
+            return Registry::load(dir);
         }
+        if let Some(value) = std::env::var_os(REGISTRY_VAR).filter(|v| !v.is_empty()) {
+            let dir = PathBuf::from(value);
+            let problem = if !dir.is_dir() {
+                Some("which is not a folder")
+            } else if !dir.join(MANIFEST_FILE).is_file() {
+                Some("which holds no manifest.json: build one with `cargo xtask build`")
+            } else {
+                None
+            };
+            return match problem {
+                Some(problem) => Err(Error::RegistryVariable { var: REGISTRY_VAR, path: dir, problem }),
+                None => Registry::load(&dir),
+            };
+        }
+        Registry::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry"))
     }
 
     fn load(dir: &Path) -> Result<Registry> {
         let path = dir.join(MANIFEST_FILE);
-        let unreadable = |reason: String| Error::RegistryUnreadable { path: path.clone(), reason };
-        let text = std::fs::read_to_string(&path).map_err(|err| unreadable(err.to_string()))?;
-        let registry: tilesmith_spec::Registry = serde_json::from_str(&text).map_err(|err| unreadable(err.to_string()))?;
-        if registry.format != FORMAT {
-            return Err(unreadable(format!("format {} is not the {FORMAT} this runtime reads; rebuild with `cargo xtask build`", registry.format)));
+        if !path.is_file() {
+            return Err(Error::RegistryNotFound { looked: vec![dir.to_path_buf()] });
         }
+        let registry: tilesmith_spec::Registry =
+            manifest::read(&path).map_err(|err| Error::RegistryUnreadable { path: path.clone(), reason: err.reason })?;
         let kernels = registry
             .variants
             .into_iter()
@@ -54,16 +57,11 @@ impl Registry {
                 (built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin))
             })
             .collect();
-        Ok(Registry { dir: dir.to_path_buf(), compiler: registry.compiler, kernels })
+        Ok(Registry { dir: dir.to_path_buf(), kernels })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// nvcc's release line for the compiler that built the registry.
-    pub fn compiler(&self) -> &str {
-        &self.compiler
     }
 
     /// The kernel of that name; an unknown name gets an error listing the closest ones.

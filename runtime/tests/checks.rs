@@ -1,14 +1,19 @@
 //! The launch checks, the registry and the no-GPU path, all without a GPU.
 
 use std::path::Path;
-use tilesmith_runtime::{runs_on, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
-use tilesmith_spec::{Built, Dtype, Manifest, Targets};
+use tilesmith_runtime::{runs_on, Arg, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
+use tilesmith_spec::{Built, Dtype, Manifest, Param, ParamKind, Quantity, Targets};
 
 fn built(name: &str) -> Built {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap_or_else(|| panic!("{name} not shipped"));
-    Built { entry, fatbin: format!("{name}.fatbin"), hash: String::new(), resources: Vec::new() }
+    built_from(entry)
+}
+
+fn built_from(entry: tilesmith_spec::Entry) -> Built {
+    let fatbin = format!("{}.fatbin", entry.variant.name);
+    Built { entry, fatbin, hash: String::new(), fatbin_sha256: String::new(), compiler: "test".into(), resources: Vec::new() }
 }
 
 const ALIGNED: u64 = 0x7f00_0000_0000;
@@ -64,8 +69,53 @@ fn gemm_refusals_name_the_rule() {
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(3_000_000_000, 1, 1, Layout::Tn)).unwrap_err(),
-        "M = 3000000000 exceeds the kernels' 32-bit index range"
+        "M = 3000000000 does not fit the kernel's 32-bit parameter `M` (at most 2147483647)"
     );
+}
+
+#[test]
+fn arguments_follow_the_parameter_list() {
+    let shape = GemmShape { lda: 40, ..GemmShape::packed(300, 200, 32, Layout::Tn) };
+    let launch = gemm("gemm_tn_128x128x32", Dtype::Bf16, shape).unwrap().unwrap();
+    let p = Arg::Pointer(ALIGNED);
+    assert_eq!(launch.args, [p, p, p, Arg::I32(300), Arg::I32(200), Arg::I32(32), Arg::I32(40), Arg::I32(32), Arg::I32(200)]);
+
+    // A parameter added to the contract is passed, and checked, with no change to the runtime.
+    let mut built = built("gemm_tn_128x128x32");
+    built.entry.launch.params.insert(0, Param { name: "ldc_again".into(), kind: ParamKind::I32 { value: Quantity::Ldc } });
+    let planned = tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape)).unwrap().unwrap();
+    assert_eq!(planned.args[0], Arg::I32(200));
+    built.entry.launch.params.push(Param { name: "rows".into(), kind: ParamKind::I32 { value: Quantity::Ldx } });
+    assert_eq!(
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape)).unwrap_err(),
+        "its parameter `rows` wants ldx, which this call does not give"
+    );
+}
+
+/// Leading dimensions past 2^31 with buffers long enough for them: they would wrap in the
+/// kernels' `int` parameters, so every one is refused, naming the parameter.
+#[test]
+fn leading_dimensions_past_the_parameter_range_are_refused() {
+    for ld in [(1usize << 31) + 8, (1usize << 32) + 16] {
+        let tn = GemmShape::packed(2, 64, 64, Layout::Tn);
+        for (shape, name) in [(GemmShape { lda: ld, ..tn }, "lda"), (GemmShape { ldb: ld, ..tn }, "ldb"), (GemmShape { ldc: ld, ..tn }, "ldc")] {
+            let spans = shape.spans();
+            assert!(spans.iter().any(|&s| s > ld), "the buffer is long enough for {name} = {ld}");
+            for variant in ["gemm_tn_128x128x32", "gemm_tn_128x128x32_f32_simt_w8_s2"] {
+                let dtype = if variant.contains("f32") { Dtype::F32 } else { Dtype::Bf16 };
+                assert_eq!(
+                    gemm(variant, dtype, shape).unwrap_err(),
+                    format!("{name} = {ld} does not fit the kernel's 32-bit parameter `{name}` (at most 2147483647)")
+                );
+            }
+        }
+        let shape = TransposeShape { ldx: ld, ..TransposeShape::packed(2, 64) };
+        let buffers = shape.spans().map(|len| Buffer { len, addr: ALIGNED });
+        assert_eq!(
+            tilesmith_runtime::plan_transpose(&built("transpose_64x64_f32"), Dtype::F32, &shape, buffers).unwrap_err(),
+            format!("ldx = {ld} does not fit the kernel's 32-bit parameter `ldx` (at most 2147483647)")
+        );
+    }
 }
 
 #[test]
@@ -153,26 +203,70 @@ fn registry_lookup_suggests_close_names_and_says_where_it_looked() {
 fn tempdir_with_registry() -> tempfile::TempDir {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let registry = tilesmith_spec::Registry {
-        format: manifest.format,
-        compiler: "test".into(),
-        variants: manifest.variants.into_iter().map(|entry| Built { fatbin: format!("{}.fatbin", entry.variant.name), entry, hash: String::new(), resources: Vec::new() }).collect(),
-    };
+    let registry = tilesmith_spec::Registry { format: manifest.format, variants: manifest.variants.into_iter().map(built_from).collect() };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
     dir
 }
 
+/// What the driver itself says, asked directly: whether libcuda loads, and how many GPUs it sees.
+fn driver_sees() -> (bool, usize) {
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return (false, 0);
+    }
+    let count = cudarc::driver::result::init().and_then(|()| cudarc::driver::result::device::get_count());
+    (true, count.map_or(0, |n| n.max(0) as usize))
+}
+
 #[test]
 fn no_driver_or_no_gpu_is_an_error_value() {
-    match Gpu::new(0) {
-        Ok(gpu) => eprintln!("a GPU is present: {}", gpu.name()),
-        Err(err @ (Error::NoDriver(_) | Error::NoGpu(_))) => eprintln!("as expected here: {err}"),
-        Err(other) => panic!("unexpected error: {other}"),
+    let (driver, gpus) = driver_sees();
+    match (driver, gpus, Gpu::new(0)) {
+        (false, _, Err(Error::NoDriver(_))) | (true, 0, Err(Error::NoGpu(_))) => {}
+        (true, 1.., Ok(gpu)) => eprintln!("a GPU is present: {}", gpu.name()),
+        (driver, gpus, other) => panic!("driver present: {driver}, GPUs: {gpus}, but Gpu::new(0) gave {:?}", other.map(|g| g.name().to_string())),
     }
-    match Gpu::new(10_000) {
-        Err(Error::NoDriver(_) | Error::NoGpu(_)) => {}
-        Err(other) => panic!("unexpected error: {other}"),
-        Ok(_) => panic!("GPU 10000 cannot exist"),
+    match (driver, Gpu::new(10_000)) {
+        (false, Err(Error::NoDriver(_))) | (true, Err(Error::NoGpu(_))) => {}
+        (driver, other) => panic!("driver present: {driver}, but Gpu::new(10000) gave {:?}", other.map(|g| g.name().to_string())),
     }
+}
+
+/// A registry named by TILESMITH_REGISTRY is that registry or an error, never another one. The
+/// only test here that touches the environment.
+#[test]
+fn a_wrong_registry_variable_is_an_error_naming_it() {
+    let empty = tempfile::tempdir().unwrap();
+    let missing = empty.path().join("missing");
+    let cases = [
+        (missing.clone(), format!("TILESMITH_REGISTRY points to {}, which is not a folder", missing.display())),
+        (
+            empty.path().to_path_buf(),
+            format!("TILESMITH_REGISTRY points to {}, which holds no manifest.json: build one with `cargo xtask build`", empty.path().display()),
+        ),
+    ];
+    for (dir, message) in cases {
+        unsafe { std::env::set_var("TILESMITH_REGISTRY", &dir) };
+        let result = Registry::open(None);
+        unsafe { std::env::remove_var("TILESMITH_REGISTRY") };
+        assert_eq!(result.unwrap_err().to_string(), message);
+    }
+    let good = tempdir_with_registry();
+    unsafe { std::env::set_var("TILESMITH_REGISTRY", good.path()) };
+    let result = Registry::open(None);
+    unsafe { std::env::remove_var("TILESMITH_REGISTRY") };
+    assert_eq!(result.unwrap().dir(), good.path());
+}
+
+#[test]
+fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
+    let dir = tempdir_with_registry();
+    let path = dir.path().join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+    let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("cannot read the registry at {}: does not parse as a tilesmith manifest (EOF while parsing", path.display())), "{err}");
+    std::fs::write(&path, r#"{"format": 99, "variants": []}"#).unwrap();
+    let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
+    assert!(err.ends_with("has format 99, but this version of tilesmith reads format 2"), "{err}");
 }

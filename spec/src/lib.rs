@@ -1,16 +1,18 @@
 //! What a tilesmith variant is, defined once and shared by `xtask`, `runtime` and `tests`.
 //!
 //! Data flows one way: `variants.toml` is parsed and expanded here ([`config`]) into
-//! [`Variant`]s; xtask renders and compiles them and records the result in the
-//! [`manifest`] types, which the runtime and the tests read back.
+//! [`Variant`]s; xtask renders them, reads each template's [`launch`] contract, compiles them
+//! and records the result in the [`manifest`] types, which the runtime and the tests read back.
 
 pub mod arch;
 pub mod axes;
 pub mod config;
+pub mod launch;
 pub mod manifest;
 pub mod variant;
 
 pub use axes::{Bounds, Dtype, Family, Layout};
 pub use config::{Config, ConfigError, Declared, Diagnostic};
-pub use manifest::{Built, Entry, GridRule, Manifest, Registry, Requirements, Resources, Targets};
+pub use launch::{Access, GridRule, LaunchSpec, Operand, Param, ParamKind, Quantity};
+pub use manifest::{Built, Entry, Manifest, Registry, Requirements, Resources, Targets};
 pub use variant::{Kind, Variant};

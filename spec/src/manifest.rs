@@ -1,12 +1,16 @@
 //! The two manifests: `generated/manifest.json`, written by `cargo xtask gen` (what each
 //! variant needs at launch), and `manifest.json` in the registry, written by
-//! `cargo xtask build` (that plus what the compiler made of it).
+//! `cargo xtask build` (that plus what the compiler made of it). Both are read through
+//! [`read`], which checks their format.
 
+use crate::launch::LaunchSpec;
 use crate::variant::Variant;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// Bumped whenever a manifest's shape changes, so readers refuse what they cannot read.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// File name of both manifests, in `generated/` and in the registry.
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -29,33 +33,10 @@ pub struct Entry {
     pub source: String,
     /// The `extern "C"` kernel symbol.
     pub entry: String,
-    /// Threads per block, [x, y, z].
-    pub block: [u32; 3],
-    pub grid: GridRule,
-    pub dynamic_smem_bytes: u32,
+    /// Block, grid, shared memory and the kernel's parameter list, as the template declares them.
+    pub launch: LaunchSpec,
     pub requires: Requirements,
     pub targets: Targets,
-}
-
-/// How the launch grid follows from the problem shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "rule", rename_all = "snake_case")]
-pub enum GridRule {
-    /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
-    TilesMn { tm: u32, tn: u32 },
-}
-
-impl GridRule {
-    /// The grid for an M×N problem; `None` when a dimension would exceed CUDA's limits.
-    pub fn grid(&self, m: u64, n: u64) -> Option<[u32; 3]> {
-        match *self {
-            GridRule::TilesMn { tm, tn } => {
-                let x = u32::try_from(n.div_ceil(u64::from(tn))).ok()?;
-                let y = u32::try_from(m.div_ceil(u64::from(tm))).ok().filter(|&y| y <= 65_535)?;
-                Some([x.max(1), y.max(1), 1])
-            }
-        }
-    }
 }
 
 /// The assumptions a variant makes of its arguments, which the runtime checks before launch.
@@ -83,12 +64,11 @@ pub struct Targets {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registry {
     pub format: u32,
-    /// `nvcc --version`'s release line of the compiler that built them.
-    pub compiler: String,
     pub variants: Vec<Built>,
 }
 
-/// One compiled variant.
+/// One compiled variant. The registry keeps one beside each fatbin (`<name>.json`, see
+/// [`record_file`]) and gathers them all into its `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Built {
     #[serde(flatten)]
@@ -97,6 +77,10 @@ pub struct Built {
     pub fatbin: String,
     /// SHA-256 over source, flags and compiler version; a rebuild is skipped when it matches.
     pub hash: String,
+    /// SHA-256 of the fatbin as written; a fatbin that no longer matches is rebuilt.
+    pub fatbin_sha256: String,
+    /// `nvcc --version`'s release line of the compiler that built it.
+    pub compiler: String,
     /// ptxas's report, one per SASS architecture.
     pub resources: Vec<Resources>,
 }
@@ -124,15 +108,37 @@ impl Built {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A variant's fatbin file name inside the registry.
+pub fn fatbin_file(variant: &str) -> String {
+    format!("{variant}.fatbin")
+}
 
-    #[test]
-    fn tiles_grid_rounds_up_and_refuses_overflow() {
-        let rule = GridRule::TilesMn { tm: 128, tn: 64 };
-        assert_eq!(rule.grid(4096, 4096), Some([64, 32, 1]));
-        assert_eq!(rule.grid(1, 65), Some([2, 1, 1]));
-        assert_eq!(rule.grid(128 * 65_536, 64), None);
+/// A variant's build record file name inside the registry.
+pub fn record_file(variant: &str) -> String {
+    format!("{variant}.json")
+}
+
+/// A manifest or record that cannot be used, with the file and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct ReadError {
+    pub path: PathBuf,
+    pub reason: String,
+    /// The file exists but does not parse, or has another format: not merely absent.
+    pub corrupt: bool,
+}
+
+/// Reads a manifest, refusing one that does not parse or has another format.
+pub fn read<T: DeserializeOwned>(path: &Path) -> Result<T, ReadError> {
+    let text = std::fs::read_to_string(path).map_err(|err| ReadError { path: path.into(), reason: err.to_string(), corrupt: false })?;
+    let corrupt = |reason: String| ReadError { path: path.into(), reason, corrupt: true };
+    #[derive(Deserialize)]
+    struct Head {
+        format: u32,
     }
+    let head: Head = serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    if head.format != FORMAT {
+        return Err(corrupt(format!("has format {}, but this version of tilesmith reads format {FORMAT}", head.format)));
+    }
+    serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))
 }

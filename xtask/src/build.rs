@@ -1,11 +1,13 @@
 //! `cargo xtask build`: generated sources → one fatbin per variant in registry/, with the
-//! registry manifest. Incremental by content hash, parallel, atomic.
+//! registry manifest. Incremental by content hash, parallel; each fatbin is checked and
+//! recorded as it is made (see [`crate::registry`]).
 
-use crate::project::{temporary_sibling, write_atomic, Project};
+use crate::project::{temporary_sibling, Project};
+use crate::registry::RegistryDir;
 use crate::render::Renderer;
 use crate::select::Selection;
 use crate::toolchain::Nvcc;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,8 +16,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
-use tilesmith_spec::manifest::{FORMAT, MANIFEST_FILE};
-use tilesmith_spec::{Built, Entry, Manifest, Registry, Resources};
+use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
+use tilesmith_spec::{Entry, Manifest, Resources};
 
 /// nvcc's flags for one variant, without input and output.
 fn flags(entry: &Entry) -> Vec<String> {
@@ -30,7 +32,7 @@ fn flags(entry: &Entry) -> Vec<String> {
 }
 
 /// What decides whether a fatbin is current: the source, the flags and the compiler.
-fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
+pub fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(source);
     for flag in flags {
@@ -42,100 +44,105 @@ fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
     format!("{:x}", hasher.finalize())
 }
 
-/// A compile's ptxas report, or the reason it failed.
+/// What one compile made: ptxas's report, or the reason it failed.
 type Outcome = Result<Vec<Resources>, String>;
 
-struct Job {
-    entry: Entry,
-    flags: Vec<String>,
-    hash: String,
+pub struct Job {
+    pub entry: Entry,
+    pub flags: Vec<String>,
+    /// [`content_hash`] of its source, flags and compiler.
+    pub hash: String,
 }
 
-pub fn run(project: &Project, selection: &Selection, jobs: usize) -> Result<()> {
+/// The environment variable naming a program to run nvcc through, as `--launcher` does.
+pub const LAUNCHER_VAR: &str = "TILESMITH_NVCC_LAUNCHER";
+
+/// How `build` runs.
+pub struct Options {
+    pub jobs: usize,
+    /// A program to run nvcc through (`sccache`), with its own arguments.
+    pub launcher: Vec<String>,
+    /// Set an unreadable registry manifest aside and rebuild it from the per-variant records.
+    pub repair: bool,
+}
+
+impl Options {
+    /// A job per core, the launcher from the environment, no repair.
+    pub fn from_env() -> Options {
+        Options { jobs: cores(), launcher: split_launcher(&std::env::var(LAUNCHER_VAR).unwrap_or_default()), repair: false }
+    }
+}
+
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A launcher command line: the program and its arguments, split on spaces.
+pub fn split_launcher(command: &str) -> Vec<String> {
+    command.split_whitespace().map(String::from).collect()
+}
+
+pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
     let started = Instant::now();
     let manifest_path = project.generated_dir().join(MANIFEST_FILE);
-    let manifest: Manifest = read_json(&manifest_path)
-        .with_context(|| format!("cannot read {}: run `cargo xtask gen` first", project.relative(&manifest_path)))?;
-    if manifest.format != FORMAT {
-        bail!("{} has format {}, this xtask writes {FORMAT}: run `cargo xtask gen`", project.relative(&manifest_path), manifest.format);
-    }
-    let registry_dir = project.registry_dir();
-    let registry_path = registry_dir.join(MANIFEST_FILE);
-    let previous: BTreeMap<String, Built> = read_json::<Registry>(&registry_path)
-        .ok()
-        .filter(|registry| registry.format == FORMAT)
-        .map(|registry| registry.variants.into_iter().map(|b| (b.entry.variant.name.clone(), b)).collect())
-        .unwrap_or_default();
-
-    let nvcc = Nvcc::locate()?;
-    let mut kept = BTreeMap::new();
-    let mut queue = Vec::new();
-    let mut missing = Vec::new();
-    for entry in &manifest.variants {
-        let name = &entry.variant.name;
-        let source = match std::fs::read(project.root.join(&entry.source)) {
-            Ok(source) => source,
-            Err(_) => {
-                if selection.matches(name) {
-                    missing.push(format!("{name}: {} is missing: run `cargo xtask gen`", entry.source));
-                }
-                continue;
-            }
-        };
-        let flags = flags(entry);
-        let hash = content_hash(&source, &flags, &nvcc.version);
-        let current = previous.get(name).filter(|built| {
-            built.hash == hash && built.entry == *entry && registry_dir.join(&built.fatbin).is_file()
-        });
-        match current {
-            Some(built) => {
-                kept.insert(name.clone(), built.clone());
-            }
-            None if selection.matches(name) => queue.push(Job { entry: entry.clone(), flags, hash }),
-            None => {}
-        }
-    }
+    let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `cargo xtask gen`"))?;
     let selected = manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)).count();
     if selected == 0 {
         bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
+    let nvcc = Nvcc::locate()?;
+    let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
+        bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
+    };
+
+    let registry = RegistryDir::lock(project)?;
+    registry.check_index(options.repair)?;
+    let mut records = registry.records(&manifest);
+    let mut queue = Vec::new();
+    let mut missing = Vec::new();
+    for entry in manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)) {
+        let name = &entry.variant.name;
+        let Ok(source) = std::fs::read(project.root.join(&entry.source)) else {
+            missing.push(format!("{name}: {} is missing: run `cargo xtask gen`", entry.source));
+            continue;
+        };
+        let flags = flags(entry);
+        let hash = content_hash(&source, &flags, &nvcc.version);
+        if !records.get(name).is_some_and(|built| built.hash == hash && built.entry == *entry) {
+            queue.push(Job { entry: entry.clone(), flags, hash });
+        }
+    }
+    let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
     println!(
-        "nvcc: {} ({}, {})\n{selected} variant(s) selected: {} up to date, {} to compile with {jobs} job(s)",
+        "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {} up to date, {} to compile with {} job(s)",
         nvcc.path.display(),
         nvcc.origin,
         nvcc.version,
         selected - queue.len() - missing.len(),
-        queue.len()
+        queue.len(),
+        options.jobs
     );
 
-    std::fs::create_dir_all(&registry_dir).with_context(|| format!("cannot create {}", registry_dir.display()))?;
-    let renderer = Renderer::load(project).ok();
-    let outcomes = compile_all(project, &nvcc, &queue, jobs, renderer.as_ref());
+    let compiler = Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: Renderer::load(project).ok() };
+    let done = Mutex::new(&mut records);
+    let outcomes = compile_all(&compiler, &queue, options.jobs, |job, resources| {
+        // Recorded as soon as it is made, so that an interrupted build keeps it.
+        let built = registry.record(job, resources, &nvcc.version)?;
+        let mut records = done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        records.insert(job.entry.variant.name.clone(), built);
+        registry.write_index(&manifest, &records).map(drop)
+    });
 
     let mut failures = missing;
     for (job, outcome) in queue.iter().zip(outcomes) {
-        match outcome {
-            Ok(resources) => {
-                let built = Built {
-                    entry: job.entry.clone(),
-                    fatbin: fatbin_name(&job.entry.variant.name),
-                    hash: job.hash.clone(),
-                    resources,
-                };
-                kept.insert(job.entry.variant.name.clone(), built);
-            }
-            Err(message) => failures.push(format!("{}:\n{}", job.entry.variant.name, indent(&message))),
+        if let Err(message) = outcome {
+            failures.push(format!("{}:\n{}", job.entry.variant.name, indent(&message)));
         }
     }
+    let index = registry.write_index(&manifest, &records).map_err(|err| anyhow!(err))?;
+    registry.remove_undeclared(&manifest)?;
 
-    // Manifest order follows generated/manifest.json.
-    let variants: Vec<Built> = manifest.variants.iter().filter_map(|e| kept.remove(&e.variant.name)).collect();
-    let registry = Registry { format: FORMAT, compiler: nvcc.version.clone(), variants };
-    write_atomic(&registry_path, (serde_json::to_string_pretty(&registry)? + "\n").as_bytes())
-        .with_context(|| format!("cannot write {}", registry_path.display()))?;
-    remove_unlisted_fatbins(&registry_dir, &registry)?;
-
-    for built in registry.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
+    for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {
             eprintln!(
                 "warning: {} spills on {}: {} bytes stored, {} bytes loaded",
@@ -143,10 +150,20 @@ pub fn run(project: &Project, selection: &Selection, jobs: usize) -> Result<()> 
             );
         }
     }
+    let older: Vec<&str> = index
+        .variants
+        .iter()
+        .filter(|b| !selection.matches(&b.entry.variant.name))
+        .filter(|b| manifest.variants.iter().any(|e| e.variant.name == b.entry.variant.name && *e != b.entry))
+        .map(|b| b.entry.variant.name.as_str())
+        .collect();
+    if !older.is_empty() {
+        println!("kept {} unselected variant(s) built from older sources; build them to refresh: {}", older.len(), older.join(", "));
+    }
     println!(
         "registry {}: {} variant(s) built, {} compiled now, {} failed, in {:.2} s",
-        project.relative(&registry_dir),
-        registry.variants.len(),
+        project.relative(registry.dir()),
+        index.variants.len(),
         queue.len() - failures.len().min(queue.len()),
         failures.len(),
         started.elapsed().as_secs_f64()
@@ -157,12 +174,18 @@ pub fn run(project: &Project, selection: &Selection, jobs: usize) -> Result<()> 
     Ok(())
 }
 
-fn fatbin_name(variant: &str) -> String {
-    format!("{variant}.fatbin")
+/// What compiles one job.
+struct Compiler<'a> {
+    project: &'a Project,
+    nvcc: &'a Nvcc,
+    cuobjdump: &'a Path,
+    launcher: &'a [String],
+    renderer: Option<Renderer>,
 }
 
-/// Compiles every job on `jobs` threads; one result per job, in order.
-fn compile_all(project: &Project, nvcc: &Nvcc, queue: &[Job], jobs: usize, renderer: Option<&Renderer>) -> Vec<Outcome> {
+/// Compiles every job on `jobs` threads, handing each fatbin that passed its checks to
+/// `finished`; one outcome per job, in order.
+fn compile_all(compiler: &Compiler<'_>, queue: &[Job], jobs: usize, finished: impl Fn(&Job, Vec<Resources>) -> Result<(), String> + Sync) -> Vec<Outcome> {
     let results: Vec<Mutex<Option<Outcome>>> = queue.iter().map(|_| Mutex::new(None)).collect();
     if queue.is_empty() {
         return Vec::new();
@@ -181,7 +204,7 @@ fn compile_all(project: &Project, nvcc: &Nvcc, queue: &[Job], jobs: usize, rende
                 let Some(job) = queue.get(index) else { break };
                 let name = job.entry.variant.name.clone();
                 show_running(&bar, &running, |set| set.insert(name.clone()));
-                let outcome = compile_one(project, nvcc, job, renderer);
+                let outcome = compiler.compile(job).and_then(|resources| finished(job, resources.clone()).map(|()| resources));
                 *results[index].lock().expect("result slot") = Some(outcome);
                 show_running(&bar, &running, |set| set.remove(&name));
                 bar.inc(1);
@@ -198,32 +221,96 @@ fn show_running(bar: &ProgressBar, running: &Mutex<BTreeSet<String>>, change: im
     bar.set_message(set.iter().cloned().collect::<Vec<_>>().join(", "));
 }
 
-fn compile_one(project: &Project, nvcc: &Nvcc, job: &Job, renderer: Option<&Renderer>) -> Outcome {
-    let registry_dir = project.registry_dir();
-    let target = registry_dir.join(fatbin_name(&job.entry.variant.name));
-    let staging = temporary_sibling(&target);
-    let output = Command::new(&nvcc.path)
-        .current_dir(&project.root)
-        .args(&job.flags)
-        .arg("-o")
-        .arg(&staging)
-        .arg(&job.entry.source)
-        .output();
-    let output = match output {
-        Ok(output) => output,
-        Err(err) => return Err(format!("cannot run {}: {err}", nvcc.path.display())),
-    };
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    if !output.status.success() || !staging.is_file() {
-        let _ = std::fs::remove_file(&staging);
-        let message = annotate_errors(project, &stderr, &job.entry, renderer);
-        return Err(format!("nvcc failed ({}):\n{}", output.status, message.trim_end()));
+impl Compiler<'_> {
+    /// Compiles one variant into the registry, through the launcher if there is one, and
+    /// checks what nvcc wrote before it takes the fatbin's place.
+    fn compile(&self, job: &Job) -> Outcome {
+        let target = self.project.registry_dir().join(fatbin_file(&job.entry.variant.name));
+        let staging = temporary_sibling(&target);
+        let mut command = match self.launcher.split_first() {
+            Some((launcher, args)) => {
+                let mut command = Command::new(launcher);
+                command.args(args).arg(&self.nvcc.path);
+                command
+            }
+            None => Command::new(&self.nvcc.path),
+        };
+        let output = command.current_dir(&self.project.root).args(&job.flags).arg("-o").arg(&staging).arg(&job.entry.source).output();
+        let output = match output {
+            Ok(output) => output,
+            Err(err) => {
+                let program = self.launcher.first().map_or_else(|| self.nvcc.path.display().to_string(), Clone::clone);
+                return Err(format!("cannot run {program}: {err}"));
+            }
+        };
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        if !output.status.success() || !staging.is_file() {
+            let _ = std::fs::remove_file(&staging);
+            let message = annotate_errors(self.project, &stderr, &job.entry, self.renderer.as_ref());
+            return Err(format!("nvcc failed ({}):\n{}", output.status, message.trim_end()));
+        }
+        if let Err(problem) = check_fatbin(self.cuobjdump, &staging, &job.entry) {
+            let _ = std::fs::remove_file(&staging);
+            return Err(format!("{problem} (from template kernel-templates/{})", job.entry.template));
+        }
+        if let Err(err) = std::fs::rename(&staging, &target) {
+            let _ = std::fs::remove_file(&staging);
+            return Err(format!("cannot move the fatbin into {}: {err}", target.display()));
+        }
+        Ok(parse_ptxas_report(&stderr))
     }
-    if let Err(err) = std::fs::rename(&staging, &target) {
-        let _ = std::fs::remove_file(&staging);
-        return Err(format!("cannot move the fatbin into {}: {err}", target.display()));
+}
+
+/// Checks that a fatbin parses and holds the kernel's entry symbol for every promised SASS
+/// architecture, and PTX for the promised virtual one.
+fn check_fatbin(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), String> {
+    let output = Command::new(cuobjdump)
+        .arg("--dump-elf-symbols")
+        .arg(fatbin)
+        .output()
+        .map_err(|err| format!("cannot run {}: {err}", cuobjdump.display()))?;
+    if !output.status.success() {
+        return Err(format!("the fatbin nvcc wrote does not parse: {}", String::from_utf8_lossy(&output.stderr).trim()));
     }
-    Ok(parse_ptxas_report(&stderr))
+    // Sections start "Fatbin elf code:" or "Fatbin ptx code:", then name their `arch = sm_90`;
+    // an ELF section then lists its symbols, kernels marked STO_ENTRY.
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let mut elf_has_entry: BTreeMap<String, bool> = BTreeMap::new();
+    let mut ptx = BTreeSet::new();
+    let mut section: Option<(bool, String)> = None;
+    for line in listing.lines().map(str::trim) {
+        if line.starts_with("Fatbin elf code") || line.starts_with("Fatbin ptx code") {
+            section = Some((line.contains("elf"), String::new()));
+        } else if let (Some((is_elf, arch)), Some(value)) = (section.as_mut(), line.strip_prefix("arch = ")) {
+            *arch = value.to_string();
+            if *is_elf {
+                elf_has_entry.entry(arch.clone()).or_insert(false);
+            } else {
+                ptx.insert(arch.clone());
+            }
+        } else if let Some((true, arch)) = &section {
+            if line.contains("STO_ENTRY") && line.split_whitespace().last() == Some(entry.entry.as_str()) {
+                elf_has_entry.insert(arch.clone(), true);
+            }
+        }
+    }
+    for sass in &entry.targets.sass {
+        match elf_has_entry.get(sass) {
+            None => return Err(format!("the fatbin holds no {sass} code")),
+            Some(false) => {
+                return Err(format!(
+                    "the fatbin's {sass} code has no kernel entry `{}`: the kernel must be declared `extern \"C\" __global__` under that name",
+                    entry.entry
+                ))
+            }
+            Some(true) => {}
+        }
+    }
+    let ptx_arch = entry.targets.ptx.replacen("compute_", "sm_", 1);
+    if !ptx.contains(&ptx_arch) {
+        return Err(format!("the fatbin holds no PTX for {}", entry.targets.ptx));
+    }
+    Ok(())
 }
 
 /// ptxas's `-v` report: per architecture, registers, shared memory, stack and spills.
@@ -287,23 +374,6 @@ fn template_line(renderer: &Renderer, template: &str, text: &str) -> Option<Stri
         });
     let first = found.next()?;
     found.next().is_none().then_some(first)
-}
-
-fn remove_unlisted_fatbins(dir: &Path, registry: &Registry) -> Result<()> {
-    let listed: BTreeSet<&str> = registry.variants.iter().map(|b| b.fatbin.as_str()).collect();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if name.ends_with(".fatbin") && !listed.contains(name.as_str()) {
-            std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
-        }
-    }
-    Ok(())
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)?;
-    Ok(serde_json::from_str(&text)?)
 }
 
 fn indent(text: &str) -> String {

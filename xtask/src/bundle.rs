@@ -2,6 +2,7 @@
 //! one folder, with scripts that run every trial and the benchmark there, for a GPU machine
 //! without a Rust toolchain; and `cargo xtask bench`, the benchmark on this machine's GPU.
 
+use crate::build::Options;
 use crate::project::Project;
 use crate::select::Selection;
 use anyhow::{bail, Context, Result};
@@ -42,9 +43,9 @@ export TILESMITH_BENCH_DIR="${TILESMITH_BENCH_DIR:-$here/bench}"
 exec "$here/bin/bench" "$@"
 "#;
 
-pub fn run(project: &Project, out: Option<PathBuf>, jobs: usize) -> Result<()> {
+pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result<()> {
     let out = out.unwrap_or_else(|| project.root.join("bundle"));
-    crate::build::run(project, &Selection::new(&[])?, jobs)?;
+    crate::build::run(project, &Selection::new(&[])?, options)?;
 
     let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench"])?;
     binaries.extend(cargo_build(&project.root, &["-p", "tilesmith-runtime", "--example", "gemm"])?);
@@ -82,7 +83,7 @@ pub fn run(project: &Project, out: Option<PathBuf>, jobs: usize) -> Result<()> {
 
 /// `cargo xtask bench`: builds the registry, then runs the bench program on this machine's GPU.
 pub fn bench(project: &Project, args: &[String]) -> Result<()> {
-    crate::build::run(project, &Selection::new(&[])?, std::thread::available_parallelism().map_or(1, usize::from))?;
+    crate::build::run(project, &Selection::new(&[])?, &Options::from_env())?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(&project.root)

@@ -5,16 +5,17 @@ use crate::project::Project;
 use crate::select::Selection;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
-use tilesmith_spec::manifest::MANIFEST_FILE;
+use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::{Built, Kind, Registry};
 
 pub fn run(project: &Project, selection: &Selection) -> Result<()> {
     let rendered = expand(project)?;
-    let built: BTreeMap<String, Built> = std::fs::read_to_string(project.registry_dir().join(MANIFEST_FILE))
-        .ok()
-        .and_then(|text| serde_json::from_str::<Registry>(&text).ok())
-        .map(|registry| registry.variants.into_iter().map(|b| (b.entry.variant.name.clone(), b)).collect())
-        .unwrap_or_default();
+    let index = project.registry_dir().join(MANIFEST_FILE);
+    let built: BTreeMap<String, Built> = match manifest::read::<Registry>(&index) {
+        Ok(registry) => registry.variants.into_iter().map(|b| (b.entry.variant.name.clone(), b)).collect(),
+        Err(_) if !index.exists() => BTreeMap::new(),
+        Err(err) => bail!("{err}\n`cargo xtask build --repair` rebuilds it from the per-variant records"),
+    };
 
     let header = ["variant", "backend", "layout", "dtype", "tile", "warps", "stages", "bounds", "smem", "regs", "spills"];
     let mut rows = vec![header.map(String::from).to_vec()];
@@ -41,7 +42,7 @@ pub fn run(project: &Project, selection: &Selection) -> Result<()> {
             v.warps.to_string(),
             stages,
             v.bounds.to_string(),
-            r.entry.dynamic_smem_bytes.to_string(),
+            r.entry.launch.dynamic_smem_bytes.to_string(),
             regs,
             spills,
         ]);

@@ -5,6 +5,7 @@ mod bundle;
 mod gen;
 mod list;
 mod project;
+mod registry;
 mod render;
 mod select;
 mod toolchain;
@@ -39,9 +40,12 @@ enum Command {
     },
     /// Compile generated sources into fatbins in registry/, incrementally and in parallel.
     Build {
-        /// Parallel nvcc jobs (default: the number of cores).
-        #[arg(short, long)]
-        jobs: Option<usize>,
+        #[command(flatten)]
+        compile: Compile,
+        /// Set an unreadable registry/manifest.json aside as manifest.json.corrupt and rebuild it
+        /// from the per-variant records whose fatbins still match.
+        #[arg(long)]
+        repair: bool,
         #[command(flatten)]
         kernels: Kernels,
     },
@@ -67,10 +71,31 @@ enum Command {
         /// Where to put it (default: bundle/ in the workspace).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
-        /// Parallel nvcc jobs (default: the number of cores).
-        #[arg(short, long)]
-        jobs: Option<usize>,
+        #[command(flatten)]
+        compile: Compile,
     },
+}
+
+/// How nvcc is run.
+#[derive(clap::Args)]
+struct Compile {
+    /// Parallel nvcc jobs, at least 1 (default: the number of cores).
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
+    /// Run nvcc through this program, e.g. `sccache` (split on spaces; the content hash does
+    /// not change).
+    #[arg(long, value_name = "CMD", env = build::LAUNCHER_VAR)]
+    launcher: Option<String>,
+}
+
+impl Compile {
+    fn options(&self, repair: bool) -> build::Options {
+        build::Options {
+            jobs: self.jobs.map_or_else(build::cores, |jobs| jobs as usize),
+            launcher: build::split_launcher(self.launcher.as_deref().unwrap_or_default()),
+            repair,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -90,19 +115,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn job_count(jobs: Option<usize>) -> usize {
-    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1)
-}
-
 fn run(cli: Cli) -> Result<()> {
     let project = match cli.root {
-        Some(root) => Project { root: std::path::absolute(root)? },
+        Some(root) => {
+            let root = std::path::absolute(&root)?;
+            if !root.is_dir() {
+                anyhow::bail!("--root {}: the project folder does not exist", root.display());
+            }
+            Project { root }
+        }
         None => Project::workspace(),
     };
     match cli.command {
         Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
-        Command::Build { jobs, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, job_count(jobs)),
-        Command::Bundle { out, jobs } => bundle::run(&project, out, job_count(jobs)),
+        Command::Build { compile, repair, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, &compile.options(repair)),
+        Command::Bundle { out, compile } => bundle::run(&project, out, &compile.options(false)),
         Command::Bench { args } => bundle::bench(&project, &args),
         Command::List { glob, mut kernels } => {
             kernels.globs.extend(glob);

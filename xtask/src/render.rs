@@ -2,10 +2,12 @@
 
 use crate::project::Project;
 use anyhow::{bail, Context as _, Result};
-use std::collections::BTreeMap;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tera::{Context, Tera};
-use tilesmith_spec::{arch, Declared, Diagnostic, Entry, GridRule, Kind, Requirements, Targets};
+use tilesmith_spec::launch::{self, Access, GridRule, LaunchSpec, Param, ParamKind};
+use tilesmith_spec::{arch, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -34,6 +36,9 @@ impl Renderer {
     }
 
     /// Renders one variant, or says which rule it breaks, located at its line of `variants.toml`.
+    /// The template is rendered twice: with `emit = "launch"` it writes its launch contract as
+    /// TOML, which is read and checked here; with `emit = "source"` it writes the CUDA source,
+    /// whose kernel signature comes from that contract's parameter list.
     pub fn render(&self, project: &Project, declared: &Declared) -> Result<Rendered, Diagnostic> {
         let variant = &declared.variant;
         let template = &declared.backend.template;
@@ -50,25 +55,18 @@ impl Renderer {
                 self.texts.keys().filter(|name| !name.starts_with("partials/")).cloned().collect::<Vec<_>>().join(", ")
             )));
         }
-        let source = self
-            .tera
-            .render(template, &context(declared))
-            .map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))?;
-        let launch = parse_launch(&source).map_err(|err| fail(format!("template {template}: {err}")))?;
-        for sass in &declared.backend.sass {
-            let limit = arch::smem_limit(sass).unwrap_or(0);
-            if launch.dynamic_smem_bytes > limit {
-                return Err(fail(format!(
-                    "needs {} bytes of dynamic shared memory, over the {limit}-byte limit of {sass}",
-                    launch.dynamic_smem_bytes
-                )));
-            }
-        }
-        let tile = variant.tile();
-        let grid = match launch.grid.as_str() {
-            "tiles_mn" => GridRule::TilesMn { tm: tile[0], tn: tile[1] },
-            other => return Err(fail(format!("template {template} declares unknown grid rule `{other}` (known: tiles_mn)"))),
+        let render = |ctx: &Context| {
+            self.tera.render(template, ctx).map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))
         };
+        let mut ctx = context(declared);
+        ctx.insert("emit", "launch");
+        let declaration = render(&ctx)?;
+        let decl: LaunchDecl = toml::from_str(&declaration)
+            .map_err(|err| fail(format!("template {template}: its launch contract (emit = \"launch\") {}", toml_problem(&declaration, &err))))?;
+        check_launch(&decl, declared).map_err(|rule| fail(format!("template {template}: {rule}")))?;
+        ctx.insert("emit", "source");
+        ctx.insert("signature", &signature(&decl.params));
+        let source = render(&ctx)?;
         let shape_multiple = match (variant.is_checked(), &variant.kind) {
             (true, _) => [1, 1, 1],
             (false, Kind::Gemm { tile, .. }) => *tile,
@@ -79,17 +77,107 @@ impl Renderer {
             template: template.clone(),
             source: format!("generated/{}.cu", variant.name),
             entry: variant.name.clone(),
-            block: [variant.warps * 32, 1, 1],
-            grid,
-            dynamic_smem_bytes: launch.dynamic_smem_bytes,
-            requires: Requirements {
-                shape_multiple,
-                ld_multiple: launch.ld_multiple,
-                ptr_align_bytes: launch.ptr_align_bytes,
-            },
+            launch: LaunchSpec { block: decl.block, grid: decl.grid, dynamic_smem_bytes: decl.dynamic_smem_bytes, params: decl.params },
+            requires: Requirements { shape_multiple, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
         };
         Ok(Rendered { entry, source: tidy(&source) })
+    }
+}
+
+/// What a template declares with `emit = "launch"` (partials/contract.cu.tera).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaunchDecl {
+    block: [u32; 3],
+    grid: GridRule,
+    dynamic_smem_bytes: u32,
+    /// Leading dimensions must be multiples of this many elements.
+    ld_multiple: u32,
+    /// Base pointers must be aligned to this many bytes.
+    ptr_align_bytes: u32,
+    params: Vec<Param>,
+}
+
+/// The rules a launch contract must meet, whatever the template.
+fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
+    let variant = &declared.variant;
+    let threads: u64 = decl.block.iter().map(|&b| u64::from(b)).product();
+    if decl.block.contains(&0) || threads > 1024 {
+        return Err(format!("block {:?} must have 1 to 1024 threads, none of its sides 0", decl.block));
+    }
+    let GridRule::TilesMn { tm, tn } = decl.grid;
+    if tm == 0 || tn == 0 {
+        return Err(format!("grid rule tiles_mn needs tiles of at least 1x1, got {tm}x{tn}"));
+    }
+    for sass in &declared.backend.sass {
+        let limit = arch::smem_limit(sass).unwrap_or(0);
+        if decl.dynamic_smem_bytes > limit {
+            return Err(format!("needs {} bytes of dynamic shared memory, over the {limit}-byte limit of {sass}", decl.dynamic_smem_bytes));
+        }
+    }
+    if decl.ld_multiple == 0 {
+        return Err("ld_multiple must be at least 1".into());
+    }
+    if !decl.ptr_align_bytes.is_power_of_two() {
+        return Err(format!("ptr_align_bytes must be a power of two, got {}", decl.ptr_align_bytes));
+    }
+    let family = variant.family();
+    let mut names = BTreeSet::new();
+    for param in &decl.params {
+        if !is_c_identifier(&param.name) {
+            return Err(format!("parameter name `{}` is not a C identifier", param.name));
+        }
+        if !names.insert(param.name.as_str()) {
+            return Err(format!("parameter `{}` is declared twice", param.name));
+        }
+        match param.kind {
+            ParamKind::Pointer { operand, access } => match launch::operands(family).iter().find(|(o, _)| *o == operand) {
+                None => return Err(format!("parameter `{}` points to operand {}, which a {family} call does not pass", param.name, operand.as_str())),
+                Some((_, expected)) if *expected != access => {
+                    return Err(format!("parameter `{}` declares {access:?} access to {}, but a {family} kernel must {expected:?} it", param.name, operand.as_str()))
+                }
+                Some(_) => {}
+            },
+            ParamKind::I32 { value } => {
+                if !launch::quantities(family).contains(&value) {
+                    return Err(format!("parameter `{}` takes {}, which a {family} call does not give", param.name, value.as_str()));
+                }
+            }
+        }
+    }
+    for (operand, _) in launch::operands(family) {
+        let count = decl.params.iter().filter(|p| matches!(p.kind, ParamKind::Pointer { operand: o, .. } if o == *operand)).count();
+        if count != 1 {
+            return Err(format!("a {family} kernel takes operand {} once, as one parameter; the contract has it {count} times", operand.as_str()));
+        }
+    }
+    Ok(())
+}
+
+fn is_c_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The kernel's parameter declarations, in the contract's order.
+fn signature(params: &[Param]) -> String {
+    let declarations: Vec<String> = params
+        .iter()
+        .map(|param| match param.kind {
+            ParamKind::Pointer { access: Access::Read, .. } => format!("const T* __restrict__ {}", param.name),
+            ParamKind::Pointer { access: Access::Write, .. } => format!("T* __restrict__ {}", param.name),
+            ParamKind::I32 { .. } => format!("int {}", param.name),
+        })
+        .collect();
+    declarations.join(", ")
+}
+
+/// A TOML error with the line of the declaration it points at.
+fn toml_problem(text: &str, err: &toml::de::Error) -> String {
+    let line = err.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+    match line.and_then(|l| text.lines().nth(l - 1).map(|t| (l, t.trim()))) {
+        Some((l, t)) => format!("is invalid at its line {l} (`{t}`): {}", err.message().trim()),
+        None => format!("is invalid: {}", err.message().trim()),
     }
 }
 
@@ -148,32 +236,6 @@ fn context(declared: &Declared) -> Context {
         ctx.insert("stages", &stages);
     }
     ctx
-}
-
-/// What a template declares in its `// launch:` line (partials/contract.cu.tera).
-struct Launch {
-    dynamic_smem_bytes: u32,
-    grid: String,
-    ld_multiple: u32,
-    ptr_align_bytes: u32,
-}
-
-fn parse_launch(source: &str) -> Result<Launch, String> {
-    let line = source
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("// launch:"))
-        .ok_or("declares no launch data: call contract::launch(...) from partials/contract.cu.tera")?;
-    let fields: BTreeMap<&str, &str> = line.split_whitespace().filter_map(|field| field.split_once('=')).collect();
-    let number = |key: &str| -> Result<u32, String> {
-        let text = fields.get(key).ok_or(format!("launch line lacks `{key}`"))?;
-        text.parse().map_err(|_| format!("launch line: `{key}={text}` is not a whole number"))
-    };
-    Ok(Launch {
-        dynamic_smem_bytes: number("dynamic_smem_bytes")?,
-        grid: fields.get("grid").ok_or("launch line lacks `grid`")?.to_string(),
-        ld_multiple: number("ld_multiple")?.max(1),
-        ptr_align_bytes: number("ptr_align_bytes")?.max(1),
-    })
 }
 
 /// Trims trailing spaces and runs of blank lines that template tags leave behind.

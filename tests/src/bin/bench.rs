@@ -86,7 +86,7 @@ fn run(args: Args) -> Result<(), String> {
         return Err("no variant in the registry matches --kernels".into());
     }
     let gpu = Gpu::new(0).map_err(|e| e.to_string())?;
-    println!("{} variant(s) on {}; registry {} ({})", kernels.len(), gpu.name(), registry.dir().display(), registry.compiler());
+    println!("{} variant(s) on {}; registry {} ({})", kernels.len(), gpu.name(), registry.dir().display(), registry.kernels().next().map_or("empty", |k| k.info().compiler.as_str()));
 
     let mut records = Vec::new();
     let mut skipped = Vec::new();

@@ -1,0 +1,163 @@
+//! A kernel's launch contract as data: block, grid rule, shared memory and the parameter
+//! list. Templates declare it (`partials/contract.cu.tera`), xtask validates it and renders the
+//! kernel's signature from it, and the runtime builds each launch's arguments from it.
+
+use crate::axes::Family;
+use serde::{Deserialize, Serialize};
+
+/// How a variant is launched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    /// Threads per block, [x, y, z].
+    pub block: [u32; 3],
+    pub grid: GridRule,
+    pub dynamic_smem_bytes: u32,
+    /// The kernel's parameters, in order.
+    pub params: Vec<Param>,
+}
+
+/// How the launch grid follows from the problem shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GridRule {
+    /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
+    TilesMn { tm: u32, tn: u32 },
+}
+
+impl GridRule {
+    /// The grid for an M×N problem; `None` when a dimension would exceed CUDA's limits.
+    pub fn grid(&self, m: u64, n: u64) -> Option<[u32; 3]> {
+        match *self {
+            GridRule::TilesMn { tm, tn } => {
+                let x = u32::try_from(n.div_ceil(u64::from(tn.max(1)))).ok()?;
+                let y = u32::try_from(m.div_ceil(u64::from(tm.max(1)))).ok().filter(|&y| y <= 65_535)?;
+                Some([x.max(1), y.max(1), 1])
+            }
+        }
+    }
+}
+
+/// One kernel parameter: its name in the kernel's signature and what the runtime passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Param {
+    pub name: String,
+    #[serde(flatten)]
+    pub kind: ParamKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ParamKind {
+    /// The device address of an operand's first element.
+    Pointer { operand: Operand, access: Access },
+    /// A problem quantity as a 32-bit signed `int`; the runtime refuses values outside 0..=2^31-1.
+    I32 { value: Quantity },
+}
+
+/// A matrix a call passes: A, B, C of a GEMM, X, Y of a transpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operand {
+    A,
+    B,
+    C,
+    X,
+    Y,
+}
+
+/// Whether a kernel only reads an operand or writes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// A number of a call's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quantity {
+    M,
+    N,
+    K,
+    Lda,
+    Ldb,
+    Ldc,
+    Ldx,
+    Ldy,
+}
+
+impl Operand {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operand::A => "A",
+            Operand::B => "B",
+            Operand::C => "C",
+            Operand::X => "X",
+            Operand::Y => "Y",
+        }
+    }
+}
+
+impl Quantity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quantity::M => "M",
+            Quantity::N => "N",
+            Quantity::K => "K",
+            Quantity::Lda => "lda",
+            Quantity::Ldb => "ldb",
+            Quantity::Ldc => "ldc",
+            Quantity::Ldx => "ldx",
+            Quantity::Ldy => "ldy",
+        }
+    }
+}
+
+impl ParamKind {
+    /// The largest value the parameter holds, for integers.
+    pub fn max_value(self) -> Option<u64> {
+        match self {
+            ParamKind::Pointer { .. } => None,
+            ParamKind::I32 { .. } => Some(i32::MAX as u64),
+        }
+    }
+}
+
+/// The operands a call of `family` passes, with what the kernel does to each.
+pub fn operands(family: Family) -> &'static [(Operand, Access)] {
+    match family {
+        Family::Gemm => &[(Operand::A, Access::Read), (Operand::B, Access::Read), (Operand::C, Access::Write)],
+        Family::Transpose => &[(Operand::X, Access::Read), (Operand::Y, Access::Write)],
+    }
+}
+
+/// The quantities a call of `family` gives.
+pub fn quantities(family: Family) -> &'static [Quantity] {
+    match family {
+        Family::Gemm => &[Quantity::M, Quantity::N, Quantity::K, Quantity::Lda, Quantity::Ldb, Quantity::Ldc],
+        Family::Transpose => &[Quantity::M, Quantity::N, Quantity::Ldx, Quantity::Ldy],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_grid_rounds_up_and_refuses_overflow() {
+        let rule = GridRule::TilesMn { tm: 128, tn: 64 };
+        assert_eq!(rule.grid(4096, 4096), Some([64, 32, 1]));
+        assert_eq!(rule.grid(1, 65), Some([2, 1, 1]));
+        assert_eq!(rule.grid(128 * 65_536, 64), None);
+    }
+
+    #[test]
+    fn params_read_as_tagged_tables() {
+        let json = r#"[{"name":"A","kind":"pointer","operand":"a","access":"read"},{"name":"lda","kind":"i32","value":"lda"}]"#;
+        let params: Vec<Param> = serde_json::from_str(json).unwrap();
+        assert_eq!(params[0].kind, ParamKind::Pointer { operand: Operand::A, access: Access::Read });
+        assert_eq!(params[1].kind, ParamKind::I32 { value: Quantity::Lda });
+        assert_eq!(params[1].kind.max_value(), Some(2_147_483_647));
+    }
+}

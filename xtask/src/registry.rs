@@ -1,0 +1,165 @@
+//! The registry folder as a transaction. One build at a time holds its lock; each variant's
+//! fatbin and its record (`<name>.json`: what was built from what, and the fatbin's own hash)
+//! are written atomically as the variant finishes; `manifest.json`, the index the runtime reads,
+//! is gathered from the records after each one. An interrupted build loses nothing finished,
+//! and a broken index is refused, never taken for an empty registry.
+
+use crate::build::Job;
+use crate::project::{write_atomic, Project};
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use tilesmith_spec::manifest::{self, fatbin_file, record_file, FORMAT, MANIFEST_FILE};
+use tilesmith_spec::{Built, Manifest, Registry, Resources};
+
+/// Held by the build that writes the registry.
+const LOCK_FILE: &str = ".lock";
+
+/// Where an unreadable index is moved by `build --repair`.
+const SET_ASIDE: &str = "manifest.json.corrupt";
+
+/// The registry folder, locked for this process until dropped.
+pub struct RegistryDir {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl RegistryDir {
+    /// Takes the registry's lock, waiting (and saying so) while another build holds it, then
+    /// removes the temporary files an interrupted build left behind.
+    pub fn lock(project: &Project) -> Result<RegistryDir> {
+        let dir = project.registry_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                eprintln!("waiting for another build, which holds {}", project.relative(&path));
+                lock.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+                eprintln!("the other build finished; going on");
+            }
+            Err(TryLockError::Error(err)) => return Err(err).with_context(|| format!("cannot lock {}", path.display())),
+        }
+        let registry = RegistryDir { dir, _lock: lock };
+        registry.remove_temporaries()?;
+        Ok(registry)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// No other build runs while the lock is held, so every temporary file is a leftover.
+    fn remove_temporaries(&self) -> Result<()> {
+        for path in self.files()? {
+            let name = file_name(&path);
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                std::fs::remove_file(&path).with_context(|| format!("cannot remove the leftover {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn files(&self) -> Result<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(&self.dir).with_context(|| format!("cannot read {}", self.dir.display()))?;
+        entries.map(|entry| Ok(entry?.path())).collect()
+    }
+
+    /// Refuses an index that exists but cannot be read, unless asked to repair it: then it is
+    /// set aside and rebuilt from the records.
+    pub fn check_index(&self, repair: bool) -> Result<()> {
+        let path = self.dir.join(MANIFEST_FILE);
+        if !path.exists() {
+            return Ok(());
+        }
+        let Err(err) = manifest::read::<Registry>(&path) else { return Ok(()) };
+        if repair {
+            let aside = self.dir.join(SET_ASIDE);
+            std::fs::rename(&path, &aside).with_context(|| format!("cannot move {} aside", path.display()))?;
+            eprintln!("{err}\nset aside as {}; the index is rebuilt from the per-variant records", aside.display());
+            return Ok(());
+        }
+        bail!(
+            "{err}\nNothing was changed. `cargo xtask build --repair` sets it aside as {SET_ASIDE} and rebuilds it from \
+             the per-variant records (registry/<variant>.json) whose fatbins still match their recorded SHA-256, \
+             compiling only what they do not cover"
+        )
+    }
+
+    /// The records of declared variants whose fatbins are there and unchanged.
+    pub fn records(&self, manifest: &Manifest) -> BTreeMap<String, Built> {
+        let mut records = BTreeMap::new();
+        for entry in &manifest.variants {
+            let name = &entry.variant.name;
+            let path = self.dir.join(record_file(name));
+            if !path.exists() {
+                continue;
+            }
+            match self.read_record(&path) {
+                Ok(built) => {
+                    records.insert(name.clone(), built);
+                }
+                Err(problem) => eprintln!("{name}: {problem}; it will be compiled again"),
+            }
+        }
+        records
+    }
+
+    fn read_record(&self, path: &Path) -> Result<Built, String> {
+        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let built: Built = serde_json::from_str(&text).map_err(|err| format!("{} does not parse ({err})", path.display()))?;
+        let fatbin = self.dir.join(&built.fatbin);
+        match sha256_file(&fatbin) {
+            Ok(hash) if hash == built.fatbin_sha256 => Ok(built),
+            Ok(_) => Err(format!("{} no longer matches the SHA-256 recorded when it was built", fatbin.display())),
+            Err(err) => Err(format!("cannot read {}: {err}", fatbin.display())),
+        }
+    }
+
+    /// Records a fatbin that has just taken its place.
+    pub fn record(&self, job: &Job, resources: Vec<Resources>, compiler: &str) -> Result<Built, String> {
+        let name = &job.entry.variant.name;
+        let fatbin = fatbin_file(name);
+        let fatbin_sha256 = sha256_file(&self.dir.join(&fatbin)).map_err(|err| format!("cannot read the fatbin just written: {err}"))?;
+        let built = Built { entry: job.entry.clone(), fatbin, hash: job.hash.clone(), fatbin_sha256, compiler: compiler.to_string(), resources };
+        let path = self.dir.join(record_file(name));
+        let json = serde_json::to_string_pretty(&built).map_err(|err| err.to_string())? + "\n";
+        write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+        Ok(built)
+    }
+
+    /// Writes the index: the recorded variants, in `generated/manifest.json` order.
+    pub fn write_index(&self, manifest: &Manifest, records: &BTreeMap<String, Built>) -> Result<Registry, String> {
+        let variants = manifest.variants.iter().filter_map(|e| records.get(&e.variant.name).cloned()).collect();
+        let index = Registry { format: FORMAT, variants };
+        let path = self.dir.join(MANIFEST_FILE);
+        let json = serde_json::to_string_pretty(&index).map_err(|err| err.to_string())? + "\n";
+        write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+        Ok(index)
+    }
+
+    /// Removes the fatbins and records of variants that variants.toml no longer declares.
+    pub fn remove_undeclared(&self, manifest: &Manifest) -> Result<()> {
+        let declared: BTreeSet<String> =
+            manifest.variants.iter().flat_map(|e| [fatbin_file(&e.variant.name), record_file(&e.variant.name)]).collect();
+        for path in self.files()? {
+            let name = file_name(&path);
+            let ours = name.ends_with(".fatbin") || (name.ends_with(".json") && name != MANIFEST_FILE);
+            if ours && !declared.contains(&name) {
+                std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    Ok(format!("{:x}", Sha256::digest(std::fs::read(path)?)))
+}
