@@ -23,6 +23,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 /// A problem found in `variants.toml` (or, by xtask, in a variant's template), located by line.
@@ -98,7 +99,7 @@ impl Config {
 
     /// Parses `text`, naming `path` in messages.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let mut parser = Parser { path, text, diagnostics: Vec::new() };
+        let mut parser = Parser { path, text, items: item_offsets(text), diagnostics: Vec::new() };
         let variants = parser.parse();
         if parser.diagnostics.is_empty() {
             Ok(Config { path: path.to_path_buf(), variants })
@@ -181,12 +182,20 @@ const MAX_TILE_EDGE: i64 = 1024;
 struct Parser<'a> {
     path: &'a Path,
     text: &'a str,
+    /// For each array in the file, by the offset where it starts, where its items start: serde's
+    /// spans stop at the array, and a bad item is reported at its own line.
+    items: BTreeMap<usize, Vec<usize>>,
     diagnostics: Vec<Diagnostic>,
 }
 
 impl Parser<'_> {
     fn line_of(&self, offset: usize) -> usize {
         self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    /// Where item `index` of the array that starts at `array` starts; the array's start if unknown.
+    fn item_offset(&self, array: usize, index: usize) -> usize {
+        self.items.get(&array).and_then(|items| items.get(index)).copied().unwrap_or(array)
     }
 
     fn report(&mut self, offset: usize, variant: Option<&str>, rule: String) {
@@ -244,7 +253,6 @@ impl Parser<'_> {
         for (name, decl) in decls {
             let offset = decl.span().start;
             let backend = decl.get_ref();
-            let before = self.diagnostics.len();
             if !is_identifier(name) {
                 self.report(offset, None, format!("backend name `{name}` must be lowercase letters, digits and `_`, starting with a letter"));
             }
@@ -263,9 +271,8 @@ impl Parser<'_> {
             if !arch::is_known_ptx(&backend.ptx) {
                 self.report(offset, None, format!("backend `{family}.{name}`: `{}` is not a known PTX architecture (`compute_80`, `compute_90`, ...)", backend.ptx));
             }
-            if self.diagnostics.len() == before {
-                backends.insert(name.clone(), backend.clone());
-            }
+            // Declared even when broken, so that its uses are not reported as unknown too.
+            backends.insert(name.clone(), backend.clone());
         }
         backends
     }
@@ -338,7 +345,8 @@ impl Parser<'_> {
         }
         if let Some(raw) = table.get("exclude") {
             for (index, _) in used.iter().enumerate().filter(|(_, used)| !**used) {
-                self.report(raw.span().start, None, format!("exclude #{} matches no variant of this group", index + 1));
+                let at = self.item_offset(raw.span().start, index);
+                self.report(at, None, format!("exclude #{} matches no variant of this group", index + 1));
             }
         }
         declared
@@ -352,17 +360,18 @@ impl Parser<'_> {
         };
         let mut excludes = Vec::new();
         for (index, entry) in entries.iter().enumerate() {
+            let at = self.item_offset(offset, index);
             let Some(table) = entry.as_table().filter(|table| !table.is_empty()) else {
-                self.report(offset, None, format!("exclude #{} must be a non-empty table of axis = value", index + 1));
+                self.report(at, None, format!("exclude #{} must be a non-empty table of axis = value", index + 1));
                 continue;
             };
             let mut exclude = BTreeMap::new();
             for (key, value) in table {
                 let Some(&(axis, domain)) = axes_of(family).iter().find(|(axis, _)| axis == key) else {
-                    self.report(offset, None, format!("exclude #{}: unknown {family} axis `{key}`", index + 1));
+                    self.report(at, None, format!("exclude #{}: unknown {family} axis `{key}`", index + 1));
                     continue;
                 };
-                let spanned = Spanned::new(raw.span(), value.clone());
+                let spanned = Spanned::new(at..at, value.clone());
                 if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
                     exclude.insert(axis, value);
                 }
@@ -387,11 +396,12 @@ impl Parser<'_> {
             self.report(raw.span().start, None, format!("axis `{axis}` lists no values"));
         }
         let mut values: Vec<Value> = Vec::new();
-        for item in items {
-            let spanned = Spanned::new(raw.span(), item.clone());
+        for (index, item) in items.iter().enumerate() {
+            let at = self.item_offset(raw.span().start, index);
+            let spanned = Spanned::new(at..at, item.clone());
             if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
                 if values.contains(&value) {
-                    self.report(raw.span().start, None, format!("axis `{axis}` lists {} twice", show(&value)));
+                    self.report(at, None, format!("axis `{axis}` lists {} twice", show(&value)));
                 } else {
                     values.push(value);
                 }
@@ -467,6 +477,25 @@ impl Parser<'_> {
             });
         }
     }
+}
+
+/// The start of every array item in `text`, by the start of its array.
+fn item_offsets(text: &str) -> BTreeMap<usize, Vec<usize>> {
+    fn walk(value: &Spanned<DeValue<'_>>, out: &mut BTreeMap<usize, Vec<usize>>) {
+        match value.get_ref() {
+            DeValue::Array(items) => {
+                out.insert(value.span().start, items.iter().map(|item| item.span().start).collect());
+                items.iter().for_each(|item| walk(item, out));
+            }
+            DeValue::Table(table) => table.values().for_each(|item| walk(item, out)),
+            _ => {}
+        }
+    }
+    let mut out = BTreeMap::new();
+    if let Ok(table) = DeTable::parse(text) {
+        table.get_ref().values().for_each(|value| walk(value, &mut out));
+    }
+    out
 }
 
 fn is_identifier(name: &str) -> bool {

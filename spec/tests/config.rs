@@ -243,3 +243,36 @@ fn the_shipped_variants_file_parses() {
         }
     }
 }
+
+#[test]
+fn list_items_are_reported_at_their_own_line() {
+    let groups = "\n[[gemm.groups]]\ndtype = [\n    \"f16\",\n    \"f64\",\n    \"f16\",\n]\n";
+    let message = error(groups);
+    let f64_line = line_of(groups, "\"f64\"");
+    let twice_line = f64_line + 1;
+    assert_eq!(
+        message,
+        format!(
+            "variants.toml:{f64_line}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32)\n\
+             variants.toml:{twice_line}: axis `dtype` lists `f16` twice"
+        )
+    );
+}
+
+#[test]
+fn excludes_are_reported_at_their_own_line() {
+    let groups = "\n[[gemm.groups]]\nlayout = [\"nn\", \"tn\"]\nexclude = [\n    { layout = \"nn\" },\n    { layout = \"tt\" },\n    { layuot = \"tn\" },\n]\n";
+    let message = error(groups);
+    assert_eq!(message, format!("variants.toml:{}: exclude #3: unknown gemm axis `layuot`", line_of(groups, "layuot")));
+    let groups = "\n[[gemm.groups]]\nlayout = [\"nn\", \"tn\"]\nexclude = [\n    { layout = \"nn\" },\n    { layout = \"tt\" },\n]\n";
+    let message = error(groups);
+    assert_eq!(message, format!("variants.toml:{}: exclude #2 matches no variant of this group", line_of(groups, "\"tt\"")));
+}
+
+#[test]
+fn a_backend_with_a_bad_architecture_gets_that_error_alone() {
+    let text = BASE.replace("\"sm_90\"]", "\"sm_91\"]") + "[[gemm.groups]]\nbackend = \"simt\"\n";
+    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    assert_eq!(message.lines().count(), 1, "{message}");
+    assert!(message.contains("backend `gemm.simt`: unknown SASS architecture `sm_91`"), "{message}");
+}

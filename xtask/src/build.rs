@@ -136,7 +136,11 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let mut failures = missing;
     for (job, outcome) in queue.iter().zip(outcomes) {
         if let Err(message) = outcome {
-            failures.push(format!("{}:\n{}", job.entry.variant.name, indent(&message)));
+            // What was asked for and failed keeps no older build that would pass for it.
+            let name = &job.entry.variant.name;
+            registry.forget(name)?;
+            records.remove(name);
+            failures.push(format!("{name}:\n{}", indent(&message)));
         }
     }
     let index = registry.write_index(&manifest, &records).map_err(|err| anyhow!(err))?;

@@ -5,8 +5,8 @@ use crate::render::{Rendered, Renderer};
 use crate::select::Selection;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
-use tilesmith_spec::manifest::{FORMAT, MANIFEST_FILE};
-use tilesmith_spec::{Config, Manifest};
+use tilesmith_spec::manifest::{self, FORMAT, MANIFEST_FILE};
+use tilesmith_spec::{Config, Entry, Manifest};
 
 /// Parses, expands, validates and renders every declared variant, in memory. Any problem with
 /// any variant is an error listing them all, so nothing is written from a bad configuration.
@@ -33,14 +33,27 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
     Ok(rendered)
 }
 
-/// The files `gen` owns, with the contents the templates produce now.
+/// The files `gen` owns, with the contents the templates produce now. With `--kernels`, the
+/// manifest keeps the entries of unselected variants as they were, so that it describes the
+/// sources in generated/ and not ones that were not written.
 fn expected_files(project: &Project, rendered: &[Rendered], selection: &Selection) -> Result<Vec<(PathBuf, String)>> {
     let mut files: Vec<(PathBuf, String)> = rendered
         .iter()
         .filter(|r| selection.matches(&r.entry.variant.name))
         .map(|r| (project.root.join(&r.entry.source), r.source.clone()))
         .collect();
-    let manifest = Manifest { format: FORMAT, variants: rendered.iter().map(|r| r.entry.clone()).collect() };
+    let manifest_path = project.generated_dir().join(MANIFEST_FILE);
+    let previous: Vec<Entry> = manifest::read::<Manifest>(&manifest_path).map(|m| m.variants).unwrap_or_default();
+    let variants = rendered
+        .iter()
+        .filter_map(|r| {
+            if selection.matches(&r.entry.variant.name) {
+                return Some(r.entry.clone());
+            }
+            previous.iter().find(|e| e.variant.name == r.entry.variant.name && project.root.join(&e.source).is_file()).cloned()
+        })
+        .collect();
+    let manifest = Manifest { format: FORMAT, variants };
     let json = serde_json::to_string_pretty(&manifest)? + "\n";
     files.push((project.generated_dir().join(MANIFEST_FILE), json));
     Ok(files)

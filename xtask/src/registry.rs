@@ -131,6 +131,19 @@ impl RegistryDir {
         Ok(built)
     }
 
+    /// Removes a variant's fatbin and record.
+    pub fn forget(&self, variant: &str) -> Result<()> {
+        for path in [self.dir.join(fatbin_file(variant)), self.dir.join(record_file(variant))] {
+            match std::fs::remove_file(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(err).with_context(|| format!("cannot remove {}", path.display()))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the index: the recorded variants, in `generated/manifest.json` order.
     pub fn write_index(&self, manifest: &Manifest, records: &BTreeMap<String, Built>) -> Result<Registry, String> {
         let variants = manifest.variants.iter().filter_map(|e| records.get(&e.variant.name).cloned()).collect();

@@ -65,6 +65,9 @@ impl Nvcc {
     }
 
     fn at(path: PathBuf, origin: &str) -> Result<Nvcc> {
+        if path.is_dir() {
+            bail!("{origin} points to nvcc at {}, which is a folder, not the nvcc program", path.display());
+        }
         if !path.is_file() {
             bail!("{origin} points to nvcc at {}, which does not exist", path.display());
         }
@@ -73,6 +76,15 @@ impl Nvcc {
             .output()
             .with_context(|| format!("cannot run {} (from {origin})", path.display()))?;
         let text = String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            bail!(
+                "{} --version (from {origin}) failed ({}):\n{}{}",
+                path.display(),
+                output.status,
+                text,
+                String::from_utf8_lossy(&output.stderr).trim_end()
+            );
+        }
         let Some(version) = text.lines().find(|line| line.contains("release")) else {
             bail!("{} --version (from {origin}) printed no release line:\n{text}", path.display());
         };

@@ -139,7 +139,9 @@ fn manifest_records_launch_data_and_requirements() {
     let names: Vec<&str> = manifest.variants.iter().map(|e| e.variant.name.as_str()).collect();
     assert_eq!(names, ["transpose_64x64", "transpose_64x64_unchecked"]);
     let (checked, unchecked) = (&manifest.variants[0], &manifest.variants[1]);
-    assert_eq!(checked.block, [256, 1, 1]);
+    assert_eq!(checked.launch.block, [256, 1, 1]);
+    let params: Vec<&str> = checked.launch.params.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(params, ["X", "Y", "M", "N", "ldx", "ldy"]);
     assert_eq!(checked.entry, "transpose_64x64");
     assert_eq!(checked.requires.shape_multiple, [1, 1, 1]);
     assert_eq!(checked.requires.ld_multiple, 1);
@@ -170,7 +172,7 @@ fn shared_memory_over_the_limit_is_refused_with_bytes_and_limit() {
     let project = scratch(&format!("{SIMT_HEAD}\n[[gemm.groups]]\ntile = [128, 128, 128]\n"));
     let out = fails(Some(project.path()), &["gen"]);
     assert!(
-        out.contains("variant `gemm_tn_128x128x128`: needs 270336 bytes of dynamic shared memory, over the 166912-byte limit of sm_80"),
+        out.contains("variant `gemm_tn_128x128x128`: template gemm_simt.cu.tera: needs 270336 bytes of dynamic shared memory, over the 166912-byte limit of sm_80"),
         "{out}"
     );
 }
@@ -205,6 +207,34 @@ fn unknown_globs_and_missing_compilers_are_errors() {
         "{}",
         text(&output)
     );
+}
+
+#[test]
+fn careless_arguments_get_clear_errors() {
+    let out = fails(None, &["build", "-j", "0"]);
+    assert!(out.contains("invalid value '0' for '--jobs <JOBS>'"), "{out}");
+    let out = fails(Some(Path::new("/nonexistent/project")), &["gen"]);
+    assert!(out.contains("--root /nonexistent/project: the project folder does not exist"), "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask")).arg("toolchain").env("NVCC", dir.path()).output().unwrap();
+    assert!(!output.status.success());
+    let out = text(&output);
+    assert!(out.contains(&format!("points to nvcc at {}, which is a folder, not the nvcc program", dir.path().display())), "{out}");
+
+    let broken = dir.path().join("nvcc");
+    std::fs::write(&broken, "#!/bin/sh\necho 'nvcc: cannot find libnvvm' >&2\nexit 3\n").unwrap();
+    make_executable(&broken);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask")).arg("toolchain").env("NVCC", &broken).output().unwrap();
+    assert!(!output.status.success());
+    let out = text(&output);
+    assert!(out.contains("--version (from the NVCC environment variable) failed (exit status: 3)"), "{out}");
+    assert!(out.contains("nvcc: cannot find libnvvm"), "{out}");
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]
@@ -262,10 +292,9 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     assert!(out.contains("not_a_member"), "{out}");
     assert!(out.contains(&format!("from kernel-templates/transpose.cu.tera:{broken_line}")), "{out}");
     assert!(!checked.exists(), "a failed variant leaves no fatbin behind");
+    assert!(!registry.join("transpose_64x64.json").exists(), "nor a record");
     assert!(unchecked.exists());
-    let registry_manifest: Registry = serde_json::from_str(&std::fs::read_to_string(registry.join("manifest.json")).unwrap()).unwrap();
-    let built: Vec<&str> = registry_manifest.variants.iter().map(|b| b.entry.variant.name.as_str()).collect();
-    assert_eq!(built, ["transpose_64x64_unchecked"]);
+    assert_eq!(built_names(project.path()), ["transpose_64x64_unchecked"]);
     let leftovers: Vec<_> = std::fs::read_dir(&registry).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
@@ -311,4 +340,248 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         assert!(!built.spills(), "{name} spills: {:?}", built.resources);
         assert!(built.resources.iter().all(|r| r.registers > 0), "{name}: {:?}", built.resources);
     }
+}
+
+/// Names in the registry's index, in order.
+fn built_names(project: &Path) -> Vec<String> {
+    let index: Registry = serde_json::from_str(&std::fs::read_to_string(project.join("registry/manifest.json")).unwrap()).unwrap();
+    index.variants.into_iter().map(|b| b.entry.variant.name).collect()
+}
+
+/// Six transposes, quick to compile, for the registry's transaction tests.
+const SIX_TRANSPOSES: &str = r#"
+[transpose.defaults]
+dtype = "f32"
+tile = [64, 64]
+backend = "tiled"
+warps = 8
+bounds = "checked"
+
+[transpose.backends.tiled]
+template = "transpose.cu.tera"
+sass = ["sm_80"]
+ptx = "compute_80"
+
+[[transpose.groups]]
+dtype = ["f32", "f16", "bf16"]
+bounds = ["checked", "unchecked"]
+"#;
+
+/// A scratch project with its sources generated.
+fn generated(variants: &str) -> tempfile::TempDir {
+    let project = scratch(variants);
+    succeeds(Some(project.path()), &["gen"]);
+    project
+}
+
+fn records(project: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(project.join("registry"))
+        .map(|dir| dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.retain(|name| name.ends_with(".json") && name != "manifest.json");
+    names.sort();
+    names
+}
+
+fn temporaries(project: &Path) -> Vec<String> {
+    let dir = std::fs::read_dir(project.join("registry")).unwrap();
+    dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect()
+}
+
+#[test]
+fn an_interrupted_build_keeps_what_it_finished() {
+    use std::os::unix::process::CommandExt;
+    let project = generated(SIX_TRANSPOSES);
+    let root = project.path();
+    // Its own process group, so that SIGINT reaches xtask and its nvcc as Ctrl-C would.
+    let mut build = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("--root")
+        .arg(root)
+        .args(["build", "-j", "1"])
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while records(root).is_empty() {
+        assert!(started.elapsed().as_secs() < 120, "no variant finished in two minutes");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = Command::new("kill").args(["-INT", "--", &format!("-{}", build.id())]).status().unwrap();
+    assert!(status.success());
+    assert!(!build.wait().unwrap().success(), "the build was interrupted");
+
+    let finished = records(root).len();
+    assert!((1..6).contains(&finished), "the interrupt came mid-build: {finished} of 6 finished");
+    assert_eq!(built_names(root).len(), finished, "the index lists what finished");
+    let out = succeeds(Some(root), &["build"]);
+    assert!(out.contains(&format!("6 variant(s) selected: {finished} up to date, {} to compile", 6 - finished)), "{out}");
+    assert_eq!(built_names(root).len(), 6);
+    assert!(temporaries(root).is_empty(), "temporary files left: {:?}", temporaries(root));
+}
+
+#[test]
+fn a_killed_builds_temporary_files_are_removed_by_the_next() {
+    let project = generated(TRANSPOSE_ONLY);
+    let registry = project.path().join("registry");
+    std::fs::create_dir_all(&registry).unwrap();
+    std::fs::write(registry.join(".transpose_64x64.fatbin.4242.0.tmp"), "half a fatbin").unwrap();
+    succeeds(Some(project.path()), &["build"]);
+    assert!(temporaries(project.path()).is_empty());
+}
+
+#[test]
+fn concurrent_builds_wait_for_each_other_and_keep_both() {
+    let project = generated(SIX_TRANSPOSES);
+    let root = project.path();
+    let spawn = |glob: &str| {
+        Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .arg("--root")
+            .arg(root)
+            .args(["build", "-j", "1", "--kernels", glob])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = spawn("*_f16*");
+    let second = spawn("*_bf16*");
+    let outputs = [first.wait_with_output().unwrap(), second.wait_with_output().unwrap()];
+    for output in &outputs {
+        assert!(output.status.success(), "{}", text(output));
+    }
+    assert!(outputs.iter().any(|o| text(o).contains("waiting for another build, which holds registry/.lock")), "neither waited");
+    let mut names = built_names(root);
+    names.sort();
+    assert_eq!(names, ["transpose_64x64_bf16", "transpose_64x64_bf16_unchecked", "transpose_64x64_f16", "transpose_64x64_f16_unchecked"]);
+    for name in &names {
+        assert!(root.join("registry").join(format!("{name}.fatbin")).is_file(), "{name}");
+    }
+}
+
+#[test]
+fn a_corrupt_index_is_an_error_that_deletes_nothing_and_repair_rebuilds_it() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    succeeds(root, &["build"]);
+    let index = project.path().join("registry/manifest.json");
+    let good = std::fs::read_to_string(&index).unwrap();
+    for corrupt in ["garbage", &good[..good.len() / 2], r#"{"format": 7, "variants": []}"#] {
+        std::fs::write(&index, corrupt).unwrap();
+        let out = fails(root, &["build", "--kernels", "transpose_64x64"]);
+        assert!(out.contains(&format!("{}: ", index.display())), "{out}");
+        assert!(out.contains("does not parse as a tilesmith manifest") || out.contains("has format 7"), "{out}");
+        assert!(out.contains("Nothing was changed. `cargo xtask build --repair`"), "{out}");
+        assert_eq!(std::fs::read_to_string(&index).unwrap(), corrupt, "the index is left as it was");
+        for name in ["transpose_64x64", "transpose_64x64_unchecked"] {
+            assert!(project.path().join(format!("registry/{name}.fatbin")).is_file(), "{name} was deleted");
+        }
+        let out = fails(root, &["list"]);
+        assert!(out.contains(&format!("{}: ", index.display())), "{out}");
+    }
+    let out = succeeds(root, &["build", "--repair"]);
+    assert!(out.contains("2 up to date, 0 to compile"), "{out}");
+    assert!(project.path().join("registry/manifest.json.corrupt").is_file());
+    assert_eq!(built_names(project.path()), ["transpose_64x64", "transpose_64x64_unchecked"]);
+}
+
+#[test]
+fn a_truncated_fatbin_is_compiled_again() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    succeeds(root, &["build"]);
+    let fatbin = project.path().join("registry/transpose_64x64.fatbin");
+    let bytes = std::fs::read(&fatbin).unwrap();
+    std::fs::write(&fatbin, &bytes[..bytes.len() / 2]).unwrap();
+    let out = succeeds(root, &["build"]);
+    assert!(out.contains("no longer matches the SHA-256 recorded when it was built; it will be compiled again"), "{out}");
+    assert!(out.contains("1 up to date, 1 to compile"), "{out}");
+    assert_eq!(std::fs::read(&fatbin).unwrap().len(), bytes.len());
+}
+
+#[test]
+fn a_template_without_its_entry_fails_the_build_naming_variant_and_template() {
+    let project = scratch(TRANSPOSE_ONLY);
+    let template = project.path().join("kernel-templates/transpose.cu.tera");
+    let text = std::fs::read_to_string(&template).unwrap();
+    std::fs::write(&template, text.replacen("extern \"C\" __global__", "__global__", 1)).unwrap();
+    succeeds(Some(project.path()), &["gen"]);
+    let out = fails(Some(project.path()), &["build"]);
+    assert!(out.contains("2 variant(s) failed to build:\ntranspose_64x64:"), "{out}");
+    assert!(
+        out.contains("the fatbin's sm_80 code has no kernel entry `transpose_64x64`: the kernel must be declared `extern \"C\" __global__` under that name (from template kernel-templates/transpose.cu.tera)"),
+        "{out}"
+    );
+    assert!(!project.path().join("registry/transpose_64x64.fatbin").exists());
+    assert!(records(project.path()).is_empty());
+}
+
+#[test]
+fn a_selection_limits_what_is_compiled_never_what_is_kept() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    succeeds(root, &["build"]);
+    // The unselected variant's source changes, then disappears: its build stays.
+    let unchecked = project.path().join("generated/transpose_64x64_unchecked.cu");
+    std::fs::write(&unchecked, std::fs::read_to_string(&unchecked).unwrap() + "// changed\n").unwrap();
+    let out = succeeds(root, &["build", "--kernels", "transpose_64x64"]);
+    assert!(out.contains("1 up to date, 0 to compile"), "{out}");
+    std::fs::remove_file(&unchecked).unwrap();
+    succeeds(root, &["build", "--kernels", "transpose_64x64"]);
+    assert_eq!(built_names(project.path()), ["transpose_64x64", "transpose_64x64_unchecked"]);
+    assert!(project.path().join("registry/transpose_64x64_unchecked.fatbin").is_file());
+
+    // Only a variant removed from variants.toml loses its fatbin.
+    std::fs::write(project.path().join("variants.toml"), TRANSPOSE_ONLY.replace("bounds = [\"checked\", \"unchecked\"]", "bounds = \"checked\"")).unwrap();
+    succeeds(root, &["gen"]);
+    succeeds(root, &["build"]);
+    assert_eq!(built_names(project.path()), ["transpose_64x64"]);
+    assert!(!project.path().join("registry/transpose_64x64_unchecked.fatbin").exists());
+    assert_eq!(records(project.path()), ["transpose_64x64.json"]);
+}
+
+#[test]
+fn gen_with_kernels_writes_a_manifest_that_matches_its_sources() {
+    let project = scratch(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    succeeds(root, &["gen", "--kernels", "transpose_64x64"]);
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let names: Vec<&str> = manifest.variants.iter().map(|e| e.variant.name.as_str()).collect();
+    assert_eq!(names, ["transpose_64x64"]);
+    assert!(!project.path().join("generated/transpose_64x64_unchecked.cu").exists());
+    // Once both exist, a selective gen keeps the other's entry.
+    succeeds(root, &["gen"]);
+    succeeds(root, &["gen", "--kernels", "transpose_64x64_unchecked"]);
+    succeeds(root, &["gen", "--check"]);
+}
+
+#[test]
+fn nvcc_runs_through_a_launcher_with_the_hash_unchanged() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    let launcher = project.path().join("record-calls");
+    let log = project.path().join("calls.log");
+    std::fs::write(&launcher, format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n", log.display())).unwrap();
+    make_executable(&launcher);
+    let out = succeeds(root, &["build", "--launcher", launcher.to_str().unwrap()]);
+    assert!(out.contains(&format!("through `{}`", launcher.display())), "{out}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
+    assert!(calls.lines().all(|call| call.split_whitespace().next().unwrap().ends_with("nvcc") && call.contains("--fatbin")), "{calls}");
+    // The launcher is not part of the content hash: without it, everything is up to date.
+    let out = succeeds(root, &["build"]);
+    assert!(out.contains("2 up to date, 0 to compile"), "{out}");
+
+    // The environment variable does the same.
+    std::fs::remove_file(project.path().join("registry/transpose_64x64.json")).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("--root")
+        .arg(project.path())
+        .arg("build")
+        .env("TILESMITH_NVCC_LAUNCHER", &launcher)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 3);
 }
