@@ -2,10 +2,14 @@
 
 use crate::error::{Context as _, Error};
 use crate::kernel::Kernel;
-use crate::plan::{runs_on, Arg, Launch};
+use crate::plan::{runs_on, Arg, Launch, TensorMapArg};
 use crate::Result;
-use cudarc::driver::sys::{CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule};
-use cudarc::driver::{result, CudaContext, CudaStream};
+use cudarc::driver::sys::{
+    CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+    CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+};
+use cudarc::driver::{result, CudaContext, CudaStream, DriverError};
+use tilesmith_spec::Dtype;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex};
@@ -20,6 +24,7 @@ pub struct Gpu {
     name: String,
     capability: (u32, u32),
     smem_opt_in: u32,
+    sms: u32,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
 }
 
@@ -60,6 +65,7 @@ impl Gpu {
         let smem_opt_in = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .during("reading the shared-memory limit")?;
+        let sms = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).during("reading the multiprocessor count")?;
         let stream = ctx.default_stream();
         Ok(Gpu {
             ctx,
@@ -67,6 +73,7 @@ impl Gpu {
             name,
             capability: (major as u32, minor as u32),
             smem_opt_in: smem_opt_in as u32,
+            sms: sms.max(1) as u32,
             loaded: Mutex::new(HashMap::new()),
         })
     }
@@ -86,6 +93,11 @@ impl Gpu {
     /// (major, minor), e.g. (9, 0) for an H100.
     pub fn capability(&self) -> (u32, u32) {
         self.capability
+    }
+
+    /// Its number of multiprocessors, which persistent kernels launch a block per.
+    pub fn sms(&self) -> u32 {
+        self.sms
     }
 
     /// Waits for the stream; errors a kernel raised surface here.
@@ -151,12 +163,20 @@ impl Gpu {
     /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
     pub(crate) fn launch(&self, kernel: &Kernel, mut launch: Launch) -> Result<()> {
         let loaded = self.load(kernel)?;
+        let mut maps: Vec<Box<CUtensorMap>> = Vec::new();
+        for arg in &launch.args {
+            if let Arg::TensorMap(map) = arg {
+                maps.push(Box::new(encode(map).map_err(|source| Error::Cuda { what: format!("encoding a tensor map for {}", kernel.name()), source })?));
+            }
+        }
+        let mut maps = maps.iter_mut();
         let mut params: Vec<*mut c_void> = launch
             .args
             .iter_mut()
             .map(|arg| match arg {
                 Arg::Pointer(addr) => addr as *mut u64 as *mut c_void,
                 Arg::I32(value) => value as *mut i32 as *mut c_void,
+                Arg::TensorMap(_) => maps.next().map_or(std::ptr::null_mut(), |map| &mut **map as *mut CUtensorMap as *mut c_void),
             })
             .collect();
         let what = format!("launching {}", kernel.name());
@@ -168,4 +188,40 @@ impl Gpu {
         }
         .during(&what)
     }
+}
+
+/// The driver's tensor map for a checked [`TensorMapArg`]: TMA copies its boxes, zero-filling
+/// what lies outside the tensor.
+fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
+    let data_type = match map.dtype {
+        Dtype::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    let swizzle = match map.swizzle_bytes {
+        32 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+        64 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        _ => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    let strides = [map.row_stride_bytes];
+    let element_strides = [1u32, 1];
+    let mut encoded = CUtensorMap { opaque: [0; 16] };
+    unsafe {
+        cudarc::driver::sys::cuTensorMapEncodeTiled(
+            &mut encoded,
+            data_type,
+            2,
+            map.addr as *mut c_void,
+            map.dims.as_ptr(),
+            strides.as_ptr(),
+            map.box_.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()?;
+    }
+    Ok(encoded)
 }

@@ -126,7 +126,7 @@ impl Kernel {
             Buffer { len: args.b.len(), addr: b },
             Buffer { len: c_len, addr: c },
         ];
-        match plan_gemm(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? {
+        match plan_gemm(&self.built, T::DTYPE, &args.shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(self, launch),
             None => Ok(()),
         }
@@ -139,7 +139,7 @@ impl Kernel {
         let y_len = args.y.len();
         let (y, _y_sync) = args.y.device_ptr_mut(stream);
         let buffers = [Buffer { len: args.x.len(), addr: x }, Buffer { len: y_len, addr: y }];
-        match plan_transpose(&self.built, T::DTYPE, &args.shape, buffers).map_err(|rule| self.refused(rule))? {
+        match plan_transpose(&self.built, T::DTYPE, &args.shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(self, launch),
             None => Ok(()),
         }

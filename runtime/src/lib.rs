@@ -27,7 +27,7 @@ mod registry;
 pub use error::Error;
 pub use gpu::Gpu;
 pub use kernel::{Element, GemmArgs, Kernel, TransposeArgs};
-pub use plan::{plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TransposeShape};
+pub use plan::{plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TensorMapArg, TransposeShape};
 pub use registry::Registry;
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Kind, Layout, Variant};
 

@@ -81,6 +81,30 @@ pub struct Launch {
 pub enum Arg {
     Pointer(u64),
     I32(i32),
+    /// Encoded into a `CUtensorMap` just before the launch, which needs the driver.
+    TensorMap(TensorMapArg),
+}
+
+/// A 2D tensor map of an operand as stored, checked against TMA's rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorMapArg {
+    pub addr: u64,
+    pub dtype: Dtype,
+    /// [row length, rows], in elements.
+    pub dims: [u64; 2],
+    pub row_stride_bytes: u64,
+    /// [elements along a row, rows] copied at a time.
+    pub box_: [u32; 2],
+    pub swizzle_bytes: u32,
+}
+
+/// One operand of a call as its kernel parameters may take it.
+struct OperandArg {
+    operand: Operand,
+    addr: u64,
+    rows: usize,
+    cols: usize,
+    ld: usize,
 }
 
 /// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
@@ -152,19 +176,25 @@ fn check_kernel(built: &Built, dtype: Dtype, family: &str) -> Result<(), String>
 }
 
 /// The kernel's arguments, made by walking its parameter list: each pointer parameter gets its
-/// operand's address, each integer its quantity, refused when it does not fit the parameter.
-fn arguments(built: &Built, operands: &[(Operand, u64)], quantities: &[(Quantity, usize)]) -> Result<Vec<Arg>, String> {
+/// operand's address, each tensor map its operand's layout, each integer its quantity,
+/// refused when it does not fit the parameter.
+fn arguments(built: &Built, dtype: Dtype, operands: &[OperandArg], quantities: &[(Quantity, usize)]) -> Result<Vec<Arg>, String> {
+    let find = |name: &str, operand: Operand| {
+        operands
+            .iter()
+            .find(|o| o.operand == operand)
+            .ok_or(format!("its parameter `{name}` wants operand {}, which this call does not pass", operand.as_str()))
+    };
     built
         .entry
         .launch
         .params
         .iter()
         .map(|param| match param.kind {
-            ParamKind::Pointer { operand, .. } => operands
-                .iter()
-                .find(|(o, _)| *o == operand)
-                .map(|&(_, addr)| Arg::Pointer(addr))
-                .ok_or(format!("its parameter `{}` wants operand {}, which this call does not pass", param.name, operand.as_str())),
+            ParamKind::Pointer { operand, .. } => find(&param.name, operand).map(|o| Arg::Pointer(o.addr)),
+            ParamKind::TensorMap { operand, box_, swizzle } => {
+                tensor_map(find(&param.name, operand)?, dtype, box_, swizzle).map(Arg::TensorMap)
+            }
             ParamKind::I32 { value } => {
                 let &(_, given) = quantities
                     .iter()
@@ -178,14 +208,34 @@ fn arguments(built: &Built, operands: &[(Operand, u64)], quantities: &[(Quantity
         .collect()
 }
 
-fn launch(built: &Built, m: usize, n: usize, args: Vec<Arg>) -> Result<Launch, String> {
+/// TMA's rules for a 2D tensor: a 16-byte-aligned start, rows a multiple of 16 bytes apart and
+/// less than 2^40 bytes, at most 2^32 elements along each side.
+fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
+    let name = o.operand.as_str();
+    if o.addr % 16 != 0 {
+        return Err(format!("{name} starts at {:#x}; TMA needs 16-byte-aligned operands", o.addr));
+    }
+    let row_stride_bytes = o.ld as u64 * u64::from(dtype.size_bytes());
+    if row_stride_bytes % 16 != 0 || row_stride_bytes >= 1 << 40 {
+        return Err(format!("the rows of {name} are {row_stride_bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
+    }
+    let dims = [o.cols as u64, o.rows as u64];
+    if dims.iter().any(|&d| d > u64::from(u32::MAX)) {
+        return Err(format!("{name} is {} x {} as stored; TMA takes at most 2^32 - 1 elements a side", o.rows, o.cols));
+    }
+    // An empty side is never read (the kernel issues no loads then), but TMA wants at least 1.
+    Ok(TensorMapArg { addr: o.addr, dtype, dims: dims.map(|d| d.max(1)), row_stride_bytes: row_stride_bytes.max(16), box_, swizzle_bytes })
+}
+
+fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result<Launch, String> {
     let spec = &built.entry.launch;
-    let grid = spec.grid.grid(m as u64, n as u64).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
+    let grid = spec.grid.grid(m as u64, n as u64, sms).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
     Ok(Launch { grid, block: spec.block, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
 
-/// Checks a GEMM call; `None` when there is nothing to compute (M or N is 0).
-pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3]) -> Result<Option<Launch>, String> {
+/// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to
+/// compute (M or N is 0).
+pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
     check_kernel(built, dtype, "gemm")?;
     let Kind::Gemm { layout, .. } = built.entry.variant.kind else { unreachable!("checked family") };
     if shape.layout != layout {
@@ -208,19 +258,23 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
         check_operand(built, dtype, operand)?;
     }
     let s = shape;
+    let stored = [(Operand::A, a, sa, s.lda), (Operand::B, b, sb, s.ldb), (Operand::C, c, sc, s.ldc)]
+        .map(|(operand, buffer, (rows, cols), ld)| OperandArg { operand, addr: buffer.addr, rows, cols, ld });
     let args = arguments(
         built,
-        &[(Operand::A, a.addr), (Operand::B, b.addr), (Operand::C, c.addr)],
+        dtype,
+        &stored,
         &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::K, s.k), (Quantity::Lda, s.lda), (Quantity::Ldb, s.ldb), (Quantity::Ldc, s.ldc)],
     )?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
     }
-    launch(built, shape.m, shape.n, args).map(Some)
+    launch(built, shape.m, shape.n, sms, args).map(Some)
 }
 
-/// Checks a transpose call; `None` when there is nothing to move.
-pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y]: [Buffer; 2]) -> Result<Option<Launch>, String> {
+/// Checks a transpose call for a GPU with `sms` multiprocessors; `None` when there is nothing
+/// to move.
+pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y]: [Buffer; 2], sms: u32) -> Result<Option<Launch>, String> {
     check_kernel(built, dtype, "transpose")?;
     let multiple = built.entry.requires.shape_multiple;
     let bounds = built.entry.variant.bounds.as_str();
@@ -233,15 +287,15 @@ pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y
         check_operand(built, dtype, operand)?;
     }
     let s = shape;
-    let args = arguments(
-        built,
-        &[(Operand::X, x.addr), (Operand::Y, y.addr)],
-        &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::Ldx, s.ldx), (Quantity::Ldy, s.ldy)],
-    )?;
+    let stored = [
+        OperandArg { operand: Operand::X, addr: x.addr, rows: s.m, cols: s.n, ld: s.ldx },
+        OperandArg { operand: Operand::Y, addr: y.addr, rows: s.n, cols: s.m, ld: s.ldy },
+    ];
+    let args = arguments(built, dtype, &stored, &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::Ldx, s.ldx), (Quantity::Ldy, s.ldy)])?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
     }
-    launch(built, shape.m, shape.n, args).map(Some)
+    launch(built, shape.m, shape.n, sms, args).map(Some)
 }
 
 /// Whether a fatbin with these targets runs on a GPU of compute capability `device`: SASS of

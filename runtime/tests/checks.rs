@@ -23,7 +23,7 @@ fn buffers(shape: &GemmShape) -> [Buffer; 3] {
 }
 
 fn gemm(name: &str, dtype: Dtype, shape: GemmShape) -> Result<Option<tilesmith_runtime::Launch>, String> {
-    tilesmith_runtime::plan_gemm(&built(name), dtype, &shape, buffers(&shape))
+    tilesmith_runtime::plan_gemm(&built(name), dtype, &shape, buffers(&shape), 132)
 }
 
 #[test]
@@ -83,11 +83,11 @@ fn arguments_follow_the_parameter_list() {
     // A parameter added to the contract is passed, and checked, with no change to the runtime.
     let mut built = built("gemm_tn_128x128x32");
     built.entry.launch.params.insert(0, Param { name: "ldc_again".into(), kind: ParamKind::I32 { value: Quantity::Ldc } });
-    let planned = tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape)).unwrap().unwrap();
+    let planned = tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape), 132).unwrap().unwrap();
     assert_eq!(planned.args[0], Arg::I32(200));
     built.entry.launch.params.push(Param { name: "rows".into(), kind: ParamKind::I32 { value: Quantity::Ldx } });
     assert_eq!(
-        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape)).unwrap_err(),
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape), 132).unwrap_err(),
         "its parameter `rows` wants ldx, which this call does not give"
     );
 }
@@ -112,7 +112,7 @@ fn leading_dimensions_past_the_parameter_range_are_refused() {
         let shape = TransposeShape { ldx: ld, ..TransposeShape::packed(2, 64) };
         let buffers = shape.spans().map(|len| Buffer { len, addr: ALIGNED });
         assert_eq!(
-            tilesmith_runtime::plan_transpose(&built("transpose_64x64_f32"), Dtype::F32, &shape, buffers).unwrap_err(),
+            tilesmith_runtime::plan_transpose(&built("transpose_64x64_f32"), Dtype::F32, &shape, buffers, 132).unwrap_err(),
             format!("ldx = {ld} does not fit the kernel's 32-bit parameter `ldx` (at most 2147483647)")
         );
     }
@@ -125,12 +125,12 @@ fn short_or_misaligned_buffers_are_refused() {
     let [a, b, c] = buffers(&shape);
     let short = Buffer { len: a.len - 1, ..a };
     assert_eq!(
-        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [short, b, c]).unwrap_err(),
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [short, b, c], 132).unwrap_err(),
         "A holds 4095 elements, but 128 rows of 32 with lda = 32 span 4096"
     );
     let shifted = Buffer { addr: ALIGNED + 2, ..c };
     assert_eq!(
-        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, shifted]).unwrap_err(),
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, shifted], 132).unwrap_err(),
         format!("C starts at {:#x}, which is not 16-byte aligned", ALIGNED + 2)
     );
     // A checked variant takes any element-aligned address and odd leading dimensions.
@@ -142,14 +142,14 @@ fn built_checked_odd() -> Result<Option<tilesmith_runtime::Launch>, String> {
     let shape = GemmShape { lda: 4099, ldb: 4099, ldc: 4097, ..GemmShape::packed(4095, 4097, 4099, Layout::Tn) };
     let [a, b, c] = buffers(&shape);
     let c = Buffer { addr: ALIGNED + 2, ..c };
-    tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &shape, [a, b, c])
+    tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &shape, [a, b, c], 132)
 }
 
 #[test]
 fn transpose_checks() {
     let plan = |name: &str, shape: TransposeShape, lens: [usize; 2]| {
         let buffers = lens.map(|len| Buffer { len, addr: ALIGNED });
-        tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, buffers)
+        tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, buffers, 132)
     };
     let shape = TransposeShape::packed(100, 70);
     assert_eq!(TransposeShape { ldx: 75, ldy: 101, ..shape }.spans(), [99 * 75 + 70, 69 * 101 + 100]);
@@ -269,4 +269,32 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
     std::fs::write(&path, r#"{"format": 99, "variants": []}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(err.ends_with("has format 99, but this version of tilesmith reads format 2"), "{err}");
+}
+
+#[test]
+fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_grid() {
+    let tn = GemmShape { lda: 4096, ..GemmShape::packed(4000, 3000, 4000, Layout::Tn) };
+    let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, tn).unwrap().unwrap();
+    assert_eq!(launch.grid, [132, 1, 1]);
+    assert_eq!(launch.block, [384, 1, 1]);
+    let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
+    assert_eq!((a.dims, a.row_stride_bytes, a.box_, a.swizzle_bytes), ([4000, 4000], 8192, [64, 128], 128));
+    let Arg::TensorMap(b) = launch.args[1] else { panic!("{:?}", launch.args[1]) };
+    assert_eq!((b.dims, b.box_), ([4000, 3000], [64, 256]));
+    assert_eq!(launch.args[2], Arg::Pointer(ALIGNED));
+
+    // MN-major operands are mapped as stored, in 64-element boxes along their rows.
+    let nt = GemmShape::packed(512, 1024, 256, Layout::Nt);
+    let launch = gemm("gemm_nt_128x256x64_f16_wgmma_w12", Dtype::F16, nt).unwrap().unwrap();
+    assert_eq!(launch.grid, [16, 1, 1]);
+    let Arg::TensorMap(a) = launch.args[0] else { panic!() };
+    assert_eq!((a.dims, a.box_), ([512, 256], [64, 64]));
+    let Arg::TensorMap(b) = launch.args[1] else { panic!() };
+    assert_eq!((b.dims, b.box_), ([1024, 256], [64, 64]));
+
+    // TMA's 16-byte rows: an odd leading dimension is refused with the rule named.
+    assert_eq!(
+        gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, GemmShape::packed(4095, 4097, 4099, Layout::Tn)).unwrap_err(),
+        "lda = 4099 is not a multiple of 8 elements, as this checked variant assumes (16-byte rows)"
+    );
 }

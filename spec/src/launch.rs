@@ -22,17 +22,33 @@ pub struct LaunchSpec {
 pub enum GridRule {
     /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
     TilesMn { tm: u32, tn: u32 },
+    /// A block per multiprocessor, at most one per TM×TN tile; each block walks the tiles
+    /// blockIdx.x, blockIdx.x + gridDim.x, ...
+    Persistent { tm: u32, tn: u32 },
 }
 
 impl GridRule {
-    /// The grid for an M×N problem; `None` when a dimension would exceed CUDA's limits.
-    pub fn grid(&self, m: u64, n: u64) -> Option<[u32; 3]> {
+    /// The grid for an M×N problem on a GPU with `sms` multiprocessors; `None` when a
+    /// dimension would exceed CUDA's limits.
+    pub fn grid(&self, m: u64, n: u64, sms: u32) -> Option<[u32; 3]> {
         match *self {
             GridRule::TilesMn { tm, tn } => {
                 let x = u32::try_from(n.div_ceil(u64::from(tn.max(1)))).ok()?;
                 let y = u32::try_from(m.div_ceil(u64::from(tm.max(1)))).ok().filter(|&y| y <= 65_535)?;
                 Some([x.max(1), y.max(1), 1])
             }
+            GridRule::Persistent { tm, tn } => {
+                // The kernels count tiles in an int.
+                let tiles = m.div_ceil(u64::from(tm.max(1))).checked_mul(n.div_ceil(u64::from(tn.max(1))))?;
+                (tiles <= i32::MAX as u64).then(|| [tiles.clamp(1, u64::from(sms.max(1))) as u32, 1, 1])
+            }
+        }
+    }
+
+    /// The output tile one block computes at a time.
+    pub fn tile(&self) -> [u32; 2] {
+        match *self {
+            GridRule::TilesMn { tm, tn } | GridRule::Persistent { tm, tn } => [tm, tn],
         }
     }
 }
@@ -52,6 +68,16 @@ pub enum ParamKind {
     Pointer { operand: Operand, access: Access },
     /// A problem quantity as a 32-bit signed `int`; the runtime refuses values outside 0..=2^31-1.
     I32 { value: Quantity },
+    /// A TMA descriptor (`CUtensorMap`, passed by value as `const __grid_constant__`) of an
+    /// operand as stored: rows × row length with its leading dimension, the variant's element
+    /// type, copied in boxes of `box_` = [elements along a row, rows], with `swizzle`-byte
+    /// swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros.
+    TensorMap {
+        operand: Operand,
+        #[serde(rename = "box")]
+        box_: [u32; 2],
+        swizzle: u32,
+    },
 }
 
 /// A matrix a call passes: A, B, C of a GEMM, X, Y of a transpose.
@@ -118,7 +144,7 @@ impl ParamKind {
     /// The largest value the parameter holds, for integers.
     pub fn max_value(self) -> Option<u64> {
         match self {
-            ParamKind::Pointer { .. } => None,
+            ParamKind::Pointer { .. } | ParamKind::TensorMap { .. } => None,
             ParamKind::I32 { .. } => Some(i32::MAX as u64),
         }
     }
@@ -147,15 +173,25 @@ mod tests {
     #[test]
     fn tiles_grid_rounds_up_and_refuses_overflow() {
         let rule = GridRule::TilesMn { tm: 128, tn: 64 };
-        assert_eq!(rule.grid(4096, 4096), Some([64, 32, 1]));
-        assert_eq!(rule.grid(1, 65), Some([2, 1, 1]));
-        assert_eq!(rule.grid(128 * 65_536, 64), None);
+        assert_eq!(rule.grid(4096, 4096, 132), Some([64, 32, 1]));
+        assert_eq!(rule.grid(1, 65, 132), Some([2, 1, 1]));
+        assert_eq!(rule.grid(128 * 65_536, 64, 132), None);
+    }
+
+    #[test]
+    fn persistent_grid_is_one_block_per_multiprocessor_at_most() {
+        let rule = GridRule::Persistent { tm: 128, tn: 256 };
+        assert_eq!(rule.grid(4096, 4096, 132), Some([132, 1, 1]));
+        assert_eq!(rule.grid(300, 300, 132), Some([6, 1, 1]));
+        assert_eq!(rule.grid(1 << 30, 1 << 30, 132), None);
     }
 
     #[test]
     fn params_read_as_tagged_tables() {
-        let json = r#"[{"name":"A","kind":"pointer","operand":"a","access":"read"},{"name":"lda","kind":"i32","value":"lda"}]"#;
+        let json = r#"[{"name":"A","kind":"pointer","operand":"a","access":"read"},{"name":"lda","kind":"i32","value":"lda"},
+            {"name":"tmB","kind":"tensor_map","operand":"b","box":[64,256],"swizzle":128}]"#;
         let params: Vec<Param> = serde_json::from_str(json).unwrap();
+        assert_eq!(params[2].kind, ParamKind::TensorMap { operand: Operand::B, box_: [64, 256], swizzle: 128 });
         assert_eq!(params[0].kind, ParamKind::Pointer { operand: Operand::A, access: Access::Read });
         assert_eq!(params[1].kind, ParamKind::I32 { value: Quantity::Lda });
         assert_eq!(params[1].kind.max_value(), Some(2_147_483_647));

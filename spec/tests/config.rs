@@ -276,3 +276,42 @@ fn a_backend_with_a_bad_architecture_gets_that_error_alone() {
     assert_eq!(message.lines().count(), 1, "{message}");
     assert!(message.contains("backend `gemm.simt`: unknown SASS architecture `sm_91`"), "{message}");
 }
+
+/// Kernel names are API: users write them in their code. These shipped names must keep
+/// meaning these axes; a change of defaults that renames them fails here.
+#[test]
+fn shipped_names_keep_their_axes() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml");
+    let config = Config::load(&path).unwrap();
+    let axes = |name: &str| -> Vec<(&'static str, String)> {
+        let declared = config.variants.iter().find(|d| d.variant.name == name).unwrap_or_else(|| panic!("`{name}` is no longer shipped"));
+        declared.variant.axes()
+    };
+    let expect = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> { pairs.iter().map(|(a, v)| (*a, v.to_string())).collect() };
+    let gemm = |layout, dtype, tile, backend, warps, stages, bounds| {
+        expect(&[
+            ("family", "gemm"),
+            ("layout", layout),
+            ("dtype", dtype),
+            ("tile", tile),
+            ("backend", backend),
+            ("warps", warps),
+            ("stages", stages),
+            ("bounds", bounds),
+        ])
+    };
+    assert_eq!(axes("gemm_tn_128x128x32"), gemm("tn", "bf16", "128x128x32", "mma", "4", "4", "checked"));
+    assert_eq!(axes("gemm_nt_128x128x32_f16_unchecked"), gemm("nt", "f16", "128x128x32", "mma", "4", "4", "unchecked"));
+    assert_eq!(axes("gemm_tt_128x256x32_w8"), gemm("tt", "bf16", "128x256x32", "mma", "8", "4", "checked"));
+    assert_eq!(axes("gemm_nn_128x128x32_f32_simt_w8_s2"), gemm("nn", "f32", "128x128x32", "simt", "8", "2", "checked"));
+    assert_eq!(axes("gemm_tn_64x64x32_simt_s2_unchecked"), gemm("tn", "bf16", "64x64x32", "simt", "4", "2", "unchecked"));
+    assert_eq!(axes("gemm_tn_128x256x64_wgmma_w12"), gemm("tn", "bf16", "128x256x64", "wgmma", "12", "4", "checked"));
+    assert_eq!(
+        axes("transpose_64x64_f32_unchecked"),
+        expect(&[("family", "transpose"), ("dtype", "f32"), ("tile", "64x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "unchecked")])
+    );
+    assert_eq!(
+        axes("transpose_128x64"),
+        expect(&[("family", "transpose"), ("dtype", "bf16"), ("tile", "128x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "checked")])
+    );
+}

@@ -6,6 +6,7 @@ use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands}
 use crate::report::Record;
 use crate::timing::{GemmCase, TransposeCase};
 use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, TransposeArgs, TransposeShape};
+use tilesmith_spec::GridRule;
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
 #[macro_export]
@@ -29,16 +30,25 @@ macro_rules! with_element {
 }
 
 /// The GEMM shapes a variant is tried on: every edge case for a checked variant, tile
-/// multiples (one with padded leading dimensions) for an unchecked one.
+/// multiples (one with padded leading dimensions) for an unchecked one. Leading dimensions are
+/// rounded up to the multiple the variant needs (TMA's 16-byte rows); a persistent variant
+/// also gets more tiles than an H200 has multiprocessors, so that blocks take several.
 pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     let Kind::Gemm { layout, tile: [tm, tn, tk], .. } = kernel.variant().kind else { return Vec::new() };
     let [tm, tn, tk] = [tm, tn, tk].map(|t| t as usize);
-    let packed = |m, n, k| GemmShape::packed(m, n, k, layout);
-    let padded = |m, n, k, extra: usize| {
-        let shape = packed(m, n, k);
-        GemmShape { lda: shape.lda + extra, ldb: shape.ldb + extra, ldc: shape.ldc + extra, ..shape }
+    let step = kernel.info().entry.requires.ld_multiple as usize;
+    let aligned = |shape: GemmShape| GemmShape {
+        lda: shape.lda.next_multiple_of(step),
+        ldb: shape.ldb.next_multiple_of(step),
+        ldc: shape.ldc.next_multiple_of(step),
+        ..shape
     };
-    if kernel.variant().is_checked() {
+    let packed = |m, n, k| aligned(GemmShape::packed(m, n, k, layout));
+    let padded = |m, n, k, extra: usize| {
+        let shape = GemmShape::packed(m, n, k, layout);
+        aligned(GemmShape { lda: shape.lda + extra, ldb: shape.ldb + extra, ldc: shape.ldc + extra, ..shape })
+    };
+    let mut shapes = if kernel.variant().is_checked() {
         vec![
             packed(2 * tm + 3, 2 * tn + 5, 3 * tk + 7),
             packed(tm + 1, tn - 1, (tk / 2).max(1)),
@@ -47,9 +57,13 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
             padded(tm + 7, tn + 9, 2 * tk + 1, 13),
         ]
     } else {
-        let step = kernel.info().entry.requires.ld_multiple as usize;
         vec![packed(2 * tm, 3 * tn, 4 * tk), padded(tm, tn, tk, 2 * step)]
+    };
+    if matches!(kernel.info().entry.launch.grid, GridRule::Persistent { .. }) {
+        let odd = usize::from(kernel.variant().is_checked());
+        shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd));
     }
+    shapes
 }
 
 /// The transpose shapes (M, N, ldx, ldy) a variant is tried on.

@@ -106,9 +106,9 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
     if decl.block.contains(&0) || threads > 1024 {
         return Err(format!("block {:?} must have 1 to 1024 threads, none of its sides 0", decl.block));
     }
-    let GridRule::TilesMn { tm, tn } = decl.grid;
+    let [tm, tn] = decl.grid.tile();
     if tm == 0 || tn == 0 {
-        return Err(format!("grid rule tiles_mn needs tiles of at least 1x1, got {tm}x{tn}"));
+        return Err(format!("the grid rule needs tiles of at least 1x1, got {tm}x{tn}"));
     }
     for sass in &declared.backend.sass {
         let limit = arch::smem_limit(sass).unwrap_or(0);
@@ -144,10 +144,32 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
                     return Err(format!("parameter `{}` takes {}, which a {family} call does not give", param.name, value.as_str()));
                 }
             }
+            ParamKind::TensorMap { operand, box_, swizzle } => {
+                let name = &param.name;
+                match launch::operands(family).iter().find(|(o, _)| *o == operand) {
+                    None => return Err(format!("parameter `{name}` maps operand {}, which a {family} call does not pass", operand.as_str())),
+                    Some((_, Access::Write)) => return Err(format!("parameter `{name}`: tensor maps are for operands the kernel reads, and it writes {}", operand.as_str())),
+                    Some(_) => {}
+                }
+                if ![32, 64, 128].contains(&swizzle) {
+                    return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
+                }
+                if box_.iter().any(|&b| !(1..=256).contains(&b)) {
+                    return Err(format!("parameter `{name}`: box sides must be 1 to 256 elements, got {box_:?}"));
+                }
+                let row_bytes = box_[0] * variant.dtype.size_bytes();
+                if row_bytes > swizzle || row_bytes % 16 != 0 {
+                    return Err(format!("parameter `{name}`: a box row of {row_bytes} bytes must be a multiple of 16 and at most the {swizzle}-byte swizzle"));
+                }
+            }
         }
     }
     for (operand, _) in launch::operands(family) {
-        let count = decl.params.iter().filter(|p| matches!(p.kind, ParamKind::Pointer { operand: o, .. } if o == *operand)).count();
+        let count = decl
+            .params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamKind::Pointer { operand: o, .. } | ParamKind::TensorMap { operand: o, .. } if o == *operand))
+            .count();
         if count != 1 {
             return Err(format!("a {family} kernel takes operand {} once, as one parameter; the contract has it {count} times", operand.as_str()));
         }
@@ -167,6 +189,7 @@ fn signature(params: &[Param]) -> String {
             ParamKind::Pointer { access: Access::Read, .. } => format!("const T* __restrict__ {}", param.name),
             ParamKind::Pointer { access: Access::Write, .. } => format!("T* __restrict__ {}", param.name),
             ParamKind::I32 { .. } => format!("int {}", param.name),
+            ParamKind::TensorMap { .. } => format!("const __grid_constant__ CUtensorMap {}", param.name),
         })
         .collect();
     declarations.join(", ")

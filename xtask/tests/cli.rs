@@ -338,6 +338,15 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         let archs: Vec<&str> = built.resources.iter().map(|r| r.arch.as_str()).collect();
         assert_eq!(archs, entry.targets.sass, "{name}: ptxas report per architecture");
         assert!(!built.spills(), "{name} spills: {:?}", built.resources);
+        if entry.variant.backend == "wgmma" {
+            // The Hopper path: tensor-core HGMMA fed by TMA loads, and no local-memory traffic.
+            let sass = cuobjdump(Path::new(tool), &fatbin, "--dump-sass");
+            let opcodes: Vec<&str> = sass.split(|c: char| c.is_whitespace() || c == ';').collect();
+            let has = |op: &str| opcodes.iter().any(|word| *word == op || word.starts_with(&format!("{op}.")));
+            assert!(has("HGMMA"), "{name}: no HGMMA in its SASS");
+            assert!(has("UTMALDG"), "{name}: no TMA load (UTMALDG) in its SASS");
+            assert!(!has("LDL") && !has("STL"), "{name}: local-memory loads or stores in its SASS");
+        }
         assert!(built.resources.iter().all(|r| r.registers > 0), "{name}: {:?}", built.resources);
     }
 }

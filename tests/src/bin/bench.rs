@@ -108,7 +108,7 @@ fn run(args: Args) -> Result<(), String> {
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-                        match plan_gemm(kernel.info(), *dtype, &shape, buffers) {
+                        match plan_gemm(kernel.info(), *dtype, &shape, buffers, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {m}x{n}x{k}: {rule}", kernel.name())),
                         }
@@ -131,7 +131,7 @@ fn run(args: Args) -> Result<(), String> {
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-                        match plan_transpose(kernel.info(), *dtype, &shape, buffers) {
+                        match plan_transpose(kernel.info(), *dtype, &shape, buffers, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {m}x{n}: {rule}", kernel.name())),
                         }
