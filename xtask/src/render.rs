@@ -146,10 +146,8 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
             }
             ParamKind::TensorMap { operand, box_, swizzle } => {
                 let name = &param.name;
-                match launch::operands(family).iter().find(|(o, _)| *o == operand) {
-                    None => return Err(format!("parameter `{name}` maps operand {}, which a {family} call does not pass", operand.as_str())),
-                    Some((_, Access::Write)) => return Err(format!("parameter `{name}`: tensor maps are for operands the kernel reads, and it writes {}", operand.as_str())),
-                    Some(_) => {}
+                if !launch::operands(family).iter().any(|(o, _)| *o == operand) {
+                    return Err(format!("parameter `{name}` maps operand {}, which a {family} call does not pass", operand.as_str()));
                 }
                 if ![32, 64, 128].contains(&swizzle) {
                     return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
@@ -165,13 +163,22 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
         }
     }
     for (operand, _) in launch::operands(family) {
-        let count = decl
-            .params
-            .iter()
-            .filter(|p| matches!(p.kind, ParamKind::Pointer { operand: o, .. } | ParamKind::TensorMap { operand: o, .. } if o == *operand))
-            .count();
-        if count != 1 {
-            return Err(format!("a {family} kernel takes operand {} once, as one parameter; the contract has it {count} times", operand.as_str()));
+        let count = |tensor_map: bool| {
+            decl.params
+                .iter()
+                .filter(|p| match p.kind {
+                    ParamKind::Pointer { operand: o, .. } => !tensor_map && o == *operand,
+                    ParamKind::TensorMap { operand: o, .. } => tensor_map && o == *operand,
+                    ParamKind::I32 { .. } => false,
+                })
+                .count()
+        };
+        let (pointers, maps) = (count(false), count(true));
+        if pointers + maps == 0 || pointers > 1 || maps > 1 {
+            return Err(format!(
+                "a {family} kernel takes operand {} as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
+                operand.as_str()
+            ));
         }
     }
     Ok(())
