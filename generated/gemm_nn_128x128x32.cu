@@ -4,11 +4,12 @@
 // Variant gemm_nn_128x128x32
 //   family = gemm
 //   layout = nn
-//   dtype = bf16
 //   tile = 128x128x32
+//   dtype = bf16
 //   backend = mma
 //   warps = 4
 //   stages = 4
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -4,11 +4,12 @@
 // Variant gemm_nt_128x128x32_f32_simt_w8_s2_unchecked
 //   family = gemm
 //   layout = nt
-//   dtype = f32
 //   tile = 128x128x32
+//   dtype = f32
 //   backend = simt
 //   warps = 8
 //   stages = 2
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -4,11 +4,12 @@
 // Variant gemm_nt_64x64x32_f16_simt_s2_unchecked
 //   family = gemm
 //   layout = nt
-//   dtype = f16
 //   tile = 64x64x32
+//   dtype = f16
 //   backend = simt
 //   warps = 4
 //   stages = 2
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -4,11 +4,12 @@
 // Variant gemm_tn_128x128x32_f16_unchecked
 //   family = gemm
 //   layout = tn
-//   dtype = f16
 //   tile = 128x128x32
+//   dtype = f16
 //   backend = mma
 //   warps = 4
 //   stages = 4
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

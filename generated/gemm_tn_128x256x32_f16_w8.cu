@@ -4,11 +4,12 @@
 // Variant gemm_tn_128x256x32_f16_w8
 //   family = gemm
 //   layout = tn
-//   dtype = f16
 //   tile = 128x256x32
+//   dtype = f16
 //   backend = mma
 //   warps = 8
 //   stages = 4
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

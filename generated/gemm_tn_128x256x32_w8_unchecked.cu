@@ -4,11 +4,12 @@
 // Variant gemm_tn_128x256x32_w8_unchecked
 //   family = gemm
 //   layout = tn
-//   dtype = bf16
 //   tile = 128x256x32
+//   dtype = bf16
 //   backend = mma
 //   warps = 8
 //   stages = 4
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

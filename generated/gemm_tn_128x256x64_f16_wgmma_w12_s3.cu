@@ -4,11 +4,12 @@
 // Variant gemm_tn_128x256x64_f16_wgmma_w12_s3
 //   family = gemm
 //   layout = tn
-//   dtype = f16
 //   tile = 128x256x64
+//   dtype = f16
 //   backend = wgmma
 //   warps = 12
 //   stages = 3
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -73,6 +74,32 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
         :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 
+// As tma_load_2d, into the same offset of every block of the cluster in `mask`, completing on
+// each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar, uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, { %2, %3 }], [%4], %5;\n"
+        :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+}
+
+// Arrives on the barrier at `bar`'s offset in block `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" :: "r"(bar), "r"(rank) : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every block of the cluster.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // A box of shared memory into a 2D tensor; TMA clips what lies outside it. Tracked as a bulk
 // group of the issuing thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
@@ -130,6 +157,8 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 #define TK 64
 #define STAGES 3
 #define CONSUMERS 2
+// Blocks of a cluster take consecutive tile rows and share B, each loading 1/CLUSTER of it.
+#define CLUSTER 1
 #define THREADS 384
 // Tile rows per group of the tile order: consecutive tiles share B columns in the L2.
 #define GROUP_M 8
@@ -159,6 +188,11 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 // Two adjacent outputs of a row, stored in one access.
 struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
+// Frees a ring buffer: on every block of the cluster, whose B parts it holds.
+__device__ __forceinline__ void release(uint32_t empty_bar) {
+    mbar_arrive(empty_bar);
+}
+
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     const Pair pair{ from_float<T>(lo), from_float<T>(hi) };
     return *reinterpret_cast<const uint32_t*>(&pair);
@@ -172,13 +206,18 @@ gemm_tn_128x256x64_f16_wgmma_w12_s3(const __grid_constant__ CUtensorMap tmA, con
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
     // 128-byte swizzling repeats every 1024 bytes: tiles start on such a boundary.
     const uint32_t base = (smem_addr(smem) + 1023) & ~1023u;
+    // The grid walks units of CLUSTER tiles stacked along M, one tile per block of a cluster;
+    // a tile past the last row (odd tile rows) is computed on zeros and its stores are clipped.
     const int tiles_m = (M + TM - 1) / TM, tiles_n = (N + TN - 1) / TN;
-    const int tiles = tiles_m * tiles_n;
+    const int groups_m = (tiles_m + CLUSTER - 1) / CLUSTER;
+    const int units = groups_m * tiles_n;
     const int k_blocks = (K + TK - 1) / TK;
+    const int rank = 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&full[s]), 1);
-            mbar_init(smem_addr(&empty[s]), CONSUMERS);
+            // Every consumer of the cluster frees a buffer: the B parts in it came from all blocks.
+            mbar_init(smem_addr(&empty[s]), CONSUMERS * CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -187,11 +226,11 @@ gemm_tn_128x256x64_f16_wgmma_w12_s3(const __grid_constant__ CUtensorMap tmA, con
     if (threadIdx.x < 128) {
         // Producer: one thread keeps the ring full.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (threadIdx.x != 0) return;
         int stage = 0, phase = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int tile_m, tile_n;
-            tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+        for (int unit = blockIdx.x / CLUSTER; threadIdx.x == 0 && unit < units; unit += gridDim.x / CLUSTER) {
+            int group_m, tile_n;
+            tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
+            const int tile_m = group_m * CLUSTER + rank;
             for (int kb = 0; kb < k_blocks; ++kb) {
                 mbar_wait(smem_addr(&empty[stage]), phase ^ 1);
                 const uint32_t bar = smem_addr(&full[stage]);
@@ -220,9 +259,10 @@ gemm_tn_128x256x64_f16_wgmma_w12_s3(const __grid_constant__ CUtensorMap tmA, con
         const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
         int stage = 0, phase = 0, previous = 0;
         float d[TN / 2];
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            int tile_m, tile_n;
-            tile_coords(tile, tiles_m, tiles_n, tile_m, tile_n);
+        for (int unit = blockIdx.x / CLUSTER; unit < units; unit += gridDim.x / CLUSTER) {
+            int group_m, tile_n;
+            tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
+            const int tile_m = group_m * CLUSTER + rank;
             if (k_blocks == 0) {
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
@@ -245,12 +285,12 @@ gemm_tn_128x256x64_f16_wgmma_w12_s3(const __grid_constant__ CUtensorMap tmA, con
                 // This block's MMAs stay in flight; the previous block's buffer is free once
                 // its MMAs have retired.
                 wgmma_wait<1>();
-                if (t == 0 && kb > 0) mbar_arrive(smem_addr(&empty[previous]));
+                if (t == 0 && kb > 0) release(smem_addr(&empty[previous]));
                 previous = stage;
                 if (++stage == STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait<0>();
-            if (t == 0 && k_blocks > 0) mbar_arrive(smem_addr(&empty[previous]));
+            if (t == 0 && k_blocks > 0) release(smem_addr(&empty[previous]));
 
             // Epilogue: thread (warp, lane) holds rows r and r + 8 of each 8-column chunk j, two
             // adjacent columns each. They go to shared memory in the 128-byte swizzle TMA reads

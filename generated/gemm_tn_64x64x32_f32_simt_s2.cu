@@ -4,11 +4,12 @@
 // Variant gemm_tn_64x64x32_f32_simt_s2
 //   family = gemm
 //   layout = tn
-//   dtype = f32
 //   tile = 64x64x32
+//   dtype = f32
 //   backend = simt
 //   warps = 4
 //   stages = 2
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -4,11 +4,12 @@
 // Variant gemm_tn_64x64x32_simt_s2
 //   family = gemm
 //   layout = tn
-//   dtype = bf16
 //   tile = 64x64x32
+//   dtype = bf16
 //   backend = simt
 //   warps = 4
 //   stages = 2
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -4,11 +4,12 @@
 // Variant gemm_tt_128x64x32_f32_simt_w8_s2
 //   family = gemm
 //   layout = tt
-//   dtype = f32
 //   tile = 128x64x32
+//   dtype = f32
 //   backend = simt
 //   warps = 8
 //   stages = 2
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

@@ -3,8 +3,8 @@
 //
 // Variant transpose_128x64
 //   family = transpose
-//   dtype = bf16
 //   tile = 128x64
+//   dtype = bf16
 //   backend = tiled
 //   warps = 8
 //   bounds = checked

@@ -3,8 +3,8 @@
 //
 // Variant transpose_128x64_f16
 //   family = transpose
-//   dtype = f16
 //   tile = 128x64
+//   dtype = f16
 //   backend = tiled
 //   warps = 8
 //   bounds = checked

@@ -3,8 +3,8 @@
 //
 // Variant transpose_64x64_f32_unchecked
 //   family = transpose
-//   dtype = f32
 //   tile = 64x64
+//   dtype = f32
 //   backend = tiled
 //   warps = 8
 //   bounds = unchecked

@@ -10,7 +10,7 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::Path;
 use std::process::ExitCode;
 use tilesmith_runtime::{Gpu, Kernel, Layout};
-use tilesmith_spec::manifest::MANIFEST_FILE;
+use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::{Entry, Manifest, Registry};
 use tilesmith_tests::host::{read_region, relative_error, Operands};
 use tilesmith_tests::{device, report, trials};
@@ -18,17 +18,14 @@ use tilesmith_tests::{device, report, trials};
 /// The variants to make trials for: the registry's when TILESMITH_REGISTRY names one (a
 /// bundle on a machine without the sources), else generated/manifest.json.
 fn entries() -> Result<Vec<Entry>, String> {
-    let read = |path: &Path| std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()));
     match std::env::var_os("TILESMITH_REGISTRY").filter(|v| !v.is_empty()) {
         Some(dir) => {
-            let path = Path::new(&dir).join(MANIFEST_FILE);
-            let registry: Registry = serde_json::from_str(&read(&path)?).map_err(|err| format!("{}: {err}", path.display()))?;
+            let registry: Registry = manifest::read(&Path::new(&dir).join(MANIFEST_FILE)).map_err(|err| err.to_string())?;
             Ok(registry.variants.into_iter().map(|built| built.entry).collect())
         }
         None => {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated").join(MANIFEST_FILE);
-            let manifest: Manifest = serde_json::from_str(&read(&path)?).map_err(|err| format!("{}: {err}", path.display()))?;
-            Ok(manifest.variants)
+            manifest::read::<Manifest>(&path).map(|m| m.variants).map_err(|err| err.to_string())
         }
     }
 }

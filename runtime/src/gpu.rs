@@ -5,13 +5,16 @@ use crate::kernel::Kernel;
 use crate::plan::{runs_on, Arg, Launch, TensorMapArg};
 use crate::Result;
 use cudarc::driver::sys::{
-    CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+    self, CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
+    CUlaunchAttributeValue_union__bindgen_ty_1, CUlaunchConfig, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{result, CudaContext, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use sha2::{Digest, Sha256};
 use tilesmith_spec::Dtype;
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 /// Dynamic shared memory a block gets without opting in.
@@ -25,27 +28,9 @@ pub struct Gpu {
     capability: (u32, u32),
     smem_opt_in: u32,
     sms: u32,
-    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
-}
-
-/// A kernel's module in this GPU's context.
-struct Loaded {
-    ctx: Arc<CudaContext>,
-    module: CUmodule,
-    function: CUfunction,
-}
-
-// The handles are plain driver handles, usable from any thread once the context is bound.
-unsafe impl Send for Loaded {}
-unsafe impl Sync for Loaded {}
-
-impl Drop for Loaded {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // Nothing to do with an error while tearing down.
-            let _ = unsafe { result::module::unload(self.module) };
-        }
-    }
+    /// Loaded kernels by the SHA-256 of their fatbin, so that a rebuilt registry or a second
+    /// registry never gets another fatbin's code under the same name.
+    loaded: Mutex<HashMap<String, CudaFunction>>,
 }
 
 impl Gpu {
@@ -105,13 +90,11 @@ impl Gpu {
         self.stream.synchronize().during("waiting for the GPU")
     }
 
-    /// The kernel's function in this context, loading its fatbin the first time.
-    fn load(&self, kernel: &Kernel) -> Result<Arc<Loaded>> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(function) = loaded.get(kernel.name()) {
-            return Ok(function.clone());
-        }
-        let entry = &kernel.info().entry;
+    /// The kernel's function in this context, loading its fatbin the first time; the fatbin
+    /// must still be the one the registry recorded.
+    fn load(&self, kernel: &Kernel) -> Result<CudaFunction> {
+        let info = kernel.info();
+        let entry = &info.entry;
         if !runs_on(&entry.targets, self.capability) {
             return Err(Error::NoCodeForDevice {
                 name: kernel.name().to_string(),
@@ -127,68 +110,123 @@ impl Gpu {
                 rule: format!("it needs {} bytes of shared memory; {} allows {}", entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in),
             });
         }
-        let bytes = std::fs::read(kernel.fatbin()).map_err(|err| Error::RegistryUnreadable {
-            path: kernel.fatbin().to_path_buf(),
-            reason: err.to_string(),
-        })?;
-        // cuModuleLoadData wants the image 8-byte aligned: copy it into u64 words.
-        let mut image = vec![0u64; bytes.len().div_ceil(8)];
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), image.as_mut_ptr().cast::<u8>(), bytes.len()) };
-        let what = format!("loading {} from {}", kernel.name(), kernel.fatbin().display());
-        self.ctx.bind_to_thread().during(&what)?;
-        let module = unsafe { result::module::load_data(image.as_ptr().cast::<c_void>()) }.during(&what)?;
-        let symbol = CString::new(entry.entry.as_str()).map_err(|_| Error::Refused {
-            name: kernel.name().to_string(),
-            rule: "its entry symbol holds a NUL byte".into(),
-        })?;
-        // Owned from here on, so that an error below unloads the module again.
-        let mut loaded_kernel = Loaded { ctx: self.ctx.clone(), module, function: std::ptr::null_mut() };
-        loaded_kernel.function = unsafe { result::module::get_function(module, symbol) }
-            .during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
-        if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
-            unsafe {
-                result::function::set_function_attribute(
-                    loaded_kernel.function,
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    entry.launch.dynamic_smem_bytes as i32,
-                )
-            }
-            .during(&format!("raising {}'s shared-memory limit", kernel.name()))?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(function) = loaded.get(&info.fatbin_sha256) {
+            return Ok(function.clone());
         }
-        let loaded_kernel = Arc::new(loaded_kernel);
-        loaded.insert(kernel.name().to_string(), loaded_kernel.clone());
-        Ok(loaded_kernel)
+        let unreadable = |reason: String| Error::RegistryUnreadable { path: kernel.fatbin().to_path_buf(), reason };
+        let bytes = std::fs::read(kernel.fatbin()).map_err(|err| unreadable(err.to_string()))?;
+        let hash = format!("{:x}", Sha256::digest(&bytes));
+        if hash != info.fatbin_sha256 {
+            return Err(unreadable(format!(
+                "it is not the fatbin the registry recorded for `{}` (SHA-256 {hash}, recorded {}): rebuild with `cargo xtask build`",
+                kernel.name(),
+                info.fatbin_sha256
+            )));
+        }
+        if entry.entry.contains('\0') {
+            return Err(Error::Refused { name: kernel.name().to_string(), rule: "its entry symbol holds a NUL byte".into() });
+        }
+        let what = format!("loading {} from {}", kernel.name(), kernel.fatbin().display());
+        let module = self.ctx.load_module(Ptx::from_binary(bytes)).during(&what)?;
+        let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
+        if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
+            function
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, entry.launch.dynamic_smem_bytes as i32)
+                .during(&format!("raising {}'s shared-memory limit", kernel.name()))?;
+        }
+        loaded.insert(hash, function.clone());
+        Ok(function)
     }
 
     /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
-    pub(crate) fn launch(&self, kernel: &Kernel, mut launch: Launch) -> Result<()> {
-        let loaded = self.load(kernel)?;
-        let mut maps: Vec<Box<CUtensorMap>> = Vec::new();
-        for arg in &launch.args {
-            if let Arg::TensorMap(map) = arg {
-                maps.push(Box::new(encode(map).map_err(|source| Error::Cuda { what: format!("encoding a tensor map for {}", kernel.name()), source })?));
-            }
-        }
-        let mut maps = maps.iter_mut();
-        let mut params: Vec<*mut c_void> = launch
-            .args
-            .iter_mut()
-            .map(|arg| match arg {
-                Arg::Pointer(addr) => addr as *mut u64 as *mut c_void,
-                Arg::I32(value) => value as *mut i32 as *mut c_void,
-                Arg::TensorMap(_) => maps.next().map_or(std::ptr::null_mut(), |map| &mut **map as *mut CUtensorMap as *mut c_void),
-            })
-            .collect();
+    pub(crate) fn launch(&self, kernel: &Kernel, launch: Launch) -> Result<()> {
+        let function = self.load(kernel)?;
         let what = format!("launching {}", kernel.name());
-        self.ctx.bind_to_thread().during(&what)?;
-        let [gx, gy, gz] = launch.grid;
-        let [bx, by, bz] = launch.block;
-        unsafe {
-            result::launch_kernel(loaded.function, (gx, gy, gz), (bx, by, bz), launch.dynamic_smem_bytes, self.stream.cu_stream(), &mut params)
+        let values = launch
+            .args
+            .iter()
+            .map(|arg| match *arg {
+                Arg::Pointer(addr) => Ok(Value::Pointer(addr)),
+                Arg::I32(value) => Ok(Value::I32(value)),
+                Arg::TensorMap(map) => encode(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .during(&format!("encoding a tensor map for {}", kernel.name()))?;
+        if launch.cluster != [1, 1, 1] {
+            return self.launch_clusters(&function, &launch, &values).during(&what);
         }
-        .during(&what)
+        let mut builder = self.stream.launch_builder(&function);
+        for value in &values {
+            match value {
+                Value::Pointer(addr) => builder.arg(addr),
+                Value::I32(value) => builder.arg(value),
+                Value::TensorMap(map) => builder.arg(map),
+            };
+        }
+        let config = LaunchConfig { grid_dim: launch.grid.into(), block_dim: launch.block.into(), shared_mem_bytes: launch.dynamic_smem_bytes };
+        // The plan checked every argument against the kernel's parameter list and the operands.
+        unsafe { builder.launch(config) }.map(drop).during(&what)
     }
 }
+
+impl Gpu {
+    /// A launch in thread-block clusters, which cudarc's launch builder does not make: through
+    /// cuLaunchKernelEx. A persistent grid gets no more clusters than fit on the GPU at once
+    /// (not every multiprocessor may host a cluster's block), or some would wait for a
+    /// second wave.
+    fn launch_clusters(&self, function: &CudaFunction, launch: &Launch, values: &[Value]) -> std::result::Result<(), DriverError> {
+        let mut params: Vec<*mut c_void> = values
+            .iter()
+            .map(|value| match value {
+                Value::Pointer(addr) => addr as *const u64 as *mut c_void,
+                Value::I32(value) => value as *const i32 as *mut c_void,
+                Value::TensorMap(map) => map as *const TensorMap as *mut c_void,
+            })
+            .collect();
+        let [x, y, z] = launch.cluster;
+        let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.clusterDim = CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z };
+        let mut attribute = CUlaunchAttribute { id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
+        let [gx, gy, gz] = launch.grid;
+        let [bx, by, bz] = launch.block;
+        let mut config = CUlaunchConfig {
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: bx,
+            blockDimY: by,
+            blockDimZ: bz,
+            sharedMemBytes: launch.dynamic_smem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        self.ctx.bind_to_thread()?;
+        let mut fit = 0;
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
+        if fit > 0 {
+            config.gridDimX = config.gridDimX.min(fit as u32 * x);
+        }
+        // The plan checked every argument against the kernel's parameter list and the operands;
+        // `values` outlives the call.
+        unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }.result()
+    }
+}
+
+/// A kernel argument as the launch passes it: tensor maps encoded.
+enum Value {
+    Pointer(u64),
+    I32(i32),
+    TensorMap(TensorMap),
+}
+
+/// A tensor map as a kernel argument, passed by value.
+#[repr(transparent)]
+struct TensorMap(CUtensorMap);
+
+// A plain 128-byte descriptor, which the driver copies into the kernel's parameter space.
+unsafe impl DeviceRepr for TensorMap {}
 
 /// The driver's tensor map for a checked [`TensorMapArg`]: TMA copies its boxes, zero-filling
 /// what lies outside the tensor.
@@ -207,7 +245,7 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
     let element_strides = [1u32, 1];
     let mut encoded = CUtensorMap { opaque: [0; 16] };
     unsafe {
-        cudarc::driver::sys::cuTensorMapEncodeTiled(
+        sys::cuTensorMapEncodeTiled(
             &mut encoded,
             data_type,
             2,

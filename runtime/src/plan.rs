@@ -71,6 +71,8 @@ impl TransposeShape {
 pub struct Launch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
+    /// Thread-block cluster; [1, 1, 1] for none.
+    pub cluster: [u32; 3],
     pub dynamic_smem_bytes: u32,
     /// One per kernel parameter, in the order of the manifest's parameter list.
     pub args: Vec<Arg>,
@@ -229,8 +231,8 @@ fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) 
 
 fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result<Launch, String> {
     let spec = &built.entry.launch;
-    let grid = spec.grid.grid(m as u64, n as u64, sms).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
-    Ok(Launch { grid, block: spec.block, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
+    let grid = spec.grid.grid(m as u64, n as u64, sms, spec.cluster).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
+    Ok(Launch { grid, block: spec.block, cluster: spec.cluster, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
 
 /// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to

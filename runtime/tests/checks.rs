@@ -293,6 +293,15 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
     let Arg::TensorMap(b) = launch.args[1] else { panic!() };
     assert_eq!((b.dims, b.box_), ([1024, 256], [64, 64]));
 
+    // Clusters of 2 blocks along M: the grid is whole clusters, at most one block per SM.
+    let launch = gemm("gemm_tn_128x256x64_wgmma_w12_s3_c2", Dtype::Bf16, tn).unwrap().unwrap();
+    assert_eq!((launch.grid, launch.cluster), ([132, 1, 1], [2, 1, 1]));
+    let Arg::TensorMap(b) = launch.args[1] else { panic!() };
+    assert_eq!(b.box_, [64, 128], "each block of the pair loads half of B");
+    // 3 tile rows make 2 cluster rows; 2 tile columns: 4 clusters, 8 blocks.
+    let small = GemmShape::packed(300, 304, 64, Layout::Tn);
+    assert_eq!(gemm("gemm_tn_128x256x64_wgmma_w12_s3_c2", Dtype::Bf16, small).unwrap().unwrap().grid, [8, 1, 1]);
+
     // TMA's 16-byte rows: an odd leading dimension is refused with the rule named.
     assert_eq!(
         gemm("gemm_tn_128x256x64_wgmma_w12_s3", Dtype::Bf16, GemmShape::packed(4095, 4097, 4099, Layout::Tn)).unwrap_err(),

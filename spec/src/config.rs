@@ -17,8 +17,8 @@
 //! ```
 
 use crate::arch;
-use crate::axes::{Bounds, Dtype, Family, Layout};
-use crate::variant::{Kind, Variant};
+use crate::axes::{self, Axis, Bounds, Domain, Dtype, Family, Layout, Value};
+use crate::variant::Variant;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -127,53 +127,9 @@ struct FamilyDecl {
     groups: Vec<Spanned<AxisTable>>,
 }
 
-/// What values an axis takes.
-#[derive(Clone, Copy)]
-enum Domain {
-    Layout,
-    Dtype,
-    Bounds,
-    Backend,
-    Count { min: u32, max: u32 },
-    Tile(usize),
-}
-
-const GEMM_AXES: &[(&str, Domain)] = &[
-    ("layout", Domain::Layout),
-    ("dtype", Domain::Dtype),
-    ("tile", Domain::Tile(3)),
-    ("backend", Domain::Backend),
-    ("warps", Domain::Count { min: 1, max: 32 }),
-    ("stages", Domain::Count { min: 1, max: 8 }),
-    ("bounds", Domain::Bounds),
-];
-
-const TRANSPOSE_AXES: &[(&str, Domain)] = &[
-    ("dtype", Domain::Dtype),
-    ("tile", Domain::Tile(2)),
-    ("backend", Domain::Backend),
-    ("warps", Domain::Count { min: 1, max: 32 }),
-    ("bounds", Domain::Bounds),
-];
-
 /// The axes a family's groups may set, in the order they expand.
 pub fn family_axes(family: Family) -> Vec<&'static str> {
-    axes_of(family).iter().map(|(name, _)| *name).collect()
-}
-
-fn axes_of(family: Family) -> &'static [(&'static str, Domain)] {
-    match family {
-        Family::Gemm => GEMM_AXES,
-        Family::Transpose => TRANSPOSE_AXES,
-    }
-}
-
-/// One axis value, checked against its domain.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Value {
-    Word(String),
-    Count(u32),
-    Tile(Vec<u32>),
+    axes::of(family).map(|axis| axis.name).collect()
 }
 
 /// Largest tile edge accepted; templates may set tighter rules.
@@ -281,7 +237,7 @@ impl Parser<'_> {
         let before = self.diagnostics.len();
         self.unknown_axes(family, table.get_ref(), &[]);
         let mut values = BTreeMap::new();
-        for &(axis, domain) in axes_of(family) {
+        for &Axis { name: axis, domain, .. } in axes::of(family) {
             match table.get_ref().get(axis) {
                 None => self.report(table.span().start, None, format!("[{family}.defaults] must set axis `{axis}`")),
                 Some(raw) => {
@@ -291,7 +247,10 @@ impl Parser<'_> {
                 }
             }
         }
-        (self.diagnostics.len() == before).then(|| build_variant(family, &values))
+        if self.diagnostics.len() != before {
+            return None;
+        }
+        Variant::from_values(family, &values)
     }
 
     fn unknown_axes(&mut self, family: Family, table: &AxisTable, extra: &[&str]) {
@@ -313,10 +272,10 @@ impl Parser<'_> {
 
         // Per axis, the values this group expands over (a default when the group is silent).
         let mut choices: Vec<(&'static str, Vec<Value>)> = Vec::new();
-        for &(axis, domain) in axes_of(family) {
+        for &Axis { name: axis, domain, .. } in axes::of(family) {
             let values = match table.get(axis) {
                 Some(raw) => self.values(family, axis, domain, raw, backends),
-                None => vec![default_value(defaults, axis)],
+                None => defaults.value(axis).into_iter().collect(),
             };
             choices.push((axis, values));
         }
@@ -338,7 +297,8 @@ impl Parser<'_> {
                 matching.into_iter().for_each(|index| used[index] = true);
                 continue;
             }
-            let mut variant = build_variant(family, &combination);
+            // Every value was checked against its axis's domain above.
+            let Some(mut variant) = Variant::from_values(family, &combination) else { continue };
             variant.name = variant.derive_name(defaults);
             let backend = backends[&variant.backend].clone();
             declared.push(Declared { variant, line, backend });
@@ -367,7 +327,7 @@ impl Parser<'_> {
             };
             let mut exclude = BTreeMap::new();
             for (key, value) in table {
-                let Some(&(axis, domain)) = axes_of(family).iter().find(|(axis, _)| axis == key) else {
+                let Some(&Axis { name: axis, domain, .. }) = axes::of(family).find(|axis| axis.name == key) else {
                     self.report(at, None, format!("exclude #{}: unknown {family} axis `{key}`", index + 1));
                     continue;
                 };
@@ -527,49 +487,4 @@ fn cartesian(choices: &[(&'static str, Vec<Value>)]) -> Vec<BTreeMap<&'static st
             .collect();
     }
     combinations
-}
-
-fn default_value(defaults: &Variant, axis: &str) -> Value {
-    match (axis, &defaults.kind) {
-        ("layout", Kind::Gemm { layout, .. }) => Value::Word(layout.to_string()),
-        ("stages", Kind::Gemm { stages, .. }) => Value::Count(*stages),
-        ("dtype", _) => Value::Word(defaults.dtype.to_string()),
-        ("tile", _) => Value::Tile(defaults.tile().to_vec()),
-        ("backend", _) => Value::Word(defaults.backend.clone()),
-        ("warps", _) => Value::Count(defaults.warps),
-        ("bounds", _) => Value::Word(defaults.bounds.to_string()),
-        _ => unreachable!("axis `{axis}` is not an axis of this family"),
-    }
-}
-
-/// Builds a variant from values already checked against their domains.
-fn build_variant(family: Family, values: &BTreeMap<&'static str, Value>) -> Variant {
-    let word = |axis: &str| match &values[axis] {
-        Value::Word(word) => word.clone(),
-        other => unreachable!("axis `{axis}` holds {other:?}"),
-    };
-    let count = |axis: &str| match &values[axis] {
-        Value::Count(n) => *n,
-        other => unreachable!("axis `{axis}` holds {other:?}"),
-    };
-    let tile = match &values["tile"] {
-        Value::Tile(tile) => tile.clone(),
-        other => unreachable!("axis `tile` holds {other:?}"),
-    };
-    let kind = match family {
-        Family::Gemm => Kind::Gemm {
-            layout: Layout::parse(&word("layout")).expect("checked layout"),
-            tile: [tile[0], tile[1], tile[2]],
-            stages: count("stages"),
-        },
-        Family::Transpose => Kind::Transpose { tile: [tile[0], tile[1]] },
-    };
-    Variant {
-        name: String::new(),
-        backend: word("backend"),
-        dtype: Dtype::parse(&word("dtype")).expect("checked dtype"),
-        warps: count("warps"),
-        bounds: Bounds::parse(&word("bounds")).expect("checked bounds"),
-        kind,
-    }
 }

@@ -11,6 +11,8 @@ pub struct LaunchSpec {
     /// Threads per block, [x, y, z].
     pub block: [u32; 3],
     pub grid: GridRule,
+    /// Thread-block cluster, [x, y, z] blocks; [1, 1, 1] launches without clusters.
+    pub cluster: [u32; 3],
     pub dynamic_smem_bytes: u32,
     /// The kernel's parameters, in order.
     pub params: Vec<Param>,
@@ -22,15 +24,16 @@ pub struct LaunchSpec {
 pub enum GridRule {
     /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
     TilesMn { tm: u32, tn: u32 },
-    /// A block per multiprocessor, at most one per TM×TN tile; each block walks the tiles
-    /// blockIdx.x, blockIdx.x + gridDim.x, ...
+    /// A block per multiprocessor, at most one per TM×TN tile, in whole clusters along M;
+    /// cluster c of the grid's C walks the cluster tiles c, c + C, ... (a cluster tile is a
+    /// column of cluster[0] output tiles).
     Persistent { tm: u32, tn: u32 },
 }
 
 impl GridRule {
-    /// The grid for an M×N problem on a GPU with `sms` multiprocessors; `None` when a
-    /// dimension would exceed CUDA's limits.
-    pub fn grid(&self, m: u64, n: u64, sms: u32) -> Option<[u32; 3]> {
+    /// The grid for an M×N problem on a GPU with `sms` multiprocessors, launched in clusters of
+    /// `cluster` blocks; `None` when a dimension would exceed CUDA's limits.
+    pub fn grid(&self, m: u64, n: u64, sms: u32, cluster: [u32; 3]) -> Option<[u32; 3]> {
         match *self {
             GridRule::TilesMn { tm, tn } => {
                 let x = u32::try_from(n.div_ceil(u64::from(tn.max(1)))).ok()?;
@@ -38,9 +41,12 @@ impl GridRule {
                 Some([x.max(1), y.max(1), 1])
             }
             GridRule::Persistent { tm, tn } => {
+                let per_cluster = u64::from(cluster[0].max(1));
+                let tiles_m = m.div_ceil(u64::from(tm.max(1))).next_multiple_of(per_cluster);
                 // The kernels count tiles in an int.
-                let tiles = m.div_ceil(u64::from(tm.max(1))).checked_mul(n.div_ceil(u64::from(tn.max(1))))?;
-                (tiles <= i32::MAX as u64).then(|| [tiles.clamp(1, u64::from(sms.max(1))) as u32, 1, 1])
+                let tiles = tiles_m.checked_mul(n.div_ceil(u64::from(tn.max(1))))?;
+                let clusters = (tiles / per_cluster).clamp(1, (u64::from(sms) / per_cluster).max(1));
+                (tiles <= i32::MAX as u64).then(|| [(clusters * per_cluster) as u32, 1, 1])
             }
         }
     }
@@ -173,17 +179,20 @@ mod tests {
     #[test]
     fn tiles_grid_rounds_up_and_refuses_overflow() {
         let rule = GridRule::TilesMn { tm: 128, tn: 64 };
-        assert_eq!(rule.grid(4096, 4096, 132), Some([64, 32, 1]));
-        assert_eq!(rule.grid(1, 65, 132), Some([2, 1, 1]));
-        assert_eq!(rule.grid(128 * 65_536, 64, 132), None);
+        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([64, 32, 1]));
+        assert_eq!(rule.grid(1, 65, 132, [1, 1, 1]), Some([2, 1, 1]));
+        assert_eq!(rule.grid(128 * 65_536, 64, 132, [1, 1, 1]), None);
     }
 
     #[test]
     fn persistent_grid_is_one_block_per_multiprocessor_at_most() {
         let rule = GridRule::Persistent { tm: 128, tn: 256 };
-        assert_eq!(rule.grid(4096, 4096, 132), Some([132, 1, 1]));
-        assert_eq!(rule.grid(300, 300, 132), Some([6, 1, 1]));
-        assert_eq!(rule.grid(1 << 30, 1 << 30, 132), None);
+        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([132, 1, 1]));
+        assert_eq!(rule.grid(300, 300, 132, [1, 1, 1]), Some([6, 1, 1]));
+        assert_eq!(rule.grid(1 << 30, 1 << 30, 132, [1, 1, 1]), None);
+        // Clusters of 2 along M: 3 tile rows round up to 2 cluster rows of 2 tiles.
+        assert_eq!(rule.grid(300, 300, 132, [2, 1, 1]), Some([8, 1, 1]));
+        assert_eq!(rule.grid(4096, 4096, 131, [2, 1, 1]), Some([130, 1, 1]));
     }
 
     #[test]

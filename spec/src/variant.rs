@@ -1,7 +1,8 @@
 //! One expanded variant: every axis fixed, and its canonical name.
 
-use crate::axes::{Bounds, Dtype, Family, Layout};
+use crate::axes::{self, Bounds, Dtype, Family, Layout, Naming, Value};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A fully specified kernel variant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,8 +21,9 @@ pub struct Variant {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "family", rename_all = "lowercase")]
 pub enum Kind {
-    /// C[M×N] = A[M×K] · B[K×N]; `tile` is [TM, TN, TK].
-    Gemm { layout: Layout, tile: [u32; 3], stages: u32 },
+    /// C[M×N] = A[M×K] · B[K×N]; `tile` is [TM, TN, TK]; `cluster` blocks along M share
+    /// their B tiles (thread-block clusters).
+    Gemm { layout: Layout, tile: [u32; 3], stages: u32, cluster: u32 },
     /// Y[N×M] = X[M×N]ᵀ; `tile` is [TM, TN].
     Transpose { tile: [u32; 2] },
 }
@@ -46,51 +48,75 @@ impl Variant {
         }
     }
 
-    /// The name of this variant given its family's defaults: the family, the GEMM layout and
-    /// the tile always, then every other axis whose value differs from the default, in a fixed
-    /// order (`gemm_tn_128x128x32`, `gemm_nn_64x64x32_f32_w4_unchecked`).
+    /// The value of an axis, or `None` where the family has no such axis.
+    pub fn value(&self, axis: &str) -> Option<Value> {
+        Some(match (axis, &self.kind) {
+            ("layout", Kind::Gemm { layout, .. }) => Value::Word(layout.to_string()),
+            ("stages", Kind::Gemm { stages, .. }) => Value::Count(*stages),
+            ("cluster", Kind::Gemm { cluster, .. }) => Value::Count(*cluster),
+            ("tile", _) => Value::Tile(self.tile().to_vec()),
+            ("dtype", _) => Value::Word(self.dtype.to_string()),
+            ("backend", _) => Value::Word(self.backend.clone()),
+            ("warps", _) => Value::Count(self.warps),
+            ("bounds", _) => Value::Word(self.bounds.to_string()),
+            _ => return None,
+        })
+    }
+
+    /// The variant with these values, one per axis of `family`, each already checked against
+    /// its domain; unnamed. `None` where a value is missing or of the wrong kind.
+    pub fn from_values(family: Family, values: &BTreeMap<&str, Value>) -> Option<Variant> {
+        let word = |axis: &str| match values.get(axis) {
+            Some(Value::Word(word)) => Some(word.clone()),
+            _ => None,
+        };
+        let count = |axis: &str| match values.get(axis) {
+            Some(Value::Count(n)) => Some(*n),
+            _ => None,
+        };
+        let tile = match values.get("tile") {
+            Some(Value::Tile(tile)) => tile.clone(),
+            _ => return None,
+        };
+        let kind = match family {
+            Family::Gemm => Kind::Gemm {
+                layout: Layout::parse(&word("layout")?)?,
+                tile: tile.try_into().ok()?,
+                stages: count("stages")?,
+                cluster: count("cluster")?,
+            },
+            Family::Transpose => Kind::Transpose { tile: tile.try_into().ok()? },
+        };
+        Some(Variant {
+            name: String::new(),
+            backend: word("backend")?,
+            dtype: Dtype::parse(&word("dtype")?)?,
+            warps: count("warps")?,
+            bounds: Bounds::parse(&word("bounds")?)?,
+            kind,
+        })
+    }
+
+    /// The name of this variant given its family's defaults: the family, then each axis as
+    /// [`axes::AXES`] says (`gemm_tn_128x128x32`, `gemm_nn_64x64x32_f32_w4_unchecked`).
     pub fn derive_name(&self, defaults: &Variant) -> String {
         let mut parts = vec![self.family().as_str().to_string()];
-        if let Kind::Gemm { layout, .. } = self.kind {
-            parts.push(layout.as_str().to_string());
-        }
-        let tile: Vec<String> = self.tile().iter().map(u32::to_string).collect();
-        parts.push(tile.join("x"));
-        if self.dtype != defaults.dtype {
-            parts.push(self.dtype.as_str().to_string());
-        }
-        if self.backend != defaults.backend {
-            parts.push(self.backend.clone());
-        }
-        if self.warps != defaults.warps {
-            parts.push(format!("w{}", self.warps));
-        }
-        if let (Kind::Gemm { stages, .. }, Kind::Gemm { stages: default, .. }) = (&self.kind, &defaults.kind) {
-            if stages != default {
-                parts.push(format!("s{stages}"));
+        for axis in axes::of(self.family()) {
+            let (Some(value), default) = (self.value(axis.name), defaults.value(axis.name)) else { continue };
+            match axis.naming {
+                Naming::Always => parts.push(value.to_string()),
+                Naming::IfNotDefault if Some(&value) != default.as_ref() => parts.push(value.to_string()),
+                Naming::Prefixed(prefix) if Some(&value) != default.as_ref() => parts.push(format!("{prefix}{value}")),
+                _ => {}
             }
-        }
-        if self.bounds != defaults.bounds {
-            parts.push(self.bounds.as_str().to_string());
         }
         parts.join("_")
     }
 
-    /// Every axis and its value, in declaration order, for headers and tables.
+    /// Every axis and its value, the family first, for headers and tables.
     pub fn axes(&self) -> Vec<(&'static str, String)> {
-        let tile = self.tile().iter().map(u32::to_string).collect::<Vec<_>>().join("x");
         let mut axes = vec![("family", self.family().to_string())];
-        if let Kind::Gemm { layout, .. } = self.kind {
-            axes.push(("layout", layout.to_string()));
-        }
-        axes.push(("dtype", self.dtype.to_string()));
-        axes.push(("tile", tile));
-        axes.push(("backend", self.backend.clone()));
-        axes.push(("warps", self.warps.to_string()));
-        if let Kind::Gemm { stages, .. } = self.kind {
-            axes.push(("stages", stages.to_string()));
-        }
-        axes.push(("bounds", self.bounds.to_string()));
+        axes.extend(axes::of(self.family()).filter_map(|axis| Some((axis.name, self.value(axis.name)?.to_string()))));
         axes
     }
 }
@@ -106,7 +132,7 @@ mod tests {
             dtype,
             warps,
             bounds,
-            kind: Kind::Gemm { layout, tile, stages: 2 },
+            kind: Kind::Gemm { layout, tile, stages: 2, cluster: 1 },
         }
     }
 
@@ -123,8 +149,8 @@ mod tests {
         let defaults = gemm(Layout::Tn, [128, 128, 32], Dtype::Bf16, 8, Bounds::Checked);
         let mut other = defaults.clone();
         other.backend = "mma".into();
-        other.kind = Kind::Gemm { layout: Layout::Tt, tile: [128, 256, 64], stages: 3 };
-        assert_eq!(other.derive_name(&defaults), "gemm_tt_128x256x64_mma_s3");
+        other.kind = Kind::Gemm { layout: Layout::Tt, tile: [128, 256, 64], stages: 3, cluster: 2 };
+        assert_eq!(other.derive_name(&defaults), "gemm_tt_128x256x64_mma_s3_c2");
     }
 
     #[test]

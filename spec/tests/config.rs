@@ -11,6 +11,7 @@ tile = [128, 128, 32]
 backend = "simt"
 warps = 8
 stages = 2
+cluster = 1
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -64,7 +65,7 @@ bounds = ["checked", "unchecked"]
     let first = &config.variants[0];
     assert_eq!(first.variant.dtype, Dtype::F16);
     assert_eq!(first.variant.bounds, Bounds::Checked);
-    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2 });
+    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2, cluster: 1 });
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
     assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
 }
@@ -121,7 +122,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, dtype, tile, backend, warps, stages, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -283,11 +284,12 @@ fn a_backend_with_a_bad_architecture_gets_that_error_alone() {
 fn shipped_names_keep_their_axes() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml");
     let config = Config::load(&path).unwrap();
-    let axes = |name: &str| -> Vec<(&'static str, String)> {
+    type Axes = std::collections::BTreeMap<&'static str, String>;
+    let axes = |name: &str| -> Axes {
         let declared = config.variants.iter().find(|d| d.variant.name == name).unwrap_or_else(|| panic!("`{name}` is no longer shipped"));
-        declared.variant.axes()
+        declared.variant.axes().into_iter().collect()
     };
-    let expect = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> { pairs.iter().map(|(a, v)| (*a, v.to_string())).collect() };
+    let expect = |pairs: &[(&'static str, &str)]| -> Axes { pairs.iter().map(|(a, v)| (*a, v.to_string())).collect() };
     let gemm = |layout, dtype, tile, backend, warps, stages, bounds| {
         expect(&[
             ("family", "gemm"),
@@ -297,6 +299,7 @@ fn shipped_names_keep_their_axes() {
             ("backend", backend),
             ("warps", warps),
             ("stages", stages),
+            ("cluster", "1"),
             ("bounds", bounds),
         ])
     };

@@ -6,7 +6,7 @@ use crate::select::Selection;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
-use tilesmith_spec::{Built, Kind, Registry};
+use tilesmith_spec::{axes, Built, Registry};
 
 pub fn run(project: &Project, selection: &Selection) -> Result<()> {
     let rendered = expand(project)?;
@@ -17,15 +17,19 @@ pub fn run(project: &Project, selection: &Selection) -> Result<()> {
         Err(err) => bail!("{err}\n`cargo xtask build --repair` rebuilds it from the per-variant records"),
     };
 
-    let header = ["variant", "backend", "layout", "dtype", "tile", "warps", "stages", "bounds", "smem", "regs", "spills"];
-    let mut rows = vec![header.map(String::from).to_vec()];
+    // One column per axis name, in declaration order; "-" where a family lacks the axis.
+    let mut columns: Vec<&str> = Vec::new();
+    for axis in axes::AXES {
+        if !columns.contains(&axis.name) {
+            columns.push(axis.name);
+        }
+    }
+    let mut header = vec!["variant"];
+    header.extend(&columns);
+    header.extend(["smem", "regs", "spills"]);
+    let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     for r in rendered.iter().filter(|r| selection.matches(&r.entry.variant.name)) {
         let v = &r.entry.variant;
-        let (layout, stages) = match v.kind {
-            Kind::Gemm { layout, stages, .. } => (layout.to_string(), stages.to_string()),
-            Kind::Transpose { .. } => ("-".into(), "-".into()),
-        };
-        let tile = v.tile().iter().map(u32::to_string).collect::<Vec<_>>().join("x");
         let (regs, spills) = match built.get(&v.name).filter(|b| b.entry == r.entry) {
             Some(b) => (
                 b.resources.iter().map(|res| format!("{}:{}", res.arch, res.registers)).collect::<Vec<_>>().join(" "),
@@ -33,19 +37,10 @@ pub fn run(project: &Project, selection: &Selection) -> Result<()> {
             ),
             None => ("not built".into(), "-".into()),
         };
-        rows.push(vec![
-            v.name.clone(),
-            v.backend.clone(),
-            layout,
-            v.dtype.to_string(),
-            tile,
-            v.warps.to_string(),
-            stages,
-            v.bounds.to_string(),
-            r.entry.launch.dynamic_smem_bytes.to_string(),
-            regs,
-            spills,
-        ]);
+        let mut row = vec![v.name.clone()];
+        row.extend(columns.iter().map(|axis| v.value(axis).map_or_else(|| "-".to_string(), |value| value.to_string())));
+        row.extend([r.entry.launch.dynamic_smem_bytes.to_string(), regs, spills]);
+        rows.push(row);
     }
     if rows.len() == 1 {
         bail!("no declared variant matches the given globs");

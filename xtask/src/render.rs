@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tera::{Context, Tera};
 use tilesmith_spec::launch::{self, Access, GridRule, LaunchSpec, Param, ParamKind};
-use tilesmith_spec::{arch, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
+use tilesmith_spec::{arch, axes, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -77,7 +77,13 @@ impl Renderer {
             template: template.clone(),
             source: format!("generated/{}.cu", variant.name),
             entry: variant.name.clone(),
-            launch: LaunchSpec { block: decl.block, grid: decl.grid, dynamic_smem_bytes: decl.dynamic_smem_bytes, params: decl.params },
+            launch: LaunchSpec {
+                block: decl.block,
+                grid: decl.grid,
+                cluster: decl.cluster,
+                dynamic_smem_bytes: decl.dynamic_smem_bytes,
+                params: decl.params,
+            },
             requires: Requirements { shape_multiple, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
         };
@@ -91,6 +97,8 @@ impl Renderer {
 struct LaunchDecl {
     block: [u32; 3],
     grid: GridRule,
+    #[serde(default = "no_cluster")]
+    cluster: [u32; 3],
     dynamic_smem_bytes: u32,
     /// Leading dimensions must be multiples of this many elements.
     ld_multiple: u32,
@@ -99,12 +107,23 @@ struct LaunchDecl {
     params: Vec<Param>,
 }
 
+fn no_cluster() -> [u32; 3] {
+    [1, 1, 1]
+}
+
 /// The rules a launch contract must meet, whatever the template.
 fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
     let variant = &declared.variant;
     let threads: u64 = decl.block.iter().map(|&b| u64::from(b)).product();
     if decl.block.contains(&0) || threads > 1024 {
         return Err(format!("block {:?} must have 1 to 1024 threads, none of its sides 0", decl.block));
+    }
+    let cluster_blocks: u32 = decl.cluster.iter().product();
+    if decl.cluster.contains(&0) || cluster_blocks > 8 {
+        return Err(format!("cluster {:?} must have 1 to 8 blocks, none of its sides 0", decl.cluster));
+    }
+    if cluster_blocks > 1 && (decl.cluster[1..] != [1, 1] || !matches!(decl.grid, GridRule::Persistent { .. })) {
+        return Err(format!("cluster {:?}: clusters run along M ([n, 1, 1]) with the persistent grid rule", decl.cluster));
     }
     let [tm, tn] = decl.grid.tile();
     if tm == 0 || tn == 0 {
@@ -233,7 +252,7 @@ fn collect_templates(root: &Path, dir: &Path, texts: &mut BTreeMap<String, Strin
     Ok(())
 }
 
-/// The values a template sees: every axis, plus what follows from them.
+/// The values a template sees: every axis under its name, plus what follows from them.
 fn context(declared: &Declared) -> Context {
     let variant = &declared.variant;
     let mut ctx = Context::new();
@@ -246,24 +265,23 @@ fn context(declared: &Declared) -> Context {
         .collect();
     ctx.insert("params", &params);
     ctx.insert("family", variant.family().as_str());
-    ctx.insert("backend", &variant.backend);
-    ctx.insert("dtype", variant.dtype.as_str());
+    for axis in axes::of(variant.family()) {
+        if let Some(value) = variant.value(axis.name) {
+            ctx.insert(axis.name, &value.to_json());
+        }
+    }
     ctx.insert("ctype", variant.dtype.cuda_type());
     ctx.insert("elem_bytes", &variant.dtype.size_bytes());
-    ctx.insert("warps", &variant.warps);
     ctx.insert("threads", &(variant.warps * 32));
     ctx.insert("checked", &variant.is_checked());
     ctx.insert("sass", &declared.backend.sass);
     ctx.insert("ptx", &declared.backend.ptx);
-    let tile = variant.tile();
-    ctx.insert("tm", &tile[0]);
-    ctx.insert("tn", &tile[1]);
-    if let Kind::Gemm { layout, tile, stages } = variant.kind {
-        ctx.insert("layout", layout.as_str());
+    for (name, edge) in ["tm", "tn", "tk"].iter().zip(variant.tile()) {
+        ctx.insert(*name, edge);
+    }
+    if let Kind::Gemm { layout, .. } = variant.kind {
         ctx.insert("a_row_major", &layout.a_row_major());
         ctx.insert("b_row_major", &layout.b_row_major());
-        ctx.insert("tk", &tile[2]);
-        ctx.insert("stages", &stages);
     }
     ctx
 }

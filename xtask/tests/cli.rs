@@ -59,6 +59,7 @@ tile = [128, 128, 32]
 backend = "simt"
 warps = 8
 stages = 2
+cluster = 1
 bounds = "checked"
 
 [gemm.backends.simt]
