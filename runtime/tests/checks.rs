@@ -274,8 +274,8 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
 #[test]
 fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_grid() {
     let tn = GemmShape { lda: 4096, ..GemmShape::packed(4000, 3000, 4000, Layout::Tn) };
-    let launch = gemm("gemm_tn_128x256x64_wgmma_w12_s3", Dtype::Bf16, tn).unwrap().unwrap();
-    assert_eq!(launch.grid, [132, 1, 1]);
+    let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, tn).unwrap().unwrap();
+    assert_eq!(launch.grid, [128, 1, 1], "384 tiles: 3 rounds of 128 blocks");
     assert_eq!(launch.block, [384, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
     assert_eq!((a.dims, a.row_stride_bytes, a.box_, a.swizzle_bytes), ([4000, 4000], 8192, [64, 128], 128));
@@ -286,7 +286,7 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
 
     // MN-major operands are mapped as stored, in 64-element boxes along their rows.
     let nt = GemmShape::packed(512, 1024, 256, Layout::Nt);
-    let launch = gemm("gemm_nt_128x256x64_f16_wgmma_w12_s3", Dtype::F16, nt).unwrap().unwrap();
+    let launch = gemm("gemm_nt_128x256x64_f16_wgmma_w12", Dtype::F16, nt).unwrap().unwrap();
     assert_eq!(launch.grid, [16, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!() };
     assert_eq!((a.dims, a.box_), ([512, 256], [64, 64]));
@@ -294,17 +294,17 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
     assert_eq!((b.dims, b.box_), ([1024, 256], [64, 64]));
 
     // Clusters of 2 blocks along M: the grid is whole clusters, at most one block per SM.
-    let launch = gemm("gemm_tn_128x256x64_wgmma_w12_s3_c2", Dtype::Bf16, tn).unwrap().unwrap();
-    assert_eq!((launch.grid, launch.cluster), ([132, 1, 1], [2, 1, 1]));
-    let Arg::TensorMap(b) = launch.args[1] else { panic!() };
-    assert_eq!(b.box_, [64, 128], "each block of the pair loads half of B");
+    let mut clustered = built("gemm_tn_128x256x64_wgmma_w12");
+    clustered.entry.launch.cluster = [2, 1, 1];
+    let plan = |shape: GemmShape| tilesmith_runtime::plan_gemm(&clustered, Dtype::Bf16, &shape, buffers(&shape), 132);
+    let launch = plan(tn).unwrap().unwrap();
+    assert_eq!((launch.grid, launch.cluster), ([128, 1, 1], [2, 1, 1]));
     // 3 tile rows make 2 cluster rows; 2 tile columns: 4 clusters, 8 blocks.
-    let small = GemmShape::packed(300, 304, 64, Layout::Tn);
-    assert_eq!(gemm("gemm_tn_128x256x64_wgmma_w12_s3_c2", Dtype::Bf16, small).unwrap().unwrap().grid, [8, 1, 1]);
+    assert_eq!(plan(GemmShape::packed(300, 304, 64, Layout::Tn)).unwrap().unwrap().grid, [8, 1, 1]);
 
     // TMA's 16-byte rows: an odd leading dimension is refused with the rule named.
     assert_eq!(
-        gemm("gemm_tn_128x256x64_wgmma_w12_s3", Dtype::Bf16, GemmShape::packed(4095, 4097, 4099, Layout::Tn)).unwrap_err(),
+        gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, GemmShape::packed(4095, 4097, 4099, Layout::Tn)).unwrap_err(),
         "lda = 4099 is not a multiple of 8 elements, as this checked variant assumes (16-byte rows)"
     );
 }

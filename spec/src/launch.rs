@@ -24,9 +24,10 @@ pub struct LaunchSpec {
 pub enum GridRule {
     /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
     TilesMn { tm: u32, tn: u32 },
-    /// A block per multiprocessor, at most one per TM×TN tile, in whole clusters along M;
-    /// cluster c of the grid's C walks the cluster tiles c, c + C, ... (a cluster tile is a
-    /// column of cluster[0] output tiles).
+    /// At most a block per multiprocessor, in whole clusters along M; cluster c of the grid's
+    /// C walks the cluster tiles c, c + C, ... (a cluster tile is a column of cluster[0]
+    /// output tiles). As few clusters as take the same number of rounds as one per
+    /// multiprocessor would, so that every cluster gets the same number of tiles.
     Persistent { tm: u32, tn: u32 },
 }
 
@@ -45,7 +46,9 @@ impl GridRule {
                 let tiles_m = m.div_ceil(u64::from(tm.max(1))).next_multiple_of(per_cluster);
                 // The kernels count tiles in an int.
                 let tiles = tiles_m.checked_mul(n.div_ceil(u64::from(tn.max(1))))?;
-                let clusters = (tiles / per_cluster).clamp(1, (u64::from(sms) / per_cluster).max(1));
+                let units = (tiles / per_cluster).max(1);
+                let rounds = units.div_ceil((u64::from(sms) / per_cluster).max(1));
+                let clusters = units.div_ceil(rounds);
                 (tiles <= i32::MAX as u64).then(|| [(clusters * per_cluster) as u32, 1, 1])
             }
         }
@@ -187,12 +190,15 @@ mod tests {
     #[test]
     fn persistent_grid_is_one_block_per_multiprocessor_at_most() {
         let rule = GridRule::Persistent { tm: 128, tn: 256 };
-        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([132, 1, 1]));
+        // 512 tiles take 4 rounds on 132 SMs; 128 blocks take 4 rounds too, 4 tiles each.
+        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(8192, 8192, 132, [1, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(4096, 4352, 132, [1, 1, 1]), Some([109, 1, 1]), "544 tiles: 5 rounds of at most 109");
         assert_eq!(rule.grid(300, 300, 132, [1, 1, 1]), Some([6, 1, 1]));
         assert_eq!(rule.grid(1 << 30, 1 << 30, 132, [1, 1, 1]), None);
         // Clusters of 2 along M: 3 tile rows round up to 2 cluster rows of 2 tiles.
         assert_eq!(rule.grid(300, 300, 132, [2, 1, 1]), Some([8, 1, 1]));
-        assert_eq!(rule.grid(4096, 4096, 131, [2, 1, 1]), Some([130, 1, 1]));
+        assert_eq!(rule.grid(4096, 4096, 131, [2, 1, 1]), Some([128, 1, 1]));
     }
 
     #[test]

@@ -308,7 +308,7 @@ fn shipped_names_keep_their_axes() {
     assert_eq!(axes("gemm_tt_128x256x32_w8"), gemm("tt", "bf16", "128x256x32", "mma", "8", "4", "checked"));
     assert_eq!(axes("gemm_nn_128x128x32_f32_simt_w8_s2"), gemm("nn", "f32", "128x128x32", "simt", "8", "2", "checked"));
     assert_eq!(axes("gemm_tn_64x64x32_simt_s2_unchecked"), gemm("tn", "bf16", "64x64x32", "simt", "4", "2", "unchecked"));
-    assert_eq!(axes("gemm_tn_128x256x64_wgmma_w12_s3"), gemm("tn", "bf16", "128x256x64", "wgmma", "12", "3", "checked"));
+    assert_eq!(axes("gemm_tn_128x256x64_wgmma_w12"), gemm("tn", "bf16", "128x256x64", "wgmma", "12", "4", "checked"));
     assert_eq!(
         axes("transpose_64x64_f32_unchecked"),
         expect(&[("family", "transpose"), ("dtype", "f32"), ("tile", "64x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "unchecked")])

@@ -595,3 +595,35 @@ fn nvcc_runs_through_a_launcher_with_the_hash_unchanged() {
     assert!(output.status.success(), "{}", text(&output));
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 3);
 }
+
+/// The wgmma template's cluster path (B multicast across 2 blocks), which no shipped variant
+/// uses: it renders, builds with its entry, and its SASS holds the multicast TMA loads.
+#[test]
+fn a_clustered_wgmma_variant_builds_with_multicast_loads() {
+    let variants = r#"
+[gemm.defaults]
+layout = "nt"
+dtype = "bf16"
+tile = [128, 256, 64]
+backend = "wgmma"
+warps = 12
+stages = 4
+cluster = 2
+bounds = "checked"
+
+[gemm.backends.wgmma]
+template = "gemm_wgmma.cu.tera"
+sass = ["sm_90a"]
+ptx = "compute_90a"
+
+[[gemm.groups]]
+"#;
+    let project = generated(variants);
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest.variants[0].launch.cluster, [2, 1, 1]);
+    succeeds(Some(project.path()), &["build"]);
+    let toolchain = succeeds(None, &["toolchain"]);
+    let tool = toolchain.lines().find_map(|line| line.strip_prefix("cuobjdump: ")).unwrap();
+    let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64.fatbin"), "--dump-sass");
+    assert!(sass.contains("UTMALDG.2D.MULTICAST"), "no multicast TMA load in\n{sass}");
+}
