@@ -200,6 +200,51 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
+// Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
+// chunk j, two adjacent columns each. They go to shared memory in the 128-byte swizzle TMA
+// reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
+// 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
+// store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
+// masked, since TMA would write whole 16-byte pieces past N.
+template <bool EDGE>
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const CUtensorMap* tmC, T* C,
+                                         int row0, int col0, int M, int N, int ldc, int c, int t) {
+    const int warp = t / 32, lane = t % 32;
+#pragma unroll
+    for (int round = 0; round < TN / OUT_COLS; ++round) {
+        if (t == 0) bulk_wait_read();
+        named_sync(1 + c, 128);
+#pragma unroll
+        for (int jj = 0; jj < OUT_COLS / 8; ++jj) {
+            const int j = round * (OUT_COLS / 8) + jj;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = warp * 16 + lane / 4 + 8 * h;
+                const uint32_t value = pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
+                    const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
+                    T* p = C + (long long)row * ldc + col;
+                    if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
+                    else if (row < M && col < N) *p = reinterpret_cast<const Pair*>(&value)->lo;
+                    continue;
+                }
+                st_shared_u32(out + jj / 8 * OUT_BLOCK_BYTES + r * 128 + ((jj % 8) ^ (r % 8)) * 16 + (lane % 4) * 4, value);
+            }
+        }
+        fence_async_shared();
+        named_sync(1 + c, 128);
+        if (t == 0) {
+#pragma unroll
+            for (int block = 0; block < OUT_COLS / 64; ++block) {
+                const int col = col0 + round * OUT_COLS + block * 64;
+                if (EDGE && col + 64 > N) break;
+                tma_store_2d(tmC, out + block * OUT_BLOCK_BYTES, col, row0);
+            }
+            bulk_commit();
+        }
+    }
+}
+
 // Warp specialization needs the register cap at entry that (THREADS, 1) gives, for setmaxnreg.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm_nt_128x256x64_wgmma_w12_unchecked(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmC, int M, int N, int K, int ldc)
@@ -258,7 +303,7 @@ gemm_nt_128x256x64_wgmma_w12_unchecked(const __grid_constant__ CUtensorMap tmA, 
         // Consumers: warpgroup c computes rows 64c..64c+63 of each tile.
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         const int c = threadIdx.x / 128 - 1;
-        const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+        const int t = threadIdx.x % 128;
         int stage = 0, phase = 0, previous = 0;
         float d[TN / 2];
         for (int unit = blockIdx.x / CLUSTER; unit < units; unit += gridDim.x / CLUSTER) {
@@ -294,38 +339,9 @@ gemm_nt_128x256x64_wgmma_w12_unchecked(const __grid_constant__ CUtensorMap tmA, 
             wgmma_wait<0>();
             if (t == 0 && k_blocks > 0) release(smem_addr(&empty[previous]));
 
-            // Epilogue: thread (warp, lane) holds rows r and r + 8 of each 8-column chunk j, two
-            // adjacent columns each. They go to shared memory in the 128-byte swizzle TMA reads
-            // (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a
-            // warp's 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the
-            // previous round's store has read the buffer.
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
-#pragma unroll
-            for (int round = 0; round < TN / OUT_COLS; ++round) {
-                if (t == 0) bulk_wait_read();
-                named_sync(1 + c, 128);
-#pragma unroll
-                for (int jj = 0; jj < OUT_COLS / 8; ++jj) {
-                    const int j = round * (OUT_COLS / 8) + jj;
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = warp * 16 + lane / 4 + 8 * h;
-                        const uint32_t value = pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                        st_shared_u32(out + jj / 8 * OUT_BLOCK_BYTES + r * 128 + ((jj % 8) ^ (r % 8)) * 16 + (lane % 4) * 4, value);
-                    }
-                }
-                fence_async_shared();
-                named_sync(1 + c, 128);
-                if (t == 0) {
-#pragma unroll
-                    for (int block = 0; block < OUT_COLS / 64; ++block) {
-                        const int col = col0 + round * OUT_COLS + block * 64;
-                        tma_store_2d(&tmC, out + block * OUT_BLOCK_BYTES, col, row0);
-                    }
-                    bulk_commit();
-                }
-            }
+            epilogue<false>(d, out, &tmC, nullptr, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();
