@@ -168,9 +168,7 @@ impl Gpu {
         // The plan checked every argument against the kernel's parameter list and the operands.
         unsafe { builder.launch(config) }.map(drop).during(&what)
     }
-}
 
-impl Gpu {
     /// A launch in thread-block clusters, which cudarc's launch builder does not make: through
     /// cuLaunchKernelEx. A persistent grid gets no more clusters than fit on the GPU at once
     /// (not every multiprocessor may host a cluster's block), or some would wait for a

@@ -32,7 +32,7 @@ fn flags(entry: &Entry) -> Vec<String> {
 }
 
 /// What decides whether a fatbin is current: the source, the flags and the compiler.
-pub fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
+fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(source);
     for flag in flags {

@@ -169,6 +169,14 @@ fn a_template_rule_names_file_line_variant_and_rule_and_nothing_is_written() {
 }
 
 #[test]
+fn a_backend_without_clusters_refuses_a_cluster() {
+    let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\ncluster = 2\n");
+    let project = scratch(&variants);
+    let out = fails(Some(project.path()), &["gen"]);
+    assert!(out.contains("variant `gemm_tn_128x128x32_c2`: template gemm_simt.cu.tera: backend simt launches no thread-block clusters: cluster must be 1, got 2"), "{out}");
+}
+
+#[test]
 fn shared_memory_over_the_limit_is_refused_with_bytes_and_limit() {
     let project = scratch(&format!("{SIMT_HEAD}\n[[gemm.groups]]\ntile = [128, 128, 128]\n"));
     let out = fails(Some(project.path()), &["gen"]);
