@@ -82,11 +82,14 @@ __device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtens
         :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
 }
 
-// Arrives on the barrier at `bar`'s offset in block `rank` of the cluster.
+// Arrives on the barrier at `bar`'s offset in block `rank` of the cluster. With the default
+// (CTA-scope) semantics: `.release.cluster` made every consumer wait for a cluster-wide
+// release and cost 40% (docs/wgmma.md, step 6); the buffer it frees was read by wgmma, which
+// has retired by then.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
     asm volatile(
         "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" :: "r"(bar), "r"(rank) : "memory");
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" :: "r"(bar), "r"(rank) : "memory");
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
