@@ -10,6 +10,7 @@
 //   warps = 12
 //   stages = 4
 //   cluster = 2
+//   split_k = 1
 //   bounds = unchecked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -98,6 +99,20 @@ __device__ __forceinline__ uint32_t cluster_rank() {
     return rank;
 }
 
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], { %1, %2 };\n" :: "r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// Four floats at `addr`'s offset in the shared memory of block `rank` of the cluster.
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr, uint32_t rank) {
+    float4 v;
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %4, %5;\n"
+        "ld.shared::cluster.v4.f32 { %0, %1, %2, %3 }, [remote];\n}\n"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr), "r"(rank) : "memory");
+    return v;
+}
+
 // Every thread of every block of the cluster.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
@@ -162,6 +177,8 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 #define CONSUMERS 2
 // Blocks of a cluster take consecutive tile rows and share B, each loading 1/CLUSTER of it.
 #define CLUSTER 2
+// Blocks, and slices of K, per output tile.
+#define SPLIT_K 1
 #define THREADS 384
 // Tile rows per group of the tile order: consecutive tiles share B columns in the L2.
 #define GROUP_M 8
@@ -180,6 +197,9 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 #define BLOCK_BYTES (64 * TK * 2)
 #define OUT_BLOCK_BYTES (64 * 64 * 2)
 #define OUT_COLS 128
+// Floats between rows of the partial sums split-K blocks leave in shared memory: 8 more than
+// TN, so that a warp's stores from 8 rows reach every bank.
+#define RED_LD 264
 
 // The output tile `tile` of a tiles_m x tiles_n grid, walking GROUP_M tile rows at a time.
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
@@ -263,6 +283,8 @@ gemm_nn_128x256x64_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMap tm
     const int groups_m = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int units = groups_m * tiles_n;
     const int k_blocks = (K + TK - 1) / TK;
+    const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
+    const int kb_begin = 0, kb_end = k_blocks;
     const int rank = cluster_rank();
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -278,11 +300,11 @@ gemm_nn_128x256x64_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMap tm
         // Producer: one thread keeps the ring full.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         int stage = 0, phase = 0;
-        for (int unit = blockIdx.x / CLUSTER; threadIdx.x == 0 && unit < units; unit += gridDim.x / CLUSTER) {
+        for (int unit = first_unit; threadIdx.x == 0 && unit < units; unit += unit_stride) {
             int group_m, tile_n;
             tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
             const int tile_m = group_m * CLUSTER + rank;
-            for (int kb = 0; kb < k_blocks; ++kb) {
+            for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&empty[stage]), phase ^ 1);
                 const uint32_t bar = smem_addr(&full[stage]);
                 mbar_expect_bytes(bar, STAGE_BYTES);
@@ -314,15 +336,15 @@ gemm_nn_128x256x64_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMap tm
         const int t = threadIdx.x % 128;
         int stage = 0, phase = 0, previous = 0;
         float d[TN / 2];
-        for (int unit = blockIdx.x / CLUSTER; unit < units; unit += gridDim.x / CLUSTER) {
+        for (int unit = first_unit; unit < units; unit += unit_stride) {
             int group_m, tile_n;
             tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
             const int tile_m = group_m * CLUSTER + rank;
-            if (k_blocks == 0) {
+            if (kb_end == kb_begin) {
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
             }
-            for (int kb = 0; kb < k_blocks; ++kb) {
+            for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances 16 elements (32 bytes) along its rows per MMA; an
                 // MN-major one, 16 rows of 128 bytes.
@@ -334,18 +356,18 @@ gemm_nn_128x256x64_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMap tm
                     const uint32_t step_a = A_MN_MAJOR ? k * 16 * 128 : k * 32;
                     const uint32_t step_b = B_MN_MAJOR ? k * 16 * 128 : k * 32;
                     wgmma_m64n256k16<A_MN_MAJOR, B_MN_MAJOR>(
-                        d, smem_desc(a + step_a, BLOCK_BYTES), smem_desc(b + step_b, BLOCK_BYTES), kb > 0 || k > 0);
+                        d, smem_desc(a + step_a, BLOCK_BYTES), smem_desc(b + step_b, BLOCK_BYTES), kb > kb_begin || k > 0);
                 }
                 wgmma_commit();
                 // This block's MMAs stay in flight; the previous block's buffer is free once
                 // its MMAs have retired.
                 wgmma_wait<1>();
-                if (t == 0 && kb > 0) release(smem_addr(&empty[previous]));
+                if (t == 0 && kb > kb_begin) release(smem_addr(&empty[previous]));
                 previous = stage;
                 if (++stage == STAGES) { stage = 0; phase ^= 1; }
             }
             wgmma_wait<0>();
-            if (t == 0 && k_blocks > 0) release(smem_addr(&empty[previous]));
+            if (t == 0 && kb_end > kb_begin) release(smem_addr(&empty[previous]));
 
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;

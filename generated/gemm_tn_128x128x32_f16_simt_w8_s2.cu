@@ -10,6 +10,7 @@
 //   warps = 8
 //   stages = 2
 //   cluster = 1
+//   split_k = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

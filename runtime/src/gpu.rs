@@ -172,7 +172,7 @@ impl Gpu {
     /// A launch in thread-block clusters, which cudarc's launch builder does not make: through
     /// cuLaunchKernelEx. A persistent grid gets no more clusters than fit on the GPU at once
     /// (not every multiprocessor may host a cluster's block), or some would wait for a
-    /// second wave.
+    /// second wave; other grids (split-K, a cluster per tile) run in as many waves as they need.
     fn launch_clusters(&self, function: &CudaFunction, launch: &Launch, values: &[Value]) -> std::result::Result<(), DriverError> {
         let mut params: Vec<*mut c_void> = values
             .iter()
@@ -201,10 +201,12 @@ impl Gpu {
             numAttrs: 1,
         };
         self.ctx.bind_to_thread()?;
-        let mut fit = 0;
-        unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
-        if fit > 0 {
-            config.gridDimX = config.gridDimX.min(fit as u32 * x);
+        if launch.persistent {
+            let mut fit = 0;
+            unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
+            if fit > 0 {
+                config.gridDimX = config.gridDimX.min(fit as u32 * x);
+            }
         }
         // The plan checked every argument against the kernel's parameter list and the operands;
         // `values` outlives the call.

@@ -2,7 +2,7 @@
 //! the shape and the buffers, so that they are tested without a GPU.
 
 use tilesmith_spec::arch::compute_capability;
-use tilesmith_spec::{Built, Dtype, Kind, Layout, Operand, ParamKind, Quantity, Targets};
+use tilesmith_spec::{Built, Dtype, GridRule, Kind, Layout, Operand, ParamKind, Quantity, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +73,9 @@ pub struct Launch {
     pub block: [u32; 3],
     /// Thread-block cluster; [1, 1, 1] for none.
     pub cluster: [u32; 3],
+    /// The grid is persistent (its blocks loop over the tiles), so the launch may shrink it to
+    /// the clusters that fit on the GPU at once; any other grid is launched whole.
+    pub persistent: bool,
     pub dynamic_smem_bytes: u32,
     /// One per kernel parameter, in the order of the manifest's parameter list.
     pub args: Vec<Arg>,
@@ -232,7 +235,8 @@ fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) 
 fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result<Launch, String> {
     let spec = &built.entry.launch;
     let grid = spec.grid.grid(m as u64, n as u64, sms, spec.cluster).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
-    Ok(Launch { grid, block: spec.block, cluster: spec.cluster, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
+    let persistent = matches!(spec.grid, GridRule::Persistent { .. });
+    Ok(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
 
 /// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to

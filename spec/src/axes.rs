@@ -127,6 +127,7 @@ pub const AXES: &[Axis] = &[
     Axis { name: "warps", domain: Domain::Count { min: 1, max: 32 }, naming: Naming::Prefixed("w"), families: BOTH },
     Axis { name: "stages", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("s"), families: GEMM },
     Axis { name: "cluster", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("c"), families: GEMM },
+    Axis { name: "split_k", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("splitk"), families: GEMM },
     Axis { name: "bounds", domain: Domain::Bounds, naming: Naming::IfNotDefault, families: BOTH },
 ];
 

@@ -29,6 +29,9 @@ pub enum GridRule {
     /// output tiles). As few clusters as take the same number of rounds as one per
     /// multiprocessor would, so that every cluster gets the same number of tiles.
     Persistent { tm: u32, tn: u32 },
+    /// `splits` blocks per TM×TN tile, each taking a slice of K, launched as a cluster that
+    /// adds up its partial sums: grid = (⌈N/TN⌉·splits, ⌈M/TM⌉, 1), clusters of [splits, 1, 1].
+    SplitK { tm: u32, tn: u32, splits: u32 },
 }
 
 impl GridRule {
@@ -36,8 +39,9 @@ impl GridRule {
     /// `cluster` blocks; `None` when a dimension would exceed CUDA's limits.
     pub fn grid(&self, m: u64, n: u64, sms: u32, cluster: [u32; 3]) -> Option<[u32; 3]> {
         match *self {
-            GridRule::TilesMn { tm, tn } => {
-                let x = u32::try_from(n.div_ceil(u64::from(tn.max(1)))).ok()?;
+            GridRule::TilesMn { tm, tn } => GridRule::SplitK { tm, tn, splits: 1 }.grid(m, n, sms, cluster),
+            GridRule::SplitK { tm, tn, splits } => {
+                let x = u32::try_from(n.div_ceil(u64::from(tn.max(1))).checked_mul(u64::from(splits.max(1)))?).ok()?;
                 let y = u32::try_from(m.div_ceil(u64::from(tm.max(1)))).ok().filter(|&y| y <= 65_535)?;
                 Some([x.max(1), y.max(1), 1])
             }
@@ -57,7 +61,7 @@ impl GridRule {
     /// The output tile one block computes at a time.
     pub fn tile(&self) -> [u32; 2] {
         match *self {
-            GridRule::TilesMn { tm, tn } | GridRule::Persistent { tm, tn } => [tm, tn],
+            GridRule::TilesMn { tm, tn } | GridRule::Persistent { tm, tn } | GridRule::SplitK { tm, tn, .. } => [tm, tn],
         }
     }
 }
@@ -185,6 +189,14 @@ mod tests {
         assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([64, 32, 1]));
         assert_eq!(rule.grid(1, 65, 132, [1, 1, 1]), Some([2, 1, 1]));
         assert_eq!(rule.grid(128 * 65_536, 64, 132, [1, 1, 1]), None);
+    }
+
+    #[test]
+    fn split_k_grid_has_a_block_per_slice_of_each_tile() {
+        let rule = GridRule::SplitK { tm: 64, tn: 128, splits: 4 };
+        assert_eq!(rule.grid(16, 4096, 132, [4, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(65, 129, 132, [4, 1, 1]), Some([8, 2, 1]));
+        assert_eq!(rule.grid(64 * 65_536, 128, 132, [4, 1, 1]), None);
     }
 
     #[test]

@@ -22,10 +22,23 @@ pub struct Variant {
 #[serde(tag = "family", rename_all = "lowercase")]
 pub enum Kind {
     /// C[M×N] = A[M×K] · B[K×N]; `tile` is [TM, TN, TK]; `cluster` blocks along M share
-    /// their B tiles (thread-block clusters).
-    Gemm { layout: Layout, tile: [u32; 3], stages: u32, cluster: u32 },
+    /// their B tiles (thread-block clusters); `split_k` blocks share one output tile, each
+    /// taking a slice of K, and add their partial sums.
+    Gemm {
+        layout: Layout,
+        tile: [u32; 3],
+        stages: u32,
+        cluster: u32,
+        /// Absent from manifests written before the axis existed, whose variants had none.
+        #[serde(default = "one")]
+        split_k: u32,
+    },
     /// Y[N×M] = X[M×N]ᵀ; `tile` is [TM, TN].
     Transpose { tile: [u32; 2] },
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Variant {
@@ -54,6 +67,7 @@ impl Variant {
             ("layout", Kind::Gemm { layout, .. }) => Value::Word(layout.to_string()),
             ("stages", Kind::Gemm { stages, .. }) => Value::Count(*stages),
             ("cluster", Kind::Gemm { cluster, .. }) => Value::Count(*cluster),
+            ("split_k", Kind::Gemm { split_k, .. }) => Value::Count(*split_k),
             ("tile", _) => Value::Tile(self.tile().to_vec()),
             ("dtype", _) => Value::Word(self.dtype.to_string()),
             ("backend", _) => Value::Word(self.backend.clone()),
@@ -84,6 +98,7 @@ impl Variant {
                 tile: tile.try_into().ok()?,
                 stages: count("stages")?,
                 cluster: count("cluster")?,
+                split_k: count("split_k")?,
             },
             Family::Transpose => Kind::Transpose { tile: tile.try_into().ok()? },
         };
@@ -132,7 +147,7 @@ mod tests {
             dtype,
             warps,
             bounds,
-            kind: Kind::Gemm { layout, tile, stages: 2, cluster: 1 },
+            kind: Kind::Gemm { layout, tile, stages: 2, cluster: 1, split_k: 1 },
         }
     }
 
@@ -149,8 +164,8 @@ mod tests {
         let defaults = gemm(Layout::Tn, [128, 128, 32], Dtype::Bf16, 8, Bounds::Checked);
         let mut other = defaults.clone();
         other.backend = "mma".into();
-        other.kind = Kind::Gemm { layout: Layout::Tt, tile: [128, 256, 64], stages: 3, cluster: 2 };
-        assert_eq!(other.derive_name(&defaults), "gemm_tt_128x256x64_mma_s3_c2");
+        other.kind = Kind::Gemm { layout: Layout::Tt, tile: [128, 256, 64], stages: 3, cluster: 2, split_k: 4 };
+        assert_eq!(other.derive_name(&defaults), "gemm_tt_128x256x64_mma_s3_c2_splitk4");
     }
 
     #[test]

@@ -12,6 +12,7 @@ backend = "simt"
 warps = 8
 stages = 2
 cluster = 1
+split_k = 1
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -65,7 +66,7 @@ bounds = ["checked", "unchecked"]
     let first = &config.variants[0];
     assert_eq!(first.variant.dtype, Dtype::F16);
     assert_eq!(first.variant.bounds, Bounds::Checked);
-    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2, cluster: 1 });
+    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2, cluster: 1, split_k: 1 });
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
     assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
 }

@@ -32,7 +32,8 @@ macro_rules! with_element {
 /// The GEMM shapes a variant is tried on: every edge case for a checked variant, tile
 /// multiples (one with padded leading dimensions) for an unchecked one. Leading dimensions are
 /// rounded up to the multiple the variant needs (TMA's 16-byte rows); a persistent variant
-/// also gets more tiles than an H200 has multiprocessors, so that blocks take several.
+/// also gets more tiles than an H200 has multiprocessors, so that blocks take several, and a
+/// split-K variant a long K.
 pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     let Kind::Gemm { layout, tile: [tm, tn, tk], .. } = kernel.variant().kind else { return Vec::new() };
     let [tm, tn, tk] = [tm, tn, tk].map(|t| t as usize);
@@ -59,9 +60,12 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     } else {
         vec![packed(2 * tm, 3 * tn, 4 * tk), padded(tm, tn, tk, 2 * step)]
     };
-    if matches!(kernel.info().entry.launch.grid, GridRule::Persistent { .. }) {
-        let odd = usize::from(kernel.variant().is_checked());
-        shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd));
+    let odd = usize::from(kernel.variant().is_checked());
+    match kernel.info().entry.launch.grid {
+        GridRule::Persistent { .. } => shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd)),
+        // A long K in slices of unequal length (the shapes above leave some slices empty).
+        GridRule::SplitK { splits, .. } => shapes.push(packed(tm + 3 * odd, 3 * tn + 5 * odd, 9 * tk * splits as usize + 11 * odd)),
+        GridRule::TilesMn { .. } => {}
     }
     shapes
 }

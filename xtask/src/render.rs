@@ -122,8 +122,15 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
     if decl.cluster.contains(&0) || cluster_blocks > 8 {
         return Err(format!("cluster {:?} must have 1 to 8 blocks, none of its sides 0", decl.cluster));
     }
-    if cluster_blocks > 1 && (decl.cluster[1..] != [1, 1] || !matches!(decl.grid, GridRule::Persistent { .. })) {
-        return Err(format!("cluster {:?}: clusters run along M ([n, 1, 1]) with the persistent grid rule", decl.cluster));
+    match decl.grid {
+        GridRule::SplitK { splits, .. } if decl.cluster != [splits, 1, 1] => {
+            return Err(format!("cluster {:?}: the split_k grid rule launches a cluster of [{splits}, 1, 1] per tile, one block per slice of K", decl.cluster));
+        }
+        GridRule::SplitK { .. } => {}
+        _ if cluster_blocks > 1 && (decl.cluster[1..] != [1, 1] || !matches!(decl.grid, GridRule::Persistent { .. })) => {
+            return Err(format!("cluster {:?}: clusters run along M ([n, 1, 1]) with the persistent grid rule", decl.cluster));
+        }
+        _ => {}
     }
     let [tm, tn] = decl.grid.tile();
     if tm == 0 || tn == 0 {

@@ -60,6 +60,7 @@ backend = "simt"
 warps = 8
 stages = 2
 cluster = 1
+split_k = 1
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -173,7 +174,7 @@ fn a_backend_without_clusters_refuses_a_cluster() {
     let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\ncluster = 2\n");
     let project = scratch(&variants);
     let out = fails(Some(project.path()), &["gen"]);
-    assert!(out.contains("variant `gemm_tn_128x128x32_c2`: template gemm_simt.cu.tera: backend simt launches no thread-block clusters: cluster must be 1, got 2"), "{out}");
+    assert!(out.contains("variant `gemm_tn_128x128x32_c2`: template gemm_simt.cu.tera: backend simt launches no thread-block clusters: cluster and split_k must be 1, got 2 and 1"), "{out}");
 }
 
 #[test]
