@@ -1,6 +1,7 @@
 //! The generated per-variant trials: for every variant in the manifest,
 //! `<family>::<variant>::correctness` and `<family>::<variant>::perf` (ignored unless asked for,
-//! with `--include-ignored` or `--ignored`). Listing makes no CUDA call.
+//! with `--include-ignored` or `--ignored`), and `dispatch::...` trials of the registry's `gemm`
+//! call, which picks the variant itself. Listing makes no CUDA call.
 //!
 //! Where the CUDA driver library cannot be loaded, every GPU trial is listed as ignored, so that
 //! both `cargo test` and nextest show it skipped, and the reason is printed once; run anyway
@@ -9,11 +10,11 @@
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::Path;
 use std::process::ExitCode;
-use tilesmith_runtime::{Gpu, Kernel, Layout};
+use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout};
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::{Entry, Manifest, Registry};
 use tilesmith_tests::host::{read_region, relative_error, Operands};
-use tilesmith_tests::{device, report, trials};
+use tilesmith_tests::{device, report, trials, with_element};
 
 /// The variants to make trials for: the registry's when TILESMITH_REGISTRY names one (a
 /// bundle on a machine without the sources), else generated/manifest.json.
@@ -48,6 +49,30 @@ fn perf(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let record = trials::performance(gpu, kernel)?;
     let path = report::write(&record)?;
     Ok(format!("{} -> {}", record.summary(), path.display()))
+}
+
+/// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
+/// dtype and layout.
+fn dispatch_trials(driver: bool) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    for &dtype in Dtype::ALL {
+        for &layout in Layout::ALL {
+            for (label, shape) in trials::dispatch_shapes(layout) {
+                let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{label}"), move || {
+                    let gpu = match device::gpu() {
+                        Ok(gpu) => gpu,
+                        Err(reason) => return Ok(Completion::ignored_with(reason)),
+                    };
+                    let registry = device::registry()?;
+                    let summary = with_element!(dtype, T => trials::dispatch_correctness::<T>(gpu, registry, shape))?;
+                    println!("{summary}");
+                    Ok(Completion::Completed)
+                });
+                trials.push(trial.with_ignored_flag(!driver));
+            }
+        }
+    }
+    trials
 }
 
 /// Checks of the harness's own float64 reference, which the GPU trials rely on.
@@ -106,5 +131,6 @@ fn main() -> ExitCode {
         all.push(gpu_trial(format!("{family}::{name}::correctness"), name.clone(), trials::correctness).with_ignored_flag(!driver));
         all.push(gpu_trial(format!("{family}::{name}::perf"), name, perf).with_ignored_flag(true));
     }
+    all.extend(dispatch_trials(driver));
     libtest_mimic::run(&args, all).exit_code()
 }

@@ -25,6 +25,9 @@ pub enum Error {
     #[error("kernel `{name}` has no code for this GPU: it has {has}, and {device} is sm_{major}{minor}")]
     NoCodeForDevice { name: String, has: String, device: String, major: u32, minor: u32 },
 
+    #[error("no variant takes this GEMM call: {0}")]
+    NoVariant(String),
+
     #[error("kernel `{name}` refused the launch: {rule}")]
     Refused { name: String, rule: String },
 

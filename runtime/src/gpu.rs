@@ -12,6 +12,7 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use sha2::{Digest, Sha256};
+use tilesmith_spec::tuning::Device;
 use tilesmith_spec::Dtype;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -78,6 +79,11 @@ impl Gpu {
     /// (major, minor), e.g. (9, 0) for an H100.
     pub fn capability(&self) -> (u32, u32) {
         self.capability
+    }
+
+    /// The GPU as tuning tables name it.
+    pub fn device(&self) -> Device {
+        Device { name: self.name.clone(), capability: [self.capability.0, self.capability.1], sms: self.sms }
     }
 
     /// Its number of multiprocessors, which persistent kernels launch a block per.

@@ -126,7 +126,12 @@ impl Kernel {
             Buffer { len: args.b.len(), addr: b },
             Buffer { len: c_len, addr: c },
         ];
-        match plan_gemm(&self.built, T::DTYPE, &args.shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
+        self.gemm_buffers(gpu, T::DTYPE, &args.shape, buffers)
+    }
+
+    /// As [`Kernel::gemm`], on buffers the caller holds on the GPU's stream.
+    pub(crate) fn gemm_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3]) -> Result<()> {
+        match plan_gemm(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(self, launch),
             None => Ok(()),
         }

@@ -18,6 +18,7 @@
 //! lengths, leading dimensions, divisibility, alignment) and refused with an [`Error`] naming
 //! the rule, so no launch reads or writes out of bounds.
 
+pub mod dispatch;
 mod error;
 mod gpu;
 mod kernel;
@@ -27,7 +28,8 @@ mod registry;
 pub use error::Error;
 pub use gpu::Gpu;
 pub use kernel::{Element, GemmArgs, Kernel, TransposeArgs};
-pub use plan::{plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TensorMapArg, TransposeShape};
+pub use dispatch::{Choice, Workspace};
+pub use plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TensorMapArg, TransposeShape};
 pub use registry::Registry;
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Kind, Layout, Variant};
 

@@ -12,7 +12,7 @@ pub struct Buffer {
 }
 
 /// C (M×N, row-major) = A (M×K) · B (K×N), stored as `layout` says, with leading dimensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GemmShape {
     pub m: usize,
     pub n: usize,
@@ -32,7 +32,7 @@ impl GemmShape {
     }
 
     /// (rows, row length) of A, B and C as stored.
-    fn stored(&self) -> [(usize, usize); 3] {
+    pub fn stored(&self) -> [(usize, usize); 3] {
         let a = if self.layout.a_row_major() { (self.m, self.k) } else { (self.k, self.m) };
         let b = if self.layout.b_row_major() { (self.k, self.n) } else { (self.n, self.k) };
         [a, b, (self.m, self.n)]
@@ -135,7 +135,9 @@ struct Stored<'a> {
     layout: &'a str,
 }
 
-fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), String> {
+/// The rules every call meets, whatever the kernel: rows no longer than their leading
+/// dimension, and a buffer that holds what the matrix spans.
+fn check_stored(op: &Stored<'_>) -> Result<(), String> {
     let Stored { name, ld_name, buffer, rows, cols, ld, layout } = *op;
     if ld < cols.max(1) {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
@@ -144,6 +146,12 @@ fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), Str
     if buffer.len < needed {
         return Err(format!("{name} holds {} elements, but {rows} rows of {cols} with {ld_name} = {ld} span {needed}", buffer.len));
     }
+    Ok(())
+}
+
+fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), String> {
+    check_stored(op)?;
+    let Stored { name, ld_name, buffer, ld, .. } = *op;
     let requires = &built.entry.requires;
     if ld % requires.ld_multiple as usize != 0 {
         return Err(format!(
@@ -239,6 +247,28 @@ fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result
     Ok(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
 
+/// A, B and C of a GEMM call as the checks see them.
+fn gemm_operands<'a>(shape: &GemmShape, [a, b, c]: [Buffer; 3], layouts: &'a [String; 2]) -> [Stored<'a>; 3] {
+    let [sa, sb, sc] = shape.stored();
+    [
+        Stored { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &layouts[0] },
+        Stored { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &layouts[1] },
+        Stored { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
+    ]
+}
+
+fn operand_layouts(layout: Layout) -> [String; 2] {
+    let letters = layout.as_str();
+    [format!("{}, layout {letters}", order(layout.a_row_major())), format!("{}, layout {letters}", order(layout.b_row_major()))]
+}
+
+/// Checks what any GEMM call must meet before anything reads its buffers: leading dimensions
+/// at least the stored rows' lengths, and buffers that hold what A, B and C span.
+pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), String> {
+    let layouts = operand_layouts(shape.layout);
+    gemm_operands(shape, buffers, &layouts).iter().try_for_each(check_stored)
+}
+
 /// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to
 /// compute (M or N is 0).
 pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
@@ -251,16 +281,8 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
     let bounds = built.entry.variant.bounds.as_str();
     check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1]), ("K", shape.k, multiple[2])], bounds)?;
     let [sa, sb, sc] = shape.stored();
-    let letters = layout.as_str();
-    let (a_order, b_order) = (order(layout.a_row_major()), order(layout.b_row_major()));
-    let a_layout = format!("{a_order}, layout {letters}");
-    let b_layout = format!("{b_order}, layout {letters}");
-    let operands = [
-        Stored { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &a_layout },
-        Stored { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &b_layout },
-        Stored { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
-    ];
-    for operand in &operands {
+    let layouts = operand_layouts(layout);
+    for operand in &gemm_operands(shape, [a, b, c], &layouts) {
         check_operand(built, dtype, operand)?;
     }
     let s = shape;

@@ -1,11 +1,19 @@
 //! Opening the registry that `cargo xtask build` wrote, and finding kernels in it by name.
 
-use crate::kernel::Kernel;
+use crate::dispatch::{self, Choice, Workspace};
+use crate::gpu::Gpu;
+use crate::kernel::{Element, GemmArgs, Kernel};
+use crate::plan::{Buffer, GemmShape};
 use crate::{Error, Result};
+use cudarc::driver::DevicePtr;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tilesmith_spec::tuning::Alignment;
+use tilesmith_spec::Dtype;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
+use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
@@ -15,7 +23,14 @@ pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
 pub struct Registry {
     dir: PathBuf,
     kernels: BTreeMap<String, Kernel>,
+    /// The tuning tables in `tuning/`, one per device, for [`Registry::gemm`].
+    tables: Vec<TuningTable>,
+    /// Picks already made, by device, dtype and shape with its alignment: choosing walks the
+    /// table and plans candidates, which costs more host time than a small GEMM takes.
+    picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
 }
+
+type PickKey = (String, u32, Dtype, GemmShape, Alignment);
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set, else in this
@@ -57,7 +72,51 @@ impl Registry {
                 (built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin))
             })
             .collect();
-        Ok(Registry { dir: dir.to_path_buf(), kernels })
+        let tables = read_tables(&dir.join(TUNING_DIR))?;
+        Ok(Registry { dir: dir.to_path_buf(), kernels, tables, picks: Arc::default() })
+    }
+
+    /// The tuning tables the registry carries.
+    pub fn tables(&self) -> &[TuningTable] {
+        &self.tables
+    }
+
+    /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
+    pub fn choose_gemm<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> Result<Choice> {
+        let stream = gpu.stream();
+        let (a, _a) = args.a.device_ptr(stream);
+        let (b, _b) = args.b.device_ptr(stream);
+        let (c, _c) = args.c.device_ptr(stream);
+        let buffers = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: args.c.len(), addr: c }];
+        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), T::DTYPE, &args.shape, buffers).map_err(Error::NoVariant)
+    }
+
+    /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
+    /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
+    /// scratch the padded strategy copies unaligned operands into, kept for the next call.
+    pub fn gemm<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<Choice> {
+        let key = self.pick_key(gpu, &args);
+        let cached = self.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let choice = match cached {
+            Some(choice) => choice,
+            None => {
+                let choice = self.choose_gemm(gpu, &args)?;
+                self.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
+                choice
+            }
+        };
+        // A cached pick is checked again like any launch: buffers of another length are refused.
+        choice.run(gpu, args, workspace)?;
+        Ok(choice)
+    }
+
+    fn pick_key<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> PickKey {
+        let stream = gpu.stream();
+        let (a, _a) = args.a.device_ptr(stream);
+        let (b, _b) = args.b.device_ptr(stream);
+        let (c, _c) = args.c.device_ptr(stream);
+        let buffers = [a, b, c].map(|addr| Buffer { len: 0, addr });
+        (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, dispatch::alignment(T::DTYPE, &args.shape, &buffers))
     }
 
     pub fn dir(&self) -> &Path {
@@ -80,4 +139,13 @@ impl Registry {
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
         scored.into_iter().take(3).map(|(_, known)| known.clone()).collect()
     }
+}
+
+/// Every `*.json` in the registry's tuning folder, in file-name order; a folder that is absent
+/// means no tables, a table that does not read is an error naming it.
+fn read_tables(dir: &Path) -> Result<Vec<TuningTable>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    paths.sort();
+    paths.iter().map(|path| TuningTable::read(path).map_err(|reason| Error::RegistryUnreadable { path: path.clone(), reason })).collect()
 }

@@ -9,6 +9,7 @@ pub mod axes;
 pub mod config;
 pub mod launch;
 pub mod manifest;
+pub mod tuning;
 pub mod variant;
 
 pub use axes::{Bounds, Dtype, Family, Layout};

@@ -40,9 +40,10 @@ pub fn l2_bytes(gpu: &Gpu) -> Result<usize, String> {
         .map_err(|err| format!("reading the L2 size: {err}"))
 }
 
-/// Enough input sets of `bytes_per_set` that cycling through them overflows the L2 twice over.
+/// Enough input sets of `bytes_per_set` that cycling through them overflows the L2 twice over,
+/// at most 64: problems so small that 64 sets fit in the L2 run from it in any use.
 pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
-    Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).max(2))
+    Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).clamp(2, 64))
 }
 
 /// Median time in milliseconds of `runs` calls of `run(i)` (i counting up), each between two

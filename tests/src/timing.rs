@@ -7,7 +7,7 @@ use crate::host::{gemm_tolerance, random, relative_error, Operands};
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
 use rand::Rng;
-use tilesmith_runtime::{Element, GemmArgs, GemmShape, Gpu, Kernel, TransposeArgs, TransposeShape};
+use tilesmith_runtime::{Choice, Element, GemmArgs, GemmShape, Gpu, Kernel, Registry, TransposeArgs, TransposeShape, Workspace};
 
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
@@ -42,14 +42,28 @@ impl<T: Element> GemmCase<T> {
 
     /// Median milliseconds of the kernel, whose last result is then spot checked.
     pub fn time_kernel(&mut self, gpu: &Gpu, kernel: &Kernel) -> Result<f64, String> {
+        self.time(gpu, WARMUP, RUNS, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+    }
+
+    /// Median milliseconds of a dispatcher's choice (a variant, directly or padded), spot checked.
+    pub fn time_choice(&mut self, gpu: &Gpu, choice: &Choice, workspace: &mut Workspace, warmup: usize, runs: usize) -> Result<f64, String> {
+        self.time(gpu, warmup, runs, |args| choice.run(gpu, args, workspace).map_err(|err| err.to_string()))
+    }
+
+    /// Median milliseconds of the registry's `gemm` call, picking its variant, spot checked.
+    pub fn time_dispatch(&mut self, gpu: &Gpu, registry: &Registry, workspace: &mut Workspace) -> Result<f64, String> {
+        self.time(gpu, WARMUP, RUNS, |args| registry.gemm(gpu, args, workspace).map(drop).map_err(|err| err.to_string()))
+    }
+
+    fn time(&mut self, gpu: &Gpu, warmup: usize, runs: usize, mut launch: impl FnMut(GemmArgs<'_, T>) -> Result<(), String>) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
         for output in &mut self.outputs {
             gpu.stream().memcpy_htod(&vec![T::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
         }
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+        let ms = median_ms(gpu.stream(), warmup, runs, |i| {
             let (a, b) = &inputs[i % sets];
-            kernel.gemm(gpu, GemmArgs { a, b, c: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
+            launch(GemmArgs { a, b, c: &mut outputs[i % sets], shape })
         })?;
         self.spot_check(gpu)?;
         Ok(ms)
@@ -57,12 +71,16 @@ impl<T: Element> GemmCase<T> {
 
     /// Median milliseconds of cuBLAS on the same inputs.
     pub fn time_cublas(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        self.time_cublas_runs(gpu, WARMUP, RUNS)
+    }
+
+    pub fn time_cublas_runs(&mut self, gpu: &Gpu, warmup: usize, runs: usize) -> Result<f64, String> {
         if self.cublas.is_none() {
             self.cublas = Some(Cublas::new(gpu)?);
         }
         let (shape, sets) = (self.shape, self.inputs.len());
         let (inputs, outputs, cublas) = (&self.inputs, &mut self.outputs, self.cublas.as_ref().expect("created above"));
-        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+        median_ms(gpu.stream(), warmup, runs, |i| {
             let (a, b) = &inputs[i % sets];
             cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets])
         })
@@ -85,6 +103,21 @@ impl<T: Element> GemmCase<T> {
             return Err(format!("the timed result is wrong: relative error {error:.3e} on 256 sampled elements (allowed {tolerance:.0e})"));
         }
         Ok(())
+    }
+
+    /// Times the registry's `gemm` call and reports it beside the baseline, named
+    /// `dispatch:<pick>`.
+    pub fn record_dispatch(&mut self, gpu: &Gpu, registry: &Registry, workspace: &mut Workspace, baseline_ms: f64) -> Result<Record, String> {
+        let choice = {
+            let (a, b) = &self.inputs[0];
+            registry.choose_gemm(gpu, &GemmArgs { a, b, c: &mut self.outputs[0], shape: self.shape }).map_err(|err| err.to_string())?
+        };
+        let ms = self.time_dispatch(gpu, registry, workspace)?;
+        let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
+        let s = self.shape;
+        let mut record = Record::new(&choice.kernel, gpu, vec![s.m, s.n, s.k], "TFLOP/s", ms, tera(ms), "cuBLAS", baseline_ms, tera(baseline_ms), self.inputs.len());
+        record.variant = format!("dispatch:{}", choice.label());
+        Ok(record)
     }
 
     /// Times the kernel and reports it beside the baseline's `baseline_ms`.

@@ -5,7 +5,7 @@ use crate::device::{download, upload};
 use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
 use crate::report::Record;
 use crate::timing::{GemmCase, TransposeCase};
-use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, TransposeArgs, TransposeShape};
+use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeArgs, TransposeShape, Workspace};
 use tilesmith_spec::GridRule;
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
@@ -105,11 +105,17 @@ fn guard(ld: usize) -> usize {
 }
 
 fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<f64, String> {
+    gemm_checked::<T>(gpu, shape, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+}
+
+/// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows,
+/// checked: every output written, nothing outside C, relative error within the dtype's bound.
+fn gemm_checked<T: Element>(gpu: &Gpu, shape: GemmShape, launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
     let (a, b) = (random::<T>(a_len), random::<T>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
     let mut dc = upload(gpu, &vec![T::NAN; c_len + guard(shape.ldc)])?;
-    kernel.gemm(gpu, GemmArgs { a: &da, b: &db, c: &mut dc, shape }).map_err(|err| err.to_string())?;
+    launch(GemmArgs { a: &da, b: &db, c: &mut dc, shape })?;
     gpu.synchronize().map_err(|err| err.to_string())?;
     let c = download(gpu, &dc)?;
     let (region, unwritten, outside) = read_region(&c, shape.m, shape.n, shape.ldc);
@@ -126,6 +132,32 @@ fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result
         return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
     }
     Ok(error)
+}
+
+/// The shapes the dispatcher is tried on: tiny, skinny both ways, past a tile multiple, and
+/// with odd leading dimensions (no 16-byte rows: the padded strategy or a checked mma variant).
+pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
+    let packed = |m, n, k| GemmShape::packed(m, n, k, layout);
+    let odd = |m, n, k| {
+        let shape = packed(m, n, k);
+        GemmShape { lda: shape.lda + 1, ldb: shape.ldb + 3, ldc: shape.ldc + 1, ..shape }
+    };
+    [packed(1, 1, 1), packed(16, 4096, 4096), packed(3000, 200, 1000), packed(1000, 8, 2048), packed(520, 1030, 777), packed(4095, 257, 129), odd(300, 301, 302), odd(1000, 999, 998)]
+        .into_iter()
+        .map(|s| (format!("{}x{}x{}{}", s.m, s.n, s.k, if packed(s.m, s.n, s.k) == s { "" } else { "_odd_ld" }), s))
+        .collect()
+}
+
+/// The dispatcher on one call: the pick must take it (no refusal) and compute it right.
+pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
+    let mut workspace = Workspace::new();
+    let mut picked = None;
+    let error = gemm_checked::<T>(gpu, shape, |args| {
+        picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
+        Ok(())
+    })?;
+    let choice = picked.ok_or("the dispatcher made no pick")?;
+    Ok(format!("{}, relative error {error:.2e}; {}", choice.label(), choice.reason))
 }
 
 fn gemm_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {

@@ -7,16 +7,17 @@ use crate::registry::RegistryDir;
 use crate::render::Renderer;
 use crate::select::Selection;
 use crate::toolchain::Nvcc;
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
+use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 use tilesmith_spec::{Entry, Manifest, Resources};
 
 /// nvcc's flags for one variant, without input and output.
@@ -145,6 +146,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     }
     let index = registry.write_index(&manifest, &records).map_err(|err| anyhow!(err))?;
     registry.remove_undeclared(&manifest)?;
+    carry_tables(project)?;
 
     for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {
@@ -382,6 +384,42 @@ fn template_line(renderer: &Renderer, template: &str, text: &str) -> Option<Stri
 
 fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
+}
+
+
+/// Copies the project's tuning tables (`tuning/*.json`, committed) into the registry, each
+/// checked readable first, and removes the registry's tables the project no longer has.
+fn carry_tables(project: &Project) -> Result<()> {
+    let from = project.root.join(TUNING_DIR);
+    let to = project.registry_dir().join(TUNING_DIR);
+    let json = |dir: &Path| -> Result<Vec<PathBuf>> {
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                paths.push(path);
+            }
+        }
+        Ok(paths)
+    };
+    let tables = json(&from)?;
+    for path in &tables {
+        TuningTable::read(path).map_err(|err| anyhow!("tuning table {err}; fix it or run `cargo xtask tune` again"))?;
+        std::fs::create_dir_all(&to)?;
+        let target = to.join(path.file_name().expect("a file"));
+        let temporary = target.with_extension("json.tmp");
+        std::fs::copy(path, &temporary).with_context(|| format!("cannot copy {}", path.display()))?;
+        std::fs::rename(&temporary, &target)?;
+    }
+    for stale in json(&to)? {
+        if !tables.iter().any(|t| t.file_name() == stale.file_name()) {
+            std::fs::remove_file(&stale)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

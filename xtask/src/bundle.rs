@@ -11,6 +11,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tilesmith_spec::manifest::MANIFEST_FILE;
+use tilesmith_spec::tuning::TUNING_DIR;
 
 /// What both scripts start with: the bundled registry, and cuBLAS on the library path.
 const PRELUDE: &str = r#"#!/usr/bin/env bash
@@ -36,6 +37,15 @@ fi
 exit "$status"
 "#;
 
+const TUNE_SCRIPT: &str = r#"# Tunes the dispatcher on this machine's GPU: times every variant on a set of GEMM problems
+# beside cuBLAS and writes this GPU's tuning table; interrupt and run again to resume.
+# Arguments go to bin/tune (--shapes LIST, --shapes-file FILE, --dtypes, --layouts, --fresh).
+# Results: $TILESMITH_TUNING_DIR (default tuning/ here): <GPU>-<SMs>sm.json. Commit it to the
+# project's tuning/ folder; the next build carries it into the registry.
+export TILESMITH_TUNING_DIR="${TILESMITH_TUNING_DIR:-$here/tuning}"
+exec "$here/bin/tune" "$@"
+"#;
+
 const BENCH_SCRIPT: &str = r#"# Benchmarks the bundled variants against cuBLAS and a device copy over a set of shapes.
 # Arguments go to bin/bench (--kernels GLOB, --shapes LIST, --out DIR); see bin/bench --help.
 # Results: $TILESMITH_BENCH_DIR (default bench/ here): bench.json and an SVG chart per family and dtype.
@@ -47,7 +57,7 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
     let out = out.unwrap_or_else(|| project.root.join("bundle"));
     crate::build::run(project, &Selection::new(&[])?, options)?;
 
-    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench"])?;
+    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench", "--bin", "tune"])?;
     binaries.extend(cargo_build(&project.root, &["-p", "tilesmith-runtime", "--example", "gemm"])?);
 
     if out.exists() {
@@ -68,32 +78,42 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
             std::fs::copy(&path, registry.join(&name))?;
         }
     }
-    for (name, body) in [("run.sh", RUN_SCRIPT), ("bench.sh", BENCH_SCRIPT)] {
+    let tables = registry_dir.join(TUNING_DIR);
+    if tables.is_dir() {
+        std::fs::create_dir_all(registry.join(TUNING_DIR))?;
+        for entry in std::fs::read_dir(&tables)? {
+            let path = entry?.path();
+            std::fs::copy(&path, registry.join(TUNING_DIR).join(path.file_name().expect("a file")))?;
+        }
+    }
+    for (name, body) in [("run.sh", RUN_SCRIPT), ("bench.sh", BENCH_SCRIPT), ("tune.sh", TUNE_SCRIPT)] {
         let script = out.join(name);
         std::fs::write(&script, format!("{PRELUDE}{body}"))?;
         make_executable(&script)?;
     }
     println!(
-        "bundle in {} ({:.1} MiB): ./run.sh runs every trial, ./bench.sh benchmarks; bin/gemm is the example",
+        "bundle in {} ({:.1} MiB): ./run.sh runs every trial, ./bench.sh benchmarks, ./tune.sh tunes the dispatcher; bin/gemm is the example",
         out.display(),
         size(&out)? as f64 / (1 << 20) as f64
     );
     Ok(())
 }
 
-/// `cargo xtask bench`: builds the registry, then runs the bench program on this machine's GPU.
-pub fn bench(project: &Project, args: &[String]) -> Result<()> {
+/// `cargo xtask bench` and `cargo xtask tune`: builds the registry, then runs the bench or tune
+/// program on this machine's GPU; tune writes its table into the project's tuning/.
+pub fn run_program(project: &Project, program: &str, args: &[String]) -> Result<()> {
     crate::build::run(project, &Selection::new(&[])?, &Options::from_env())?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(&project.root)
-        .args(["run", "--quiet", "--release", "-p", "tilesmith-tests", "--bin", "bench", "--"])
+        .args(["run", "--quiet", "--release", "-p", "tilesmith-tests", "--bin", program, "--"])
         .args(args)
         .env("TILESMITH_REGISTRY", project.registry_dir())
+        .env("TILESMITH_TUNING_DIR", project.root.join(TUNING_DIR))
         .status()
         .context("cannot run cargo run")?;
     if !status.success() {
-        bail!("the benchmark failed ({status})");
+        bail!("{program} failed ({status})");
     }
     Ok(())
 }

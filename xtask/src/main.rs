@@ -65,6 +65,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Tune the dispatcher on this machine's GPU: time every variant on a set of GEMM problems
+    /// beside cuBLAS and write tuning/<GPU>-<SMs>sm.json, which the next build carries into the
+    /// registry. Resumable; arguments go to the tune program.
+    Tune {
+        /// e.g. --shapes 16x4096x4096,4095x4097x4099! --dtypes bf16 --layouts tn
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Build the registry, the release test binary and the example into one folder with a
     /// run.sh, for running every trial on a GPU machine without Rust.
     Bundle {
@@ -130,7 +138,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
         Command::Build { compile, repair, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, &compile.options(repair)),
         Command::Bundle { out, compile } => bundle::run(&project, out, &compile.options(false)),
-        Command::Bench { args } => bundle::bench(&project, &args),
+        Command::Bench { args } => bundle::run_program(&project, "bench", &args),
+        Command::Tune { args } => bundle::run_program(&project, "tune", &args),
         Command::List { glob, mut kernels } => {
             kernels.globs.extend(glob);
             list::run(&project, &Selection::new(&kernels.globs)?)

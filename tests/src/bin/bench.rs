@@ -6,7 +6,7 @@ use clap::Parser;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tilesmith_runtime::{plan_gemm, plan_transpose, Buffer, Dtype, Family, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeShape};
+use tilesmith_runtime::{plan_gemm, plan_transpose, Buffer, Dtype, Family, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeShape, Workspace};
 use tilesmith_tests::report::{self, Record};
 use tilesmith_tests::timing::{GemmCase, TransposeCase};
 use tilesmith_tests::{chart, with_element};
@@ -27,6 +27,11 @@ struct Args {
     /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
     #[arg(long, value_name = "BENCH_JSON")]
     replot: Option<PathBuf>,
+    /// Also time the registry's `gemm` call, which picks its own variant, for every GEMM shape
+    /// and every dtype and layout of the variants benchmarked: a row per shape, named after
+    /// the pick.
+    #[arg(long)]
+    dispatch: bool,
     /// Folder for bench.json and the charts.
     #[arg(long, env = "TILESMITH_BENCH_DIR", default_value_os_t = report::perf_dir().with_file_name("tilesmith-bench"))]
     out: PathBuf,
@@ -90,6 +95,7 @@ fn run(args: Args) -> Result<(), String> {
 
     let mut records = Vec::new();
     let mut skipped = Vec::new();
+    let mut workspace = Workspace::new();
     // Kernels sharing dtype and layout share inputs and one baseline timing per shape.
     let mut groups: Vec<(Family, Dtype, Option<Layout>, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
@@ -113,13 +119,18 @@ fn run(args: Args) -> Result<(), String> {
                             Err(rule) => skipped.push(format!("{} {m}x{n}x{k}: {rule}", kernel.name())),
                         }
                     }
-                    if runnable.is_empty() {
+                    if runnable.is_empty() && !args.dispatch {
                         continue;
                     }
                     let mut case = GemmCase::<T>::new(&gpu, shape)?;
                     let baseline_ms = case.time_cublas(&gpu)?;
                     for kernel in runnable {
                         let record = case.record(&gpu, kernel, baseline_ms)?;
+                        println!("{}", record.summary());
+                        records.push(record);
+                    }
+                    if args.dispatch {
+                        let record = case.record_dispatch(&gpu, &registry, &mut workspace, baseline_ms)?;
                         println!("{}", record.summary());
                         records.push(record);
                     }

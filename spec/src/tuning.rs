@@ -1,0 +1,221 @@
+//! The tuning table: for one GPU, per GEMM problem class, the ways to compute it ranked by
+//! measured time. `cargo xtask tune` writes it, the build carries it into the registry, and the
+//! runtime's dispatcher reads it.
+
+use crate::axes::{Dtype, Layout};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The table format this tilesmith writes and reads.
+pub const TUNING_FORMAT: u32 = 1;
+
+/// The folder, in the project and in the registry, that holds one table per device.
+pub const TUNING_DIR: &str = "tuning";
+
+/// Candidates within this fraction of the fastest count as tied with it; ties are ranked by
+/// [`Strategy`] (direct before padded) and then by name, never by their timing.
+pub const NEAR_TIE: f64 = 0.02;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuningTable {
+    pub format: u32,
+    pub device: Device,
+    /// The compiler the registry was built with when the table was measured.
+    pub compiler: String,
+    pub entries: Vec<TuningEntry>,
+}
+
+/// A GPU as tables tell them apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    pub name: String,
+    /// [major, minor].
+    pub capability: [u32; 2],
+    pub sms: u32,
+}
+
+/// Whether a call's operands suit TMA as they are: 16-byte-aligned starts and leading
+/// dimensions that are multiples of 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Alignment {
+    Aligned,
+    Unaligned,
+}
+
+/// How a dispatcher runs a variant for a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// The variant on the caller's buffers.
+    Direct,
+    /// The operands that are not aligned are copied into aligned scratch with 128-byte rows;
+    /// the variant runs there and C is copied back if it was one of them.
+    Padded,
+}
+
+/// The problem class a tuning entry stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Key {
+    pub dtype: Dtype,
+    pub layout: Layout,
+    pub alignment: Alignment,
+    /// ⌊log2⌉ of M, N and K, rounded to the nearest integer: the bucket.
+    pub bucket: [u32; 3],
+}
+
+/// One measured problem and its candidates, fastest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TuningEntry {
+    pub key: Key,
+    /// [M, N, K] as measured.
+    pub shape: [u64; 3],
+    pub cublas_ms: f64,
+    pub ranked: Vec<Candidate>,
+}
+
+/// One way to compute an entry's problem, with its median time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub variant: String,
+    pub strategy: Strategy,
+    pub ms: f64,
+}
+
+impl Candidate {
+    /// Its speed relative to cuBLAS on the entry's problem: above 1 is faster.
+    pub fn ratio(&self, entry: &TuningEntry) -> f64 {
+        entry.cublas_ms / self.ms
+    }
+}
+
+/// The bucket of a size: log2 rounded to the nearest integer (0 for 0 and 1).
+pub fn bucket(size: u64) -> u32 {
+    if size <= 1 {
+        return 0;
+    }
+    (size as f64).log2().round() as u32
+}
+
+impl Key {
+    pub fn new(dtype: Dtype, layout: Layout, alignment: Alignment, [m, n, k]: [u64; 3]) -> Key {
+        Key { dtype, layout, alignment, bucket: [bucket(m), bucket(n), bucket(k)] }
+    }
+}
+
+/// Orders measured candidates by the table's rule: by time, except that candidates within
+/// [`NEAR_TIE`] of the fastest are ranked among themselves by strategy and name, and so on
+/// down the list from the next one left.
+pub fn rank(mut candidates: Vec<Candidate>) -> Vec<Candidate> {
+    candidates.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant))));
+    let mut ranked = Vec::with_capacity(candidates.len());
+    while !candidates.is_empty() {
+        let limit = candidates[0].ms * (1.0 + NEAR_TIE);
+        let tied = candidates.iter().take_while(|c| c.ms <= limit).count();
+        let mut group: Vec<Candidate> = candidates.drain(..tied).collect();
+        group.sort_by(|a, b| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant)));
+        ranked.extend(group);
+    }
+    ranked
+}
+
+/// Log-space distance between a problem and an entry's: the sum over M, N and K of
+/// |log2(a) - log2(b)|.
+fn distance(a: [u64; 3], b: [u64; 3]) -> f64 {
+    a.iter().zip(b).map(|(&x, y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
+}
+
+impl TuningTable {
+    /// The entries for this dtype, layout and alignment, nearest to `shape` first (log-space
+    /// distance; equal distances by shape), so that a caller can fall back to the next.
+    pub fn nearest(&self, dtype: Dtype, layout: Layout, alignment: Alignment, shape: [u64; 3]) -> Vec<&TuningEntry> {
+        let mut entries: Vec<&TuningEntry> =
+            self.entries.iter().filter(|e| e.key.dtype == dtype && e.key.layout == layout && e.key.alignment == alignment).collect();
+        entries.sort_by(|a, b| distance(a.shape, shape).total_cmp(&distance(b.shape, shape)).then(a.shape.cmp(&b.shape)));
+        entries
+    }
+
+    /// The entry measured for exactly this problem, if any.
+    pub fn entry(&self, key: &Key, shape: [u64; 3]) -> Option<&TuningEntry> {
+        self.entries.iter().find(|e| &e.key == key && e.shape == shape)
+    }
+
+    /// Adds or replaces the entry for its problem, keeping entries in a fixed order.
+    pub fn insert(&mut self, entry: TuningEntry) {
+        self.entries.retain(|e| !(e.key == entry.key && e.shape == entry.shape));
+        self.entries.push(entry);
+        self.entries.sort_by(|a, b| (a.key, a.shape).cmp(&(b.key, b.shape)));
+    }
+
+    /// Reads a table, checking its format.
+    pub fn read(path: &Path) -> Result<TuningTable, String> {
+        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let table: TuningTable = serde_json::from_str(&text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
+        if table.format != TUNING_FORMAT {
+            return Err(format!("{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `cargo xtask tune` again", path.display(), table.format));
+        }
+        Ok(table)
+    }
+
+    /// The file name a device's table goes by: its name with anything but letters and digits
+    /// made `_`, and its SM count (`NVIDIA_H200-132sm.json`).
+    pub fn file_name(device: &Device) -> String {
+        let name: String = device.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        format!("{name}-{}sm.json", device.sms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(variant: &str, strategy: Strategy, ms: f64) -> Candidate {
+        Candidate { variant: variant.into(), strategy, ms }
+    }
+
+    #[test]
+    fn buckets_round_log2() {
+        assert_eq!([bucket(1), bucket(16), bucket(22), bucket(23), bucket(3000), bucket(4096)], [0, 4, 4, 5, 12, 12]);
+    }
+
+    #[test]
+    fn near_ties_are_ranked_by_strategy_and_name_not_by_time() {
+        let ranked = rank(vec![
+            candidate("b", Strategy::Direct, 1.00),
+            candidate("a", Strategy::Direct, 1.015),
+            candidate("c", Strategy::Padded, 0.99),
+            candidate("d", Strategy::Direct, 1.5),
+        ]);
+        let names: Vec<&str> = ranked.iter().map(|c| c.variant.as_str()).collect();
+        assert_eq!(names, ["b", "c", "a", "d"], "c is fastest but b ties with it and ranks first as direct");
+        // The same measurements in any order give the same ranking.
+        let again = rank(ranked.iter().rev().cloned().collect());
+        assert_eq!(again, ranked);
+    }
+
+    #[test]
+    fn nearest_is_by_log_distance_within_the_class() {
+        let entry = |shape: [u64; 3], alignment| TuningEntry {
+            key: Key::new(Dtype::Bf16, Layout::Tn, alignment, shape),
+            shape,
+            cublas_ms: 1.0,
+            ranked: vec![],
+        };
+        let mut table = TuningTable {
+            format: TUNING_FORMAT,
+            device: Device { name: "GPU".into(), capability: [9, 0], sms: 132 },
+            compiler: String::new(),
+            entries: vec![],
+        };
+        for shape in [[4096, 4096, 4096], [2048, 2048, 2048], [16, 4096, 4096]] {
+            table.insert(entry(shape, Alignment::Aligned));
+        }
+        table.insert(entry([3000, 3000, 3000], Alignment::Unaligned));
+        let near = table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [3000, 3000, 3000]);
+        assert_eq!(near[0].shape, [4096, 4096, 4096]);
+        assert_eq!(near.len(), 3);
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [32, 4000, 4000])[0].shape, [16, 4096, 4096]);
+        assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, [32, 32, 32]).is_empty());
+        assert_eq!(TuningTable::file_name(&table.device), "GPU-132sm.json");
+    }
+}

@@ -1,0 +1,255 @@
+//! Tunes the dispatcher for this machine's GPU: for each dtype, layout and shape of a tuning
+//! set, times every variant that takes the problem (directly, or padded where the operands are
+//! not aligned) side by side with cuBLAS, ranks them and writes the device's tuning table.
+//! The table is written after every problem, so an interrupted run loses at most one, and a
+//! second run skips what the table already holds. `cargo xtask tune` runs it; so does a bundle.
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tilesmith_runtime::dispatch::{alignment, heuristic};
+use tilesmith_runtime::{plan_gemm, Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Kind, Layout, Registry, Workspace};
+use tilesmith_spec::tuning::{self, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_tests::timing::GemmCase;
+use tilesmith_tests::with_element;
+
+/// Sizes of M, N and K whose combinations form the default tuning set, up to 2^36
+/// multiply-adds (4096³) a problem.
+const GRID: [usize; 5] = [16, 128, 1024, 4096, 16384];
+const MAX_VOLUME: usize = 1 << 36;
+/// Problems the default set adds to the grid: the bench's, skinny ones, sizes just past a
+/// tile multiple, and odd leading dimensions (`!` marks a problem stored with odd ones).
+const EXTRA: &str = "2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
+16x4096x4096,128x8192x8192,64x64x65536,512x512x512,256x4096x4096,4096x256x4096,\
+4095x4097x4099!,1023x1025x1027!,127x4097x4099!,2047x2049x2051!";
+/// Timed launches: a first look, then the median of RUNS after WARMUP for candidates within
+/// PRUNE times the fastest so far.
+const WARMUP: usize = 2;
+const RUNS: usize = 9;
+const PRUNE: f64 = 3.0;
+
+#[derive(Parser)]
+#[command(about = "Times every variant on a set of GEMM problems beside cuBLAS and writes this GPU's tuning table")]
+struct Args {
+    /// Comma-separated problems MxNxK, a trailing `!` for odd leading dimensions; they replace
+    /// the default set (powers of two from 16 to 16384 and sizes between them).
+    #[arg(long)]
+    shapes: Option<String>,
+    /// A file of problems, one or more per line in --shapes' form; `#` starts a comment.
+    #[arg(long, value_name = "FILE")]
+    shapes_file: Option<PathBuf>,
+    /// Dtypes to tune, comma-separated.
+    #[arg(long, default_value = "bf16,f16")]
+    dtypes: String,
+    /// Layouts to tune, comma-separated.
+    #[arg(long, default_value = "nn,nt,tn,tt")]
+    layouts: String,
+    /// Folder of the tables; this GPU's is `<name>-<SMs>sm.json` there.
+    #[arg(long, env = "TILESMITH_TUNING_DIR", default_value = "tuning")]
+    out: PathBuf,
+    /// Measure again the problems the table already holds.
+    #[arg(long)]
+    fresh: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A problem of the tuning set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Problem {
+    shape: [usize; 3],
+    odd_ld: bool,
+}
+
+fn parse_problems(text: &str) -> Result<Vec<Problem>, String> {
+    let mut problems = Vec::new();
+    for item in text.split([',', '\n', ' ']).map(str::trim).filter(|s| !s.is_empty()) {
+        let (dims, odd_ld) = match item.strip_suffix('!') {
+            Some(dims) => (dims, true),
+            None => (item, false),
+        };
+        let sizes: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| format!("problem `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
+        match sizes[..] {
+            [m, n, k] if m > 0 && n > 0 && k > 0 => problems.push(Problem { shape: [m, n, k], odd_ld }),
+            _ => return Err(format!("problem `{item}` must be MxNxK with every size at least 1, `!` after it for odd leading dimensions")),
+        }
+    }
+    Ok(problems)
+}
+
+fn problems(args: &Args) -> Result<Vec<Problem>, String> {
+    let mut problems = Vec::new();
+    if let Some(text) = &args.shapes {
+        problems.extend(parse_problems(text)?);
+    }
+    if let Some(path) = &args.shapes_file {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let lines: Vec<&str> = text.lines().map(|line| line.split('#').next().unwrap_or("")).collect();
+        problems.extend(parse_problems(&lines.join(",")).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    if problems.is_empty() {
+        problems.extend(parse_problems(EXTRA)?);
+        for m in GRID {
+            for n in GRID {
+                for k in GRID {
+                    if m * n * k <= MAX_VOLUME {
+                        problems.push(Problem { shape: [m, n, k], odd_ld: false });
+                    }
+                }
+            }
+        }
+    }
+    let mut unique = Vec::new();
+    for problem in problems {
+        if !unique.contains(&problem) {
+            unique.push(problem);
+        }
+    }
+    Ok(unique)
+}
+
+fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| parse(s).ok_or(format!("unknown {what} `{s}`"))).collect()
+}
+
+/// The shape of a problem in a layout: packed, or with leading dimensions one past odd.
+fn shape(problem: Problem, layout: Layout) -> GemmShape {
+    let [m, n, k] = problem.shape;
+    let packed = GemmShape::packed(m, n, k, layout);
+    if !problem.odd_ld {
+        return packed;
+    }
+    let odd = |ld: usize| if ld % 2 == 0 { ld + 1 } else { ld };
+    GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let problems = problems(&args)?;
+    let dtypes = list(&args.dtypes, "dtype", Dtype::parse)?;
+    let layouts = list(&args.layouts, "layout", Layout::parse)?;
+    let registry = Registry::open(None).map_err(|e| e.to_string())?;
+    let gpu = Gpu::new(0).map_err(|e| e.to_string())?;
+    let device = gpu.device();
+    let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let path = args.out.join(TuningTable::file_name(&device));
+    let mut table = match path.exists() && !args.fresh {
+        true => TuningTable::read(&path)?,
+        false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
+    };
+    if table.device != device {
+        return Err(format!("{} was measured on {:?}, this is {:?}: move it aside or pass --fresh", path.display(), table.device, device));
+    }
+    table.compiler = compiler;
+
+    let mut groups: Vec<(Problem, Dtype, Layout)> = Vec::new();
+    for &problem in &problems {
+        for &dtype in &dtypes {
+            groups.extend(layouts.iter().map(|&layout| (problem, dtype, layout)));
+        }
+    }
+    println!("tuning {} problems x {} dtypes x {} layouts on {} ({} SMs) into {}", problems.len(), dtypes.len(), layouts.len(), device.name, device.sms, path.display());
+    let bar = ProgressBar::new(groups.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?);
+    let mut skipped = 0;
+    for (problem, dtype, layout) in groups {
+        bar.inc(1);
+        let shape = shape(problem, layout);
+        let class = if problem.odd_ld { Alignment::Unaligned } else { Alignment::Aligned };
+        let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
+        let key = Key::new(dtype, layout, class, dims);
+        if table.entry(&key, dims).is_some() {
+            skipped += 1;
+            continue;
+        }
+        bar.set_message(format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" }));
+        let entry = with_element!(dtype, T => measure::<T>(&gpu, &registry, &bar, dtype, shape, key))?;
+        if let Some(entry) = entry {
+            table.insert(entry);
+            write(&path, &table)?;
+        }
+    }
+    bar.finish_and_clear();
+    write(&path, &table)?;
+    println!("{} entries in {} ({skipped} already there)", table.entries.len(), path.display());
+    Ok(())
+}
+
+/// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
+fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -> Vec<(Kernel, Strategy, f64)> {
+    let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
+    let unaligned = alignment(dtype, shape, &buffers) == Alignment::Unaligned;
+    let mut out = Vec::new();
+    for kernel in registry.kernels() {
+        let v = kernel.variant();
+        if v.dtype != dtype || !matches!(v.kind, Kind::Gemm { layout, .. } if layout == shape.layout) {
+            continue;
+        }
+        let strategy = match plan_gemm(kernel.info(), dtype, shape, buffers, gpu.sms()) {
+            Ok(_) => Strategy::Direct,
+            Err(_) if unaligned => Strategy::Padded,
+            Err(_) => continue,
+        };
+        // The heuristic over this one kernel: its estimate, or nothing if it cannot take the call.
+        if let Ok((choice, estimate)) = heuristic(&[kernel], &gpu.device(), dtype, shape, &buffers) {
+            if choice.strategy == strategy {
+                out.push((kernel.clone(), strategy, estimate));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.2.total_cmp(&b.2).then(a.0.name().cmp(b.0.name())));
+    out
+}
+
+fn measure<T: tilesmith_runtime::Element>(gpu: &Gpu, registry: &Registry, bar: &ProgressBar, dtype: Dtype, shape: GemmShape, key: Key) -> Result<Option<TuningEntry>, String> {
+    let candidates = candidates(registry, gpu, dtype, &shape);
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let mut case = GemmCase::<T>::new(gpu, shape)?;
+    let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
+    let mut workspace = Workspace::new();
+    let mut measured: Vec<Candidate> = Vec::new();
+    let mut best = f64::INFINITY;
+    for (kernel, strategy, _) in candidates {
+        let choice = Choice::forced(kernel, strategy);
+        let first = match case.time_choice(gpu, &choice, &mut workspace, 1, 1) {
+            Ok(ms) => ms,
+            Err(err) => {
+                bar.println(format!("warning: {} on {}x{}x{} {dtype} {}: {err}", choice.label(), shape.m, shape.n, shape.k, shape.layout));
+                continue;
+            }
+        };
+        let ms = if first > PRUNE * best {
+            first
+        } else {
+            match case.time_choice(gpu, &choice, &mut workspace, WARMUP, RUNS) {
+                Ok(ms) => ms,
+                Err(err) => {
+                    bar.println(format!("warning: {} on {}x{}x{} {dtype} {}: {err}", choice.label(), shape.m, shape.n, shape.k, shape.layout));
+                    continue;
+                }
+            }
+        };
+        best = best.min(ms);
+        measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
+    }
+    Ok(Some(TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured) }))
+}
+
+/// Writes the table through a temporary file, so that an interrupt leaves the old one whole.
+fn write(path: &std::path::Path, table: &TuningTable) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
+    std::fs::rename(&temporary, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
