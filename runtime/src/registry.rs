@@ -64,16 +64,20 @@ impl Registry {
         }
         let registry: tilesmith_spec::Registry =
             manifest::read(&path).map_err(|err| Error::RegistryUnreadable { path: path.clone(), reason: err.reason })?;
-        let kernels = registry
-            .variants
+        let tables = read_tables(&dir.join(TUNING_DIR))?;
+        Ok(Registry::new(dir, registry.variants, tables))
+    }
+
+    /// A registry of these built variants, whose fatbins are in `dir`, and tuning tables.
+    pub fn new(dir: &Path, variants: Vec<tilesmith_spec::Built>, tables: Vec<TuningTable>) -> Registry {
+        let kernels = variants
             .into_iter()
             .map(|built| {
                 let fatbin = dir.join(&built.fatbin);
                 (built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin))
             })
             .collect();
-        let tables = read_tables(&dir.join(TUNING_DIR))?;
-        Ok(Registry { dir: dir.to_path_buf(), kernels, tables, picks: Arc::default() })
+        Registry { dir: dir.to_path_buf(), kernels, tables, picks: Arc::default() }
     }
 
     /// The tuning tables the registry carries.
