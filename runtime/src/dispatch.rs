@@ -5,22 +5,25 @@
 use crate::error::{Context as _, Error};
 use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
-use crate::plan::{check_gemm_call, plan_gemm, runs_on, Buffer, GemmShape};
+use crate::plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Buffer, GemmShape, TransposeShape};
 use crate::Result;
-use cudarc::driver::sys::{self, CUmemorytype, CUDA_MEMCPY2D};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use tilesmith_spec::tuning::{Alignment, Device, Strategy, TuningTable};
-use tilesmith_spec::{Built, Dtype, GridRule, Kind};
+use tilesmith_spec::{Built, Dtype, GridRule, Kind, Layout};
 
-/// Rows of operands copied for the padded strategy start 128 bytes apart at least, a whole
+/// Rows of the operands the padded strategy moves start 128 bytes apart at least, a whole
 /// number of 128-byte lines, which TMA reads best.
 const PADDED_ROW_BYTES: usize = 128;
 
 /// What the dispatcher picked for a call, and why.
 #[derive(Clone, Debug)]
 pub struct Choice {
+    /// The GEMM variant. With the padded strategy its layout may differ from the call's: a
+    /// moved operand is stored transposed.
     pub kernel: Kernel,
     pub strategy: Strategy,
+    /// The transpose variant that moves operands, for the padded strategy.
+    pub transpose: Option<Kernel>,
     /// One line for logs: the table entry or the heuristic's estimate behind the pick.
     pub reason: String,
 }
@@ -31,6 +34,24 @@ impl Choice {
         match self.strategy {
             Strategy::Direct => self.kernel.name().to_string(),
             Strategy::Padded => format!("padded({})", self.kernel.name()),
+        }
+    }
+
+    /// The choice to run `kernel` with `strategy` (and `transpose` for the padded one), for
+    /// timing the candidates one by one.
+    pub fn forced(kernel: Kernel, strategy: Strategy, transpose: Option<Kernel>) -> Choice {
+        Choice { kernel, strategy, transpose, reason: "chosen by the caller".into() }
+    }
+
+    /// Enqueues C = A·B with this pick, using `workspace` for the padded strategy. A choice
+    /// made for another call is checked like any launch, and refused if it does not fit.
+    pub fn run<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
+        match (self.strategy, &self.transpose) {
+            (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
+            (Strategy::Padded, Some(transpose)) => run_padded(gpu, &self.kernel, transpose, args, workspace),
+            (Strategy::Padded, None) => {
+                Err(Error::Refused { name: self.kernel.name().to_string(), rule: "the padded strategy needs a transpose variant to move operands".into() })
+            }
         }
     }
 }
@@ -60,76 +81,145 @@ impl Workspace {
     }
 }
 
-/// Whether a call's operands suit TMA as they are.
-pub fn alignment(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Alignment {
-    let size = dtype.size_bytes() as usize;
-    let aligned = [shape.lda, shape.ldb, shape.ldc].iter().all(|ld| ld * size % 16 == 0) && buffers.iter().all(|b| b.addr % 16 == 0);
-    if aligned { Alignment::Aligned } else { Alignment::Unaligned }
+fn misaligned(dtype: Dtype, ld: usize, addr: u64) -> bool {
+    ld * dtype.size_bytes() as usize % 16 != 0 || addr % 16 != 0
 }
 
-/// One operand as the padded strategy moves it: where it is, and where its copy goes.
+/// Whether a call's operands suit TMA as they are.
+pub fn alignment(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Alignment {
+    let lds = [shape.lda, shape.ldb, shape.ldc];
+    if (0..3).any(|i| misaligned(dtype, lds[i], buffers[i].addr)) { Alignment::Unaligned } else { Alignment::Aligned }
+}
+
+/// An operand moved through scratch by a transpose (X = the stored matrix, Y its transpose),
+/// and the byte offset of the scratch side in the workspace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Copy {
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    /// Leading dimension of the copy, in elements.
-    padded_ld: usize,
-    /// Byte offset of the copy in the workspace.
+struct Move {
+    shape: TransposeShape,
     offset: usize,
 }
 
-/// The padded strategy's plan: which of A, B and C go through scratch, the shape the kernel
-/// then sees, and the workspace bytes it needs.
+/// The padded strategy's plan. An unaligned A or B is transposed into scratch with aligned
+/// rows, which flips its storage order (the GEMM runs in the layout that results); an
+/// unaligned C is computed transposed, Cᵀ = Bᵀ·Aᵀ, into scratch and transposed into place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Padding {
-    copies: [Option<Copy>; 3],
-    shape: GemmShape,
+    a: Option<Move>,
+    b: Option<Move>,
+    /// Cᵀ in scratch (X) into C (Y).
+    c: Option<Move>,
+    /// The GEMM the kernel computes.
+    gemm: GemmShape,
+    /// Whether the GEMM's A operand is (what became of) B, when C is computed transposed.
+    swapped: bool,
     bytes: usize,
+}
+
+fn layout_of(a_row_major: bool, b_row_major: bool) -> Layout {
+    *Layout::ALL.iter().find(|l| l.a_row_major() == a_row_major && l.b_row_major() == b_row_major).expect("four layouts")
 }
 
 fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Padding {
     let size = dtype.size_bytes() as usize;
-    let stored = shape.stored();
-    let lds = [shape.lda, shape.ldb, shape.ldc];
+    let pad = |elements: usize| (elements.max(1) * size).next_multiple_of(PADDED_ROW_BYTES) / size;
     let mut bytes = 0;
-    let mut copies = [None; 3];
-    let mut padded = lds;
-    for i in 0..3 {
-        let (rows, cols) = stored[i];
-        if lds[i] * size % 16 == 0 && buffers[i].addr % 16 == 0 {
-            continue;
+    let mut scratch = |rows: usize, ld: usize| {
+        let offset = bytes;
+        bytes += (rows * ld * size).next_multiple_of(256).max(256);
+        offset
+    };
+    let [(a_rows, a_cols), (b_rows, b_cols), _] = shape.stored();
+    let mut operand = |rows: usize, cols: usize, ld: usize, addr: u64, row_major: bool| {
+        if !misaligned(dtype, ld, addr) {
+            return (row_major, ld, None);
         }
-        let padded_ld = (cols * size).next_multiple_of(PADDED_ROW_BYTES) / size;
-        copies[i] = Some(Copy { rows, cols, ld: lds[i], padded_ld, offset: bytes });
-        padded[i] = padded_ld;
-        bytes += (rows * padded_ld * size).next_multiple_of(256);
+        let moved = TransposeShape { m: rows, n: cols, ldx: ld, ldy: pad(rows) };
+        let offset = scratch(cols, moved.ldy);
+        (!row_major, moved.ldy, Some(Move { shape: moved, offset }))
+    };
+    let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major());
+    let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major());
+    let (m, n, k) = (shape.m, shape.n, shape.k);
+    if !misaligned(dtype, shape.ldc, buffers[2].addr) {
+        let gemm = GemmShape { m, n, k, lda, ldb, ldc: shape.ldc, layout: layout_of(a_row, b_row) };
+        return Padding { a, b, c: None, gemm, swapped: false, bytes };
     }
-    let shape = GemmShape { lda: padded[0], ldb: padded[1], ldc: padded[2], ..*shape };
-    Padding { copies, shape, bytes }
+    // Cᵀ (N×M) = Bᵀ·Aᵀ: Bᵀ is row-major where B is column-major, with B's leading dimension.
+    let ldd = pad(m);
+    let offset = scratch(n, ldd);
+    let c = Some(Move { shape: TransposeShape { m: n, n: m, ldx: ldd, ldy: shape.ldc }, offset });
+    let gemm = GemmShape { m: n, n: m, k, lda: ldb, ldb: lda, ldc: ldd, layout: layout_of(!b_row, !a_row) };
+    Padding { a, b, c, gemm, swapped: true, bytes }
+}
+
+impl Padding {
+    /// The buffers the GEMM and the transposes see, the workspace starting at `base`:
+    /// [A, B, C] of the GEMM, and for each move [X, Y].
+    fn buffers(&self, call: &[Buffer; 3], base: u64) -> ([Buffer; 3], Vec<(TransposeShape, [Buffer; 2])>) {
+        let scratch = |m: &Move| Buffer { len: m.shape.spans()[1], addr: base + m.offset as u64 };
+        let a = self.a.as_ref().map_or(call[0], scratch);
+        let b = self.b.as_ref().map_or(call[1], scratch);
+        let mut moves: Vec<(TransposeShape, [Buffer; 2])> = Vec::new();
+        if let Some(m) = &self.a {
+            moves.push((m.shape, [call[0], a]));
+        }
+        if let Some(m) = &self.b {
+            moves.push((m.shape, [call[1], b]));
+        }
+        let gemm = match &self.c {
+            Some(m) => {
+                let d = Buffer { len: m.shape.spans()[0], addr: base + m.offset as u64 };
+                moves.push((m.shape, [d, call[2]]));
+                [b, a, d]
+            }
+            None => [a, b, call[2]],
+        };
+        (gemm, moves)
+    }
+}
+
+/// The transpose variant the padded strategy moves operands with: the first checked one of
+/// the dtype, by name, that runs on the device.
+pub fn transposer<'k>(kernels: impl IntoIterator<Item = &'k Kernel>, device: &Device, dtype: Dtype) -> Option<&'k Kernel> {
+    kernels.into_iter().filter(|k| {
+        let v = k.variant();
+        v.dtype == dtype && v.is_checked() && matches!(v.kind, Kind::Transpose { .. }) && runs_on(&k.info().entry.targets, (device.capability[0], device.capability[1]))
+    }).min_by(|a, b| a.name().cmp(b.name()))
 }
 
 /// Whether `built` takes the call with this strategy on this device.
-fn accepts(built: &Built, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> bool {
+fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> bool {
     if !runs_on(&built.entry.targets, (device.capability[0], device.capability[1])) {
         return false;
     }
     match strategy {
         Strategy::Direct => plan_gemm(built, dtype, shape, *buffers, device.sms).is_ok(),
         Strategy::Padded => {
+            let Some(transpose) = transpose else { return false };
             if alignment(dtype, shape, buffers) == Alignment::Aligned {
                 return false;
             }
             let padding = padding(dtype, shape, buffers);
-            // The copies start 256-byte aligned in the workspace; the rest stay where they are.
-            let scratch = padding.shape.spans();
-            let moved = std::array::from_fn(|i| match padding.copies[i] {
-                Some(copy) => Buffer { len: scratch[i], addr: copy.offset as u64 },
-                None => buffers[i],
-            });
-            plan_gemm(built, dtype, &padding.shape, moved, device.sms).is_ok()
+            // The workspace starts 256-byte aligned; address 0 stands for it.
+            let (gemm, moves) = padding.buffers(buffers, 0);
+            plan_gemm(built, dtype, &padding.gemm, gemm, device.sms).is_ok()
+                && moves.iter().all(|(shape, io)| plan_transpose(transpose.info(), dtype, shape, *io, device.sms).is_ok())
         }
     }
+}
+
+/// The GEMM variants of the dtype that take the call on the device, with their strategy:
+/// directly where they can; for an unaligned call, also padded.
+pub fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Vec<(&'k Kernel, Strategy)> {
+    let mut out = Vec::new();
+    for strategy in [Strategy::Direct, Strategy::Padded] {
+        for &kernel in kernels {
+            if accepts(kernel.info(), transpose, device, dtype, shape, buffers, strategy) {
+                out.push((kernel, strategy));
+            }
+        }
+    }
+    out
 }
 
 /// Picks the variant and strategy for a call. With a table for this device (same name, compute
@@ -145,17 +235,22 @@ pub fn choose<'k>(
     buffers: [Buffer; 3],
 ) -> std::result::Result<Choice, String> {
     check_gemm_call(shape, buffers)?;
-    let kernels: Vec<&Kernel> = kernels
-        .into_iter()
-        .filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { layout, .. } if layout == shape.layout))
-        .collect();
+    let all: Vec<&Kernel> = kernels.into_iter().collect();
+    let transpose = transposer(all.iter().copied(), device, dtype);
+    let gemms: Vec<&Kernel> = all.into_iter().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
     let class = alignment(dtype, shape, &buffers);
     let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
+    let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
+        kernel: kernel.clone(),
+        strategy,
+        transpose: (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten(),
+        reason,
+    };
     if let Some(table) = tables.iter().find(|t| &t.device == device) {
         for entry in table.nearest(dtype, shape.layout, class, problem) {
             for (rank, candidate) in entry.ranked.iter().enumerate() {
-                let Some(kernel) = kernels.iter().find(|k| k.name() == candidate.variant) else { continue };
-                if accepts(kernel.info(), device, dtype, shape, &buffers, candidate.strategy) {
+                let Some(kernel) = gemms.iter().find(|k| k.name() == candidate.variant) else { continue };
+                if accepts(kernel.info(), transpose, device, dtype, shape, &buffers, candidate.strategy) {
                     let [m, n, k] = entry.shape;
                     let reason = format!(
                         "tuning table {}: nearest measured problem {m}x{n}x{k} ({dtype} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
@@ -166,52 +261,60 @@ pub fn choose<'k>(
                         entry.ranked.len(),
                         candidate.ratio(entry)
                     );
-                    return Ok(Choice { kernel: (*kernel).clone(), strategy: candidate.strategy, reason });
+                    return Ok(chosen(kernel, candidate.strategy, reason));
                 }
             }
         }
     }
     let why = if tables.iter().any(|t| &t.device == device) { "no table candidate takes this call" } else { "no tuning table for this device" };
-    heuristic(&kernels, device, dtype, shape, &buffers).map(|(choice, estimate)| Choice {
-        reason: format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6),
-        ..choice
-    })
+    let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, dtype, shape, &buffers)?;
+    Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
 }
 
 /// The heuristic: among the variants that take the call (directly, else padded), the least
 /// estimated time, ties by name. A variant's estimate is its rounds of tiles, each the tile's
-/// multiply-adds at a rate for its backend and tile shape, plus the padded copies at 3 TB/s:
+/// multiply-adds at a rate for its backend and tile shape, plus the padded moves at 3 TB/s:
 ///
 /// `rounds = ⌈tiles·split_k / SMs⌉`, `time = rounds · 2·TM·TN·⌈K/split_k⌉ / (rate · efficiency)`,
 /// where `rate` is 6 TFLOP/s per SM for wgmma, half that for mma and 1/20 for simt, and
 /// `efficiency = 1 / (1 + 16/TM + 32/TN)` (larger tiles reuse more of what they load).
-pub fn heuristic(kernels: &[&Kernel], device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> std::result::Result<(Choice, f64), String> {
+pub fn heuristic<'k>(
+    kernels: &[&'k Kernel],
+    transpose: Option<&Kernel>,
+    device: &Device,
+    dtype: Dtype,
+    shape: &GemmShape,
+    buffers: &[Buffer; 3],
+) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
     let mut best: Option<(f64, &Kernel, Strategy)> = None;
-    for strategy in [Strategy::Direct, Strategy::Padded] {
-        for kernel in kernels {
-            if !accepts(kernel.info(), device, dtype, shape, buffers, strategy) {
-                continue;
-            }
-            let estimate = estimate_seconds(kernel.info(), device, dtype, shape, buffers, strategy);
-            if best.as_ref().is_none_or(|(t, k, _)| estimate < *t || (estimate == *t && kernel.name() < k.name())) {
-                best = Some((estimate, kernel, strategy));
-            }
-        }
-        if best.is_some() {
+    for (kernel, strategy) in candidates(kernels, transpose, device, dtype, shape, buffers) {
+        if best.is_some_and(|(_, _, s)| s != strategy) {
             break;
+        }
+        let estimate = estimate_seconds(kernel.info(), device, dtype, shape, buffers, strategy);
+        if best.as_ref().is_none_or(|(t, k, _)| estimate < *t || (estimate == *t && kernel.name() < k.name())) {
+            best = Some((estimate, kernel, strategy));
         }
     }
     let (estimate, kernel, strategy) = best.ok_or_else(|| {
         format!("no {dtype} {} variant in the registry runs on {} and takes {}x{}x{} with these leading dimensions and pointers", shape.layout, device.name, shape.m, shape.n, shape.k)
     })?;
-    Ok((Choice { kernel: kernel.clone(), strategy, reason: String::new() }, estimate))
+    Ok((kernel, strategy, estimate))
 }
 
-fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> f64 {
+/// The heuristic's estimate for one candidate, in seconds.
+pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> f64 {
     let variant = &built.entry.variant;
     let Kind::Gemm { tile: [tm, tn, _], split_k, .. } = variant.kind else { return f64::INFINITY };
     let (tm, tn, split) = (f64::from(tm), f64::from(tn), u64::from(split_k.max(1)));
-    let tiles = (shape.m as f64 / tm).ceil() * (shape.n as f64 / tn).ceil();
+    let (m, n) = match strategy {
+        Strategy::Padded => {
+            let p = padding(dtype, shape, buffers);
+            (p.gemm.m, p.gemm.n)
+        }
+        Strategy::Direct => (shape.m, shape.n),
+    };
+    let tiles = (m as f64 / tm).ceil() * (n as f64 / tn).ceil();
     let rounds = (tiles * split as f64 / f64::from(device.sms.max(1))).ceil().max(1.0);
     let rate = match variant.backend.as_str() {
         "wgmma" => 6e12,
@@ -222,8 +325,8 @@ fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmSh
     let k = (shape.k as u64).div_ceil(split) as f64;
     let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency);
     if strategy == Strategy::Padded {
-        let padding = padding(dtype, shape, buffers);
-        let moved: usize = padding.copies.iter().flatten().map(|c| 2 * c.rows * c.cols * dtype.size_bytes() as usize).sum();
+        let p = padding(dtype, shape, buffers);
+        let moved: usize = [p.a, p.b, p.c].iter().flatten().map(|mv| 2 * mv.shape.m * mv.shape.n * dtype.size_bytes() as usize).sum();
         seconds += moved as f64 / 3e12;
     }
     if let GridRule::SplitK { .. } = built.entry.launch.grid {
@@ -233,87 +336,67 @@ fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmSh
     seconds
 }
 
-impl Choice {
-    /// Enqueues C = A·B with this pick, using `workspace` for the padded strategy. A choice
-    /// made for another call is checked like any launch, and refused if it does not fit.
-    pub fn run<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
-        match self.strategy {
-            Strategy::Direct => self.kernel.gemm(gpu, args),
-            Strategy::Padded => run_padded(gpu, &self.kernel, args, workspace),
-        }
-    }
-
-    /// The choice to run `kernel` with `strategy`, for timing the candidates one by one.
-    pub fn forced(kernel: Kernel, strategy: Strategy) -> Choice {
-        Choice { kernel, strategy, reason: "chosen by the caller".into() }
-    }
-}
-
-fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
+fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
     let stream = gpu.stream();
-    let size = T::DTYPE.size_bytes() as usize;
     let (a, _a) = args.a.device_ptr(stream);
     let (b, _b) = args.b.device_ptr(stream);
     let c_len = args.c.len();
     let (c, _c) = args.c.device_ptr_mut(stream);
-    let buffers = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
-    let refused = |rule: String| Error::Refused { name: kernel.name().to_string(), rule };
-    check_gemm_call(&args.shape, buffers).map_err(refused)?;
-    let padding = padding(T::DTYPE, &args.shape, &buffers);
+    let call = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
+    check_gemm_call(&args.shape, call).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    let padding = padding(T::DTYPE, &args.shape, &call);
     let scratch = workspace.reserve(gpu, padding.bytes.max(1))?;
     let (base, _scratch) = scratch.device_ptr_mut(stream);
-    let spans = padding.shape.spans();
-    let mut moved = buffers;
-    for (i, copy) in padding.copies.iter().enumerate() {
-        if let Some(copy) = copy {
-            moved[i] = Buffer { len: spans[i], addr: base + copy.offset as u64 };
-            if i < 2 && copy.rows > 0 && copy.cols > 0 {
-                copy_2d(gpu, moved[i].addr, copy.padded_ld * size, buffers[i].addr, copy.ld * size, copy.cols * size, copy.rows)?;
-            }
-        }
+    let (gemm, moves) = padding.buffers(&call, base);
+    // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
+    plan_gemm(kernel.info(), T::DTYPE, &padding.gemm, gemm, gpu.sms()).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    for (shape, io) in &moves {
+        plan_transpose(transpose.info(), T::DTYPE, shape, *io, gpu.sms()).map_err(|rule| Error::Refused { name: transpose.name().to_string(), rule })?;
     }
-    kernel.gemm_buffers(gpu, T::DTYPE, &padding.shape, moved)?;
-    if let Some(copy) = padding.copies[2].filter(|c| c.rows > 0 && c.cols > 0) {
-        copy_2d(gpu, buffers[2].addr, copy.ld * size, moved[2].addr, copy.padded_ld * size, copy.cols * size, copy.rows)?;
+    let (c_move, operand_moves) = match padding.c {
+        Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),
+        None => (None, &moves[..]),
+    };
+    for (shape, io) in operand_moves {
+        transpose.transpose_buffers(gpu, T::DTYPE, shape, *io)?;
+    }
+    kernel.gemm_buffers(gpu, T::DTYPE, &padding.gemm, gemm)?;
+    if let Some((shape, io)) = c_move {
+        transpose.transpose_buffers(gpu, T::DTYPE, &shape, io)?;
     }
     Ok(())
-}
-
-/// A strided device-to-device copy of `rows` rows of `width` bytes, on the GPU's stream. The
-/// callers checked both sides against their buffers.
-fn copy_2d(gpu: &Gpu, dst: u64, dst_pitch: usize, src: u64, src_pitch: usize, width: usize, rows: usize) -> Result<()> {
-    let mut copy: CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    copy.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    copy.srcDevice = src;
-    copy.srcPitch = src_pitch;
-    copy.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    copy.dstDevice = dst;
-    copy.dstPitch = dst_pitch;
-    copy.WidthInBytes = width;
-    copy.Height = rows;
-    gpu.context().bind_to_thread().during("binding the context")?;
-    unsafe { sys::cuMemcpy2DAsync_v2(&copy, gpu.stream().cu_stream()) }.result().during("copying an operand into aligned scratch")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tilesmith_spec::Layout;
 
     #[test]
-    fn padding_copies_only_what_is_not_aligned() {
-        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4097, layout: Layout::Tn };
+    fn padding_transposes_what_is_not_aligned() {
+        // tn: A row-major 4095x4099 (lda odd), B column-major, stored 4097x4099 (ldb aligned).
+        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
         let p = padding(Dtype::Bf16, &shape, &buffers);
-        assert_eq!(p.copies[0].map(|c| (c.rows, c.cols, c.padded_ld, c.offset)), Some((4095, 4099, 4160, 0)));
-        assert_eq!(p.copies[1], None);
-        let a_bytes = (4095 * 4160 * 2usize).next_multiple_of(256);
-        assert_eq!(p.copies[2].map(|c| (c.rows, c.cols, c.padded_ld, c.offset)), Some((4095, 4097, 4160, a_bytes)));
-        assert_eq!((p.shape.lda, p.shape.ldb, p.shape.ldc), (4160, 4104, 4160));
+        assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
+        assert_eq!((p.b, p.c, p.swapped), (None, None, false));
+        // Aᵀ stored row-major is A column-major: layout nn.
+        assert_eq!((p.gemm.layout, p.gemm.lda, p.gemm.ldb, p.gemm.ldc), (Layout::Nn, 4096, 4104, 4104));
         assert_eq!(alignment(Dtype::Bf16, &shape, &buffers), Alignment::Unaligned);
-        let misplaced = [Buffer { len: usize::MAX, addr: 258 }, buffers[1], buffers[2]];
-        let aligned = GemmShape { ldc: 4104, lda: 4104, ..shape };
-        assert_eq!(alignment(Dtype::Bf16, &aligned, &misplaced), Alignment::Unaligned);
-        assert_eq!(padding(Dtype::Bf16, &aligned, &misplaced).copies.map(|c| c.is_some()), [true, false, false]);
+    }
+
+    #[test]
+    fn an_unaligned_c_is_computed_transposed() {
+        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4099, ldc: 4097, layout: Layout::Tn };
+        let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
+        let p = padding(Dtype::Bf16, &shape, &buffers);
+        // A (t) and B (n) both move and flip: A becomes n, B becomes t; Cᵀ = Bᵀ·Aᵀ then takes
+        // A' = Bᵀ (row-major where B is column-major: n) and B' = Aᵀ (t): layout nt.
+        assert!(p.a.is_some() && p.b.is_some() && p.swapped);
+        assert_eq!((p.gemm.m, p.gemm.n, p.gemm.k, p.gemm.layout), (4097, 4095, 4099, Layout::Nt));
+        assert_eq!(p.c.map(|m| m.shape), Some(TransposeShape { m: 4097, n: 4095, ldx: 4096, ldy: 4097 }));
+        let (gemm, moves) = p.buffers(&buffers, 1 << 20);
+        assert_eq!(moves.len(), 3);
+        assert_eq!(gemm[0].addr, moves[1].1[1].addr, "the GEMM's A is the moved B");
+        assert_eq!(moves[2].1[1], buffers[2], "the last move writes C");
     }
 }

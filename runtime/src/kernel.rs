@@ -144,7 +144,12 @@ impl Kernel {
         let y_len = args.y.len();
         let (y, _y_sync) = args.y.device_ptr_mut(stream);
         let buffers = [Buffer { len: args.x.len(), addr: x }, Buffer { len: y_len, addr: y }];
-        match plan_transpose(&self.built, T::DTYPE, &args.shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
+        self.transpose_buffers(gpu, T::DTYPE, &args.shape, buffers)
+    }
+
+    /// As [`Kernel::transpose`], on buffers the caller holds on the GPU's stream.
+    pub(crate) fn transpose_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<()> {
+        match plan_transpose(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(self, launch),
             None => Ok(()),
         }

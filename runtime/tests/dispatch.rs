@@ -50,7 +50,7 @@ fn registry() -> Registry {
             entry(
                 Alignment::Unaligned,
                 [4095, 4097, 4099],
-                &[("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.30), ("gemm_tn_128x128x32", direct, 0.50)],
+                &[("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.29), ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded, 0.30), ("gemm_tn_128x128x32", direct, 0.50)],
             ),
         ],
     };
@@ -63,6 +63,7 @@ fn buffers(shape: &GemmShape) -> [Buffer; 3] {
 
 fn pick(registry: &Registry, device: &Device, shape: GemmShape) -> (String, Strategy, String) {
     let choice = choose(registry.kernels(), registry.tables(), device, Dtype::Bf16, &shape, buffers(&shape)).unwrap();
+    assert_eq!(choice.transpose.is_some(), choice.strategy == Strategy::Padded, "the padded strategy carries its transpose variant");
     (choice.kernel.name().to_string(), choice.strategy, choice.reason)
 }
 
@@ -85,8 +86,10 @@ fn odd_leading_dimensions_take_the_padded_strategy_from_their_own_class() {
     let registry = registry();
     let packed = GemmShape::packed(4095, 4097, 4099, Layout::Tn);
     let (name, strategy, reason) = pick(&registry, &h200(), packed);
-    assert_eq!((name.as_str(), strategy), ("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded));
-    assert!(reason.contains("Unaligned"), "{reason}");
+    // Every operand is unaligned: A and B are moved transposed and C computed as Cᵀ = Bᵀ·Aᵀ,
+    // an nt GEMM; the tn variant ranked above it cannot take that and is passed over.
+    assert_eq!((name.as_str(), strategy), ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded));
+    assert!(reason.contains("Unaligned") && reason.contains("rank 2 of 3"), "{reason}");
     // The same pick in every call: the choice depends on the table alone.
     for _ in 0..3 {
         assert_eq!(pick(&registry, &h200(), packed).0, name);

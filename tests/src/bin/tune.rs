@@ -8,26 +8,26 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tilesmith_runtime::dispatch::{alignment, heuristic};
-use tilesmith_runtime::{plan_gemm, Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Kind, Layout, Registry, Workspace};
+use tilesmith_runtime::dispatch;
+use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Kind, Layout, Registry, Workspace};
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_tests::timing::GemmCase;
 use tilesmith_tests::with_element;
 
 /// Sizes of M, N and K whose combinations form the default tuning set, up to 2^36
-/// multiply-adds (4096³) a problem.
-const GRID: [usize; 5] = [16, 128, 1024, 4096, 16384];
+/// multiply-adds (4096³) a problem: every fourth power of two from 16 to 16384.
+const GRID: [usize; 4] = [16, 256, 4096, 16384];
 const MAX_VOLUME: usize = 1 << 36;
 /// Problems the default set adds to the grid: the bench's, skinny ones, sizes just past a
 /// tile multiple, and odd leading dimensions (`!` marks a problem stored with odd ones).
 const EXTRA: &str = "2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
-16x4096x4096,128x8192x8192,64x64x65536,512x512x512,256x4096x4096,4096x256x4096,\
+16x4096x4096,128x8192x8192,64x64x65536,1024x1024x1024,128x128x128,1024x128x8192,\
 4095x4097x4099!,1023x1025x1027!,127x4097x4099!,2047x2049x2051!";
 /// Timed launches: a first look, then the median of RUNS after WARMUP for candidates within
 /// PRUNE times the fastest so far.
 const WARMUP: usize = 2;
-const RUNS: usize = 9;
-const PRUNE: f64 = 3.0;
+const RUNS: usize = 7;
+const PRUNE: f64 = 2.0;
 
 #[derive(Parser)]
 #[command(about = "Times every variant on a set of GEMM problems beside cuBLAS and writes this GPU's tuning table")]
@@ -185,33 +185,21 @@ fn run(args: Args) -> Result<(), String> {
 }
 
 /// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
-fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -> Vec<(Kernel, Strategy, f64)> {
+fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -> (Vec<(Kernel, Strategy)>, Option<Kernel>) {
     let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-    let unaligned = alignment(dtype, shape, &buffers) == Alignment::Unaligned;
-    let mut out = Vec::new();
-    for kernel in registry.kernels() {
-        let v = kernel.variant();
-        if v.dtype != dtype || !matches!(v.kind, Kind::Gemm { layout, .. } if layout == shape.layout) {
-            continue;
-        }
-        let strategy = match plan_gemm(kernel.info(), dtype, shape, buffers, gpu.sms()) {
-            Ok(_) => Strategy::Direct,
-            Err(_) if unaligned => Strategy::Padded,
-            Err(_) => continue,
-        };
-        // The heuristic over this one kernel: its estimate, or nothing if it cannot take the call.
-        if let Ok((choice, estimate)) = heuristic(&[kernel], &gpu.device(), dtype, shape, &buffers) {
-            if choice.strategy == strategy {
-                out.push((kernel.clone(), strategy, estimate));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.2.total_cmp(&b.2).then(a.0.name().cmp(b.0.name())));
-    out
+    let device = gpu.device();
+    let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
+    let gemms: Vec<&Kernel> = registry.kernels().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
+    let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, dtype, shape, &buffers)
+        .into_iter()
+        .map(|(kernel, strategy)| (dispatch::estimate_seconds(kernel.info(), &device, dtype, shape, &buffers, strategy), kernel.clone(), strategy))
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.name().cmp(b.1.name())));
+    (out.into_iter().map(|(_, kernel, strategy)| (kernel, strategy)).collect(), transpose.cloned())
 }
 
 fn measure<T: tilesmith_runtime::Element>(gpu: &Gpu, registry: &Registry, bar: &ProgressBar, dtype: Dtype, shape: GemmShape, key: Key) -> Result<Option<TuningEntry>, String> {
-    let candidates = candidates(registry, gpu, dtype, &shape);
+    let (candidates, transpose) = candidates(registry, gpu, dtype, &shape);
     if candidates.is_empty() {
         return Ok(None);
     }
@@ -220,8 +208,8 @@ fn measure<T: tilesmith_runtime::Element>(gpu: &Gpu, registry: &Registry, bar: &
     let mut workspace = Workspace::new();
     let mut measured: Vec<Candidate> = Vec::new();
     let mut best = f64::INFINITY;
-    for (kernel, strategy, _) in candidates {
-        let choice = Choice::forced(kernel, strategy);
+    for (kernel, strategy) in candidates {
+        let choice = Choice::forced(kernel, strategy, transpose.clone());
         let first = match case.time_choice(gpu, &choice, &mut workspace, 1, 1) {
             Ok(ms) => ms,
             Err(err) => {
