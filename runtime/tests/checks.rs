@@ -272,6 +272,19 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
 }
 
 #[test]
+fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
+    let dir = tempdir_with_registry();
+    std::fs::create_dir(dir.path().join("tuning")).unwrap();
+    let path = dir.path().join("tuning/NVIDIA_H200-132sm.json");
+    std::fs::write(&path, r#"{"format": 1, "device": {"name": "NVIDIA H200"}}"#).unwrap();
+    let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
+    assert!(err.starts_with(&format!("cannot read the registry at {}: {}: not a tuning table (missing field", path.display(), path.display())), "{err}");
+    std::fs::write(&path, r#"{"format": 7, "device": {"name": "GPU", "capability": [9, 0], "sms": 1}, "compiler": "", "entries": []}"#).unwrap();
+    let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
+    assert!(err.ends_with("tuning table format 7, this tilesmith reads 1: run `cargo xtask tune` again"), "{err}");
+}
+
+#[test]
 fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_grid() {
     let tn = GemmShape { lda: 4096, ..GemmShape::packed(4000, 3000, 4000, Layout::Tn) };
     let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, tn).unwrap().unwrap();

@@ -91,6 +91,8 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     if selected == 0 {
         bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
+    // Checked before anything is compiled; carried into the registry at the end.
+    let tables = project_tables(project)?;
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
@@ -146,7 +148,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     }
     let index = registry.write_index(&manifest, &records).map_err(|err| anyhow!(err))?;
     registry.remove_undeclared(&manifest)?;
-    carry_tables(project)?;
+    carry_tables(project, &tables)?;
 
     for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {
@@ -387,39 +389,46 @@ fn indent(text: &str) -> String {
 }
 
 
-/// Copies the project's tuning tables (`tuning/*.json`, committed) into the registry, each
-/// checked readable first, and removes the registry's tables the project no longer has.
-fn carry_tables(project: &Project) -> Result<()> {
-    let from = project.root.join(TUNING_DIR);
-    let to = project.registry_dir().join(TUNING_DIR);
-    let json = |dir: &Path| -> Result<Vec<PathBuf>> {
-        if !dir.is_dir() {
-            return Ok(Vec::new());
-        }
-        let mut paths = Vec::new();
-        for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|x| x == "json") {
-                paths.push(path);
-            }
-        }
-        Ok(paths)
-    };
-    let tables = json(&from)?;
+/// The project's tuning tables (`tuning/*.json`, committed), each checked readable.
+fn project_tables(project: &Project) -> Result<Vec<PathBuf>> {
+    let tables = json_files(&project.root.join(TUNING_DIR))?;
     for path in &tables {
-        TuningTable::read(path).map_err(|err| anyhow!("tuning table {err}; fix it or run `cargo xtask tune` again"))?;
+        TuningTable::read(path).map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `cargo xtask tune` again"))?;
+    }
+    Ok(tables)
+}
+
+/// Copies the tuning tables into the registry and removes those the project no longer has.
+fn carry_tables(project: &Project, tables: &[PathBuf]) -> Result<()> {
+    let to = project.registry_dir().join(TUNING_DIR);
+    for path in tables {
         std::fs::create_dir_all(&to)?;
         let target = to.join(path.file_name().expect("a file"));
         let temporary = target.with_extension("json.tmp");
         std::fs::copy(path, &temporary).with_context(|| format!("cannot copy {}", path.display()))?;
         std::fs::rename(&temporary, &target)?;
     }
-    for stale in json(&to)? {
+    for stale in json_files(&to)? {
         if !tables.iter().any(|t| t.file_name() == stale.file_name()) {
             std::fs::remove_file(&stale)?;
         }
     }
     Ok(())
+}
+
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    Ok(paths)
 }
 
 #[cfg(test)]

@@ -624,3 +624,30 @@ ptx = "compute_90a"
     let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64.fatbin"), "--dump-sass");
     assert!(sass.contains("UTMALDG.2D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
+
+#[test]
+fn tuning_tables_are_checked_then_carried_into_the_registry() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    let tables = project.path().join("tuning");
+    std::fs::create_dir_all(&tables).unwrap();
+    let table = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "", "entries": []}"#;
+    std::fs::write(tables.join("GPU-132sm.json"), table).unwrap();
+    succeeds(root, &["build"]);
+    let carried = project.path().join("registry/tuning/GPU-132sm.json");
+    assert_eq!(std::fs::read_to_string(&carried).unwrap(), table);
+
+    // A table that does not read stops the build before anything is compiled.
+    std::fs::write(tables.join("Other-8sm.json"), "{ not json").unwrap();
+    std::fs::remove_file(project.path().join("registry/transpose_64x64.fatbin")).unwrap();
+    let out = fails(root, &["build"]);
+    assert!(out.contains("tuning table") && out.contains("Other-8sm.json: not a tuning table"), "{out}");
+    assert!(!project.path().join("registry/transpose_64x64.fatbin").exists());
+    assert!(!project.path().join("registry/tuning/Other-8sm.json").exists());
+
+    // A table removed from the project leaves the registry with the next build.
+    std::fs::remove_dir_all(&tables).unwrap();
+    succeeds(root, &["build"]);
+    assert!(!carried.exists());
+}
+

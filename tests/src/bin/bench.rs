@@ -12,6 +12,7 @@ use tilesmith_tests::timing::{GemmCase, TransposeCase};
 use tilesmith_tests::{chart, with_element};
 
 const DEFAULT_SHAPES: &str = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,4095x4097x4099,\
+16x4096x4096,128x8192x8192,3000x3000x3000,\
 4096x4096,8192x8192,16384x16384,4000x4000,4095x4097";
 
 #[derive(Parser)]
