@@ -272,6 +272,19 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
 }
 
 #[test]
+fn a_split_k_gemm_launches_a_cluster_per_tile_whole() {
+    let shape = GemmShape::packed(16, 4096, 4096, Layout::Tn);
+    let launch = gemm("gemm_tn_64x128x64_wgmma_w8_s6_splitk4", Dtype::Bf16, shape).unwrap().unwrap();
+    assert_eq!((launch.grid, launch.cluster, launch.block), ([128, 1, 1], [4, 1, 1], [256, 1, 1]), "32 tiles, 4 blocks each");
+    assert!(!launch.persistent, "a split-K grid is launched whole, never capped to resident clusters");
+    let persistent = gemm("gemm_tn_128x256x64_wgmma_w12_c2", Dtype::Bf16, GemmShape::packed(4096, 4096, 4096, Layout::Tn)).unwrap().unwrap();
+    assert!(persistent.persistent);
+    // Split-K writes C from registers: a pointer, and no tensor map of C.
+    let kinds: Vec<&str> = launch.args.iter().map(|a| match a { Arg::Pointer(_) => "pointer", Arg::I32(_) => "i32", Arg::TensorMap(_) => "map" }).collect();
+    assert_eq!(kinds, ["map", "map", "pointer", "i32", "i32", "i32", "i32"]);
+}
+
+#[test]
 fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
     let dir = tempdir_with_registry();
     std::fs::create_dir(dir.path().join("tuning")).unwrap();

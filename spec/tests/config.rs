@@ -123,7 +123,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -301,6 +301,7 @@ fn shipped_names_keep_their_axes() {
             ("warps", warps),
             ("stages", stages),
             ("cluster", "1"),
+            ("split_k", "1"),
             ("bounds", bounds),
         ])
     };
@@ -310,6 +311,9 @@ fn shipped_names_keep_their_axes() {
     assert_eq!(axes("gemm_nn_128x128x32_f32_simt_w8_s2"), gemm("nn", "f32", "128x128x32", "simt", "8", "2", "checked"));
     assert_eq!(axes("gemm_tn_64x64x32_simt_s2_unchecked"), gemm("tn", "bf16", "64x64x32", "simt", "4", "2", "unchecked"));
     assert_eq!(axes("gemm_tn_128x256x64_wgmma_w12"), gemm("tn", "bf16", "128x256x64", "wgmma", "12", "4", "checked"));
+    let mut split = gemm("nt", "f16", "64x128x64", "wgmma", "8", "6", "checked");
+    split.insert("split_k", "4".into());
+    assert_eq!(axes("gemm_nt_64x128x64_f16_wgmma_w8_s6_splitk4"), split);
     assert_eq!(
         axes("transpose_64x64_f32_unchecked"),
         expect(&[("family", "transpose"), ("dtype", "f32"), ("tile", "64x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "unchecked")])

@@ -117,6 +117,8 @@ impl<T: Element> GemmCase<T> {
         let s = self.shape;
         let mut record = Record::new(&choice.kernel, gpu, vec![s.m, s.n, s.k], "TFLOP/s", ms, tera(ms), "cuBLAS", baseline_ms, tera(baseline_ms), self.inputs.len());
         record.variant = format!("dispatch:{}", choice.label());
+        // The call's layout: a padded pick's kernel may run in another.
+        record.layout = Some(s.layout.to_string());
         Ok(record)
     }
 

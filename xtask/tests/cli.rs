@@ -286,8 +286,8 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     let template = project.path().join("kernel-templates/transpose.cu.tera");
     let template_text = std::fs::read_to_string(&template).unwrap();
     let broken = template_text.replacen(
-        "            v = *reinterpret_cast<const Vec*>(p);\n        } else {",
-        "            v = *reinterpret_cast<const Vec*>(p);\n            v.not_a_member = 1;\n        } else {",
+        "            v = *reinterpret_cast<const Vec*>(p);\n        } else if",
+        "            v = *reinterpret_cast<const Vec*>(p);\n            v.not_a_member = 1;\n        } else if",
         1,
     );
     assert_ne!(broken, template_text);
@@ -606,6 +606,7 @@ backend = "wgmma"
 warps = 12
 stages = 4
 cluster = 2
+split_k = 1
 bounds = "checked"
 
 [gemm.backends.wgmma]
