@@ -141,11 +141,15 @@ struct Tile {
 #pragma unroll
         for (int i = 0; i < COPIES; ++i, src += ROW_STEP * ld, to += ROW_STEP * CHUNKS * 16) {
             const int row = row0 + i * ROW_STEP;
-            if (aligned) {
-                const int valid = row < rows_left ? min(max(cols_left - chunk * 8, 0), 8) : 0;
+            const int valid = row < rows_left ? min(max(cols_left - chunk * 8, 0), 8) : 0;
+            // A chunk that ends past the row is read element by element, like an unaligned
+            // one: compute-sanitizer counts all 16 bytes of a cp.async given fewer source
+            // bytes as read, and past the last row those lie outside the buffer.
+            if (aligned && (valid == 8 || valid == 0)) {
                 cp_async_16(to, valid > 0 ? src : g, valid * 2);
             } else {
-                // Rows not 16-byte aligned: element by element, zero-filled.
+                // Rows not 16-byte aligned, or the chunk crossing the row's end: element by
+                // element, zero-filled.
                 Vec v;
 #pragma unroll
                 for (int j = 0; j < 8; ++j)

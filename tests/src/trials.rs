@@ -49,9 +49,17 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
         let shape = GemmShape::packed(m, n, k, layout);
         aligned(GemmShape { lda: shape.lda + extra, ldb: shape.ldb + extra, ldc: shape.ldc + extra, ..shape })
     };
+    // Rows 16 bytes apart around ragged edges: the aligned path's last chunk of a row, and
+    // of the buffer, is partial.
+    let rows_16 = |m, n, k| {
+        let shape = GemmShape::packed(m, n, k, layout);
+        let ld16 = |ld: usize| ld.next_multiple_of(16 / kernel.variant().dtype.size_bytes() as usize).next_multiple_of(step);
+        GemmShape { lda: ld16(shape.lda), ldb: ld16(shape.ldb), ldc: ld16(shape.ldc), ..shape }
+    };
     let mut shapes = if kernel.variant().is_checked() {
         vec![
             packed(2 * tm + 3, 2 * tn + 5, 3 * tk + 7),
+            rows_16(2 * tm + 3, 2 * tn + 5, 3 * tk + 7),
             packed(tm + 1, tn - 1, (tk / 2).max(1)),
             packed(1, 2 * tn + 1, 2 * tk + 3),
             packed(2 * tm + 1, 1, 2 * tk + 3),
@@ -60,6 +68,8 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     } else {
         vec![packed(2 * tm, 3 * tn, 4 * tk), padded(tm, tn, tk, 2 * step)]
     };
+    // Variants that need 16-byte rows anyway get the rows_16 shape twice.
+    shapes.dedup();
     let odd = usize::from(kernel.variant().is_checked());
     match kernel.info().entry.launch.grid {
         GridRule::Persistent { .. } => shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd)),
