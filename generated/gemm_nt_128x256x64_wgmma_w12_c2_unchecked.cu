@@ -318,11 +318,11 @@ gemm_nt_128x256x64_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMap tm
 #endif
                 // This block's part of B, into every block of the cluster.
 #if B_MN_MAJOR
+                // Blocks rank, rank + CLUSTER, ...: an odd count of blocks splits unevenly, which
+                // the barriers do not mind (each expects the whole stage).
 #pragma unroll
-                for (int i = 0; i < TN / 64 / CLUSTER; ++i) {
-                    const int block = rank * (TN / 64 / CLUSTER) + i;
+                for (int block = rank; block < TN / 64; block += CLUSTER)
                     tma_load_2d_multicast(b + block * BLOCK_BYTES, &tmB, tile_n * TN + block * 64, kb * TK, bar, (1 << CLUSTER) - 1);
-                }
 #else
                 tma_load_2d_multicast(b + rank * (TN / CLUSTER) * 128, &tmB, kb * TK, tile_n * TN + rank * (TN / CLUSTER), bar, (1 << CLUSTER) - 1);
 #endif

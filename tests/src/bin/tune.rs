@@ -48,7 +48,8 @@ struct Args {
     /// Folder of the tables; this GPU's is `<name>-<SMs>sm.json` there.
     #[arg(long, env = "TILESMITH_TUNING_DIR", default_value = "tuning")]
     out: PathBuf,
-    /// Measure again the problems the table already holds.
+    /// Measure again the problems of the set that the table already holds (their entries are
+    /// replaced; the table's other entries stay).
     #[arg(long)]
     fresh: bool,
 }
@@ -142,12 +143,12 @@ fn run(args: Args) -> Result<(), String> {
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
     std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     let path = args.out.join(TuningTable::file_name(&device));
-    let mut table = match path.exists() && !args.fresh {
+    let mut table = match path.exists() {
         true => TuningTable::read(&path)?,
         false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
     };
     if table.device != device {
-        return Err(format!("{} was measured on {:?}, this is {:?}: move it aside or pass --fresh", path.display(), table.device, device));
+        return Err(format!("{} was measured on {:?}, this is {:?}: move it aside or pass another --out", path.display(), table.device, device));
     }
     table.compiler = compiler;
 
@@ -167,7 +168,7 @@ fn run(args: Args) -> Result<(), String> {
         let class = if problem.odd_ld { Alignment::Unaligned } else { Alignment::Aligned };
         let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
         let key = Key::new(dtype, layout, class, dims);
-        if table.entry(&key, dims).is_some() {
+        if !args.fresh && table.entry(&key, dims).is_some() {
             skipped += 1;
             continue;
         }
