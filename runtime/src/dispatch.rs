@@ -81,8 +81,9 @@ impl Workspace {
     }
 }
 
-fn misaligned(dtype: Dtype, ld: usize, addr: u64) -> bool {
-    ld * dtype.size_bytes() as usize % 16 != 0 || addr % 16 != 0
+/// Whether an operand with this leading dimension and start needs moving for TMA.
+pub fn misaligned(dtype: Dtype, ld: usize, addr: u64) -> bool {
+    !(ld * dtype.size_bytes() as usize).is_multiple_of(16) || !addr.is_multiple_of(16)
 }
 
 /// Whether a call's operands suit TMA as they are.

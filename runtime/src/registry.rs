@@ -6,14 +6,12 @@ use crate::kernel::{Element, GemmArgs, Kernel};
 use crate::plan::{Buffer, GemmShape};
 use crate::{Error, Result};
 use cudarc::driver::DevicePtr;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tilesmith_spec::tuning::Alignment;
-use tilesmith_spec::Dtype;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
+use tilesmith_spec::Dtype;
 
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
@@ -25,12 +23,13 @@ pub struct Registry {
     kernels: BTreeMap<String, Kernel>,
     /// The tuning tables in `tuning/`, one per device, for [`Registry::gemm`].
     tables: Vec<TuningTable>,
-    /// Picks already made, by device, dtype and shape with its alignment: choosing walks the
-    /// table and plans candidates, which costs more host time than a small GEMM takes.
+    /// Picks already made, by device, dtype, shape and which operands are unaligned (the
+    /// padded strategy moves just those): choosing walks the table and plans candidates,
+    /// which costs more host time than a small GEMM takes.
     picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
 }
 
-type PickKey = (String, u32, Dtype, GemmShape, Alignment);
+type PickKey = (String, u32, Dtype, GemmShape, [bool; 3]);
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set, else in this
@@ -119,8 +118,9 @@ impl Registry {
         let (a, _a) = args.a.device_ptr(stream);
         let (b, _b) = args.b.device_ptr(stream);
         let (c, _c) = args.c.device_ptr(stream);
-        let buffers = [a, b, c].map(|addr| Buffer { len: 0, addr });
-        (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, dispatch::alignment(T::DTYPE, &args.shape, &buffers))
+        let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
+        let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], [a, b, c][i]));
+        (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned)
     }
 
     pub fn dir(&self) -> &Path {

@@ -144,7 +144,7 @@ impl TuningTable {
     pub fn insert(&mut self, entry: TuningEntry) {
         self.entries.retain(|e| !(e.key == entry.key && e.shape == entry.shape));
         self.entries.push(entry);
-        self.entries.sort_by(|a, b| (a.key, a.shape).cmp(&(b.key, b.shape)));
+        self.entries.sort_by_key(|e| (e.key, e.shape));
     }
 
     /// Reads a table, checking its format.

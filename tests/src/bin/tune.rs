@@ -129,7 +129,7 @@ fn shape(problem: Problem, layout: Layout) -> GemmShape {
     if !problem.odd_ld {
         return packed;
     }
-    let odd = |ld: usize| if ld % 2 == 0 { ld + 1 } else { ld };
+    let odd = |ld: usize| if ld.is_multiple_of(2) { ld + 1 } else { ld };
     GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
 }
 
