@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tilesmith_runtime::dispatch;
 use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Kind, Layout, Registry, Workspace};
-use tilesmith_spec::tuning::{self, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_tests::timing::GemmCase;
 use tilesmith_tests::with_element;
 
@@ -122,7 +122,8 @@ fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| parse(s).ok_or(format!("unknown {what} `{s}`"))).collect()
 }
 
-/// The shape of a problem in a layout: packed, or with leading dimensions one past odd.
+/// The shape of a problem in a layout: packed, or with odd leading dimensions (one more where
+/// the packed one is even).
 fn shape(problem: Problem, layout: Layout) -> GemmShape {
     let [m, n, k] = problem.shape;
     let packed = GemmShape::packed(m, n, k, layout);
@@ -165,7 +166,8 @@ fn run(args: Args) -> Result<(), String> {
     for (problem, dtype, layout) in groups {
         bar.inc(1);
         let shape = shape(problem, layout);
-        let class = if problem.odd_ld { Alignment::Unaligned } else { Alignment::Aligned };
+        // Packed odd sizes are unaligned too, `!` or not.
+        let class = dispatch::alignment(dtype, &shape, &shape.spans().map(|len| Buffer { len, addr: 0 }));
         let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
         let key = Key::new(dtype, layout, class, dims);
         if !args.fresh && table.entry(&key, dims).is_some() {
