@@ -110,10 +110,15 @@ impl Gpu {
                 minor: self.capability.1,
             });
         }
-        if entry.launch.dynamic_smem_bytes > self.smem_opt_in {
+        // ptxas's static bytes count against the same per-block limit.
+        let static_smem = info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0);
+        if entry.launch.dynamic_smem_bytes + static_smem > self.smem_opt_in {
             return Err(Error::Refused {
                 name: kernel.name().to_string(),
-                rule: format!("it needs {} bytes of shared memory; {} allows {}", entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in),
+                rule: format!(
+                    "it needs {} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
+                    entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in
+                ),
             });
         }
         let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

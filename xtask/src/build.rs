@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
-use tilesmith_spec::{Entry, Manifest, Resources};
+use tilesmith_spec::{arch, Entry, Manifest, Resources};
 
 /// nvcc's flags for one variant, without input and output.
 fn flags(entry: &Entry) -> Vec<String> {
@@ -257,7 +257,8 @@ impl Compiler<'_> {
             let message = annotate_errors(self.project, &stderr, &job.entry, self.renderer.as_ref());
             return Err(format!("nvcc failed ({}):\n{}", output.status, message.trim_end()));
         }
-        if let Err(problem) = check_fatbin(self.cuobjdump, &staging, &job.entry) {
+        let resources = parse_ptxas_report(&stderr);
+        if let Err(problem) = check_fatbin(self.cuobjdump, &staging, &job.entry).and_then(|()| check_smem(&job.entry, &resources)) {
             let _ = std::fs::remove_file(&staging);
             return Err(format!("{problem} (from template kernel-templates/{})", job.entry.template));
         }
@@ -265,8 +266,24 @@ impl Compiler<'_> {
             let _ = std::fs::remove_file(&staging);
             return Err(format!("cannot move the fatbin into {}: {err}", target.display()));
         }
-        Ok(parse_ptxas_report(&stderr))
+        Ok(resources)
     }
+}
+
+/// Checks the shared memory a block needs, the template's dynamic bytes and the static bytes
+/// ptxas reports, against each architecture's limit: the template could only check the first.
+fn check_smem(entry: &Entry, resources: &[Resources]) -> Result<(), String> {
+    let dynamic = entry.launch.dynamic_smem_bytes;
+    for r in resources {
+        let Some(limit) = arch::smem_limit(&r.arch) else { continue };
+        if dynamic + r.static_smem_bytes > limit {
+            return Err(format!(
+                "the kernel needs {dynamic} bytes of dynamic and {} of static shared memory, over the {limit}-byte limit of {}",
+                r.static_smem_bytes, r.arch
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that a fatbin parses and holds the kernel's entry symbol for every promised SASS

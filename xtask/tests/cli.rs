@@ -626,6 +626,40 @@ ptx = "compute_90a"
     assert!(sass.contains("UTMALDG.2D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
 
+/// A Hopper variant whose dynamic shared memory just fits the limit: its mbarriers' static
+/// bytes, which only ptxas reports, push it over, and the build says so.
+#[test]
+fn static_shared_memory_counts_against_the_limit() {
+    let variants = r#"
+[gemm.defaults]
+layout = "tn"
+dtype = "bf16"
+tile = [64, 128, 64]
+backend = "wgmma"
+warps = 8
+stages = 8
+cluster = 1
+split_k = 2
+bounds = "checked"
+
+[gemm.backends.wgmma]
+template = "gemm_wgmma.cu.tera"
+sass = ["sm_90a"]
+ptx = "compute_90a"
+
+[[gemm.groups]]
+"#;
+    let project = generated(variants);
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest.variants[0].launch.dynamic_smem_bytes, 232_448, "the whole sm_90a limit, which the template accepts");
+    let out = fails(Some(project.path()), &["build"]);
+    assert!(
+        out.contains("the kernel needs 232448 bytes of dynamic and 1024 of static shared memory, over the 232448-byte limit of sm_90a (from template kernel-templates/gemm_wgmma.cu.tera)"),
+        "{out}"
+    );
+    assert!(!project.path().join("registry/gemm_tn_64x128x64.fatbin").exists());
+}
+
 #[test]
 fn tuning_tables_are_checked_then_carried_into_the_registry() {
     let project = generated(TRANSPOSE_ONLY);
