@@ -308,12 +308,15 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     let variant = &built.entry.variant;
     let Kind::Gemm { tile: [tm, tn, _], split_k, .. } = variant.kind else { return f64::INFINITY };
     let (tm, tn, split) = (f64::from(tm), f64::from(tn), u64::from(split_k.max(1)));
-    let (m, n) = match strategy {
+    // The padded strategy's GEMM (M and N swapped where C is computed transposed) and the
+    // bytes its moves read and write.
+    let (m, n, moved) = match strategy {
         Strategy::Padded => {
             let p = padding(dtype, shape, buffers);
-            (p.gemm.m, p.gemm.n)
+            let moved: usize = [p.a, p.b, p.c].iter().flatten().map(|mv| 2 * mv.shape.m * mv.shape.n * dtype.size_bytes() as usize).sum();
+            (p.gemm.m, p.gemm.n, moved)
         }
-        Strategy::Direct => (shape.m, shape.n),
+        Strategy::Direct => (shape.m, shape.n, 0),
     };
     let tiles = (m as f64 / tm).ceil() * (n as f64 / tn).ceil();
     let rounds = (tiles * split as f64 / f64::from(device.sms.max(1))).ceil().max(1.0);
@@ -324,12 +327,7 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     };
     let efficiency = 1.0 / (1.0 + 16.0 / tm + 32.0 / tn);
     let k = (shape.k as u64).div_ceil(split) as f64;
-    let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency);
-    if strategy == Strategy::Padded {
-        let p = padding(dtype, shape, buffers);
-        let moved: usize = [p.a, p.b, p.c].iter().flatten().map(|mv| 2 * mv.shape.m * mv.shape.n * dtype.size_bytes() as usize).sum();
-        seconds += moved as f64 / 3e12;
-    }
+    let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency) + moved as f64 / 3e12;
     if let GridRule::SplitK { .. } = built.entry.launch.grid {
         // The partial sums go through shared memory once more.
         seconds += 2e-6;

@@ -66,6 +66,17 @@ impl<'a, T> GemmArgs<'a, T> {
     }
 }
 
+impl<T: Element> GemmArgs<'_, T> {
+    /// The buffers' lengths and addresses, for choosing a variant: nothing is enqueued on them.
+    pub(crate) fn buffers(&self, gpu: &Gpu) -> [Buffer; 3] {
+        let stream = gpu.stream();
+        let (a, _a) = self.a.device_ptr(stream);
+        let (b, _b) = self.b.device_ptr(stream);
+        let (c, _c) = self.c.device_ptr(stream);
+        [Buffer { len: self.a.len(), addr: a }, Buffer { len: self.b.len(), addr: b }, Buffer { len: self.c.len(), addr: c }]
+    }
+}
+
 /// The device buffers and shape of one transpose call.
 pub struct TransposeArgs<'a, T> {
     pub x: &'a CudaSlice<T>,

@@ -5,7 +5,6 @@ use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
 use crate::plan::{Buffer, GemmShape};
 use crate::{Error, Result};
-use cudarc::driver::DevicePtr;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -86,24 +85,26 @@ impl Registry {
 
     /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
     pub fn choose_gemm<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> Result<Choice> {
-        let stream = gpu.stream();
-        let (a, _a) = args.a.device_ptr(stream);
-        let (b, _b) = args.b.device_ptr(stream);
-        let (c, _c) = args.c.device_ptr(stream);
-        let buffers = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: args.c.len(), addr: c }];
-        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), T::DTYPE, &args.shape, buffers).map_err(Error::NoVariant)
+        self.choose(gpu, T::DTYPE, &args.shape, args.buffers(gpu))
+    }
+
+    fn choose(&self, gpu: &Gpu, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3]) -> Result<Choice> {
+        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), dtype, shape, buffers).map_err(Error::NoVariant)
     }
 
     /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
     /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
     /// scratch the padded strategy copies unaligned operands into, kept for the next call.
     pub fn gemm<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<Choice> {
-        let key = self.pick_key(gpu, &args);
+        let buffers = args.buffers(gpu);
+        let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
+        let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
+        let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned);
         let cached = self.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let choice = match cached {
             Some(choice) => choice,
             None => {
-                let choice = self.choose_gemm(gpu, &args)?;
+                let choice = self.choose(gpu, T::DTYPE, &args.shape, buffers)?;
                 self.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
                 choice
             }
@@ -111,16 +112,6 @@ impl Registry {
         // A cached pick is checked again like any launch: buffers of another length are refused.
         choice.run(gpu, args, workspace)?;
         Ok(choice)
-    }
-
-    fn pick_key<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> PickKey {
-        let stream = gpu.stream();
-        let (a, _a) = args.a.device_ptr(stream);
-        let (b, _b) = args.b.device_ptr(stream);
-        let (c, _c) = args.c.device_ptr(stream);
-        let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
-        let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], [a, b, c][i]));
-        (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned)
     }
 
     pub fn dir(&self) -> &Path {
@@ -145,11 +136,10 @@ impl Registry {
     }
 }
 
-/// Every `*.json` in the registry's tuning folder, in file-name order; a folder that is absent
-/// means no tables, a table that does not read is an error naming it.
+/// The registry's tuning tables; a folder that is absent means none, one that cannot be listed
+/// or a table that does not read is an error naming it.
 fn read_tables(dir: &Path) -> Result<Vec<TuningTable>> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
-    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-    paths.sort();
-    paths.iter().map(|path| TuningTable::read(path).map_err(|reason| Error::RegistryUnreadable { path: path.clone(), reason })).collect()
+    let unreadable = |path: &Path, reason: String| Error::RegistryUnreadable { path: path.to_path_buf(), reason };
+    let paths = TuningTable::paths(dir).map_err(|err| unreadable(dir, err.to_string()))?;
+    paths.iter().map(|path| TuningTable::read(path).map_err(|reason| unreadable(path, reason))).collect()
 }

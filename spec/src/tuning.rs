@@ -4,7 +4,7 @@
 
 use crate::axes::{Dtype, Layout};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The table format this tilesmith writes and reads.
 pub const TUNING_FORMAT: u32 = 1;
@@ -49,8 +49,9 @@ pub enum Alignment {
 pub enum Strategy {
     /// The variant on the caller's buffers.
     Direct,
-    /// The operands that are not aligned are copied into aligned scratch with 128-byte rows;
-    /// the variant runs there and C is copied back if it was one of them.
+    /// The operands that are not aligned are moved into aligned scratch with 128-byte rows by a
+    /// transpose (which flips their storage order, so the variant's layout may differ from the
+    /// call's); an unaligned C is computed transposed there and transposed into place.
     Padded,
 }
 
@@ -155,6 +156,23 @@ impl TuningTable {
             return Err(format!("{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `cargo xtask tune` again", path.display(), table.format));
         }
         Ok(table)
+    }
+
+    /// The tables in a tuning folder: its `*.json` files, in name order; none where the
+    /// folder does not exist.
+    pub fn paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        if !dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                paths.push(path);
+            }
+        }
+        paths.sort();
+        Ok(paths)
     }
 
     /// The file name a device's table goes by: its name with anything but letters and digits

@@ -405,7 +405,6 @@ fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
-
 /// The project's tuning tables (`tuning/*.json`, committed), each checked readable.
 fn project_tables(project: &Project) -> Result<Vec<PathBuf>> {
     let tables = json_files(&project.root.join(TUNING_DIR))?;
@@ -434,18 +433,7 @@ fn carry_tables(project: &Project, tables: &[PathBuf]) -> Result<()> {
 }
 
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
-    let mut paths = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            paths.push(path);
-        }
-    }
-    paths.sort();
-    Ok(paths)
+    TuningTable::paths(dir).with_context(|| format!("cannot list {}", dir.display()))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tilesmith_spec::manifest::MANIFEST_FILE;
-use tilesmith_spec::tuning::TUNING_DIR;
+use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 
 /// What both scripts start with: the bundled registry, and cuBLAS on the library path.
 const PRELUDE: &str = r#"#!/usr/bin/env bash
@@ -78,13 +78,9 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
             std::fs::copy(&path, registry.join(&name))?;
         }
     }
-    let tables = registry_dir.join(TUNING_DIR);
-    if tables.is_dir() {
+    for path in TuningTable::paths(&registry_dir.join(TUNING_DIR))? {
         std::fs::create_dir_all(registry.join(TUNING_DIR))?;
-        for entry in std::fs::read_dir(&tables)? {
-            let path = entry?.path();
-            std::fs::copy(&path, registry.join(TUNING_DIR).join(path.file_name().expect("a file")))?;
-        }
+        std::fs::copy(&path, registry.join(TUNING_DIR).join(path.file_name().expect("a file")))?;
     }
     for (name, body) in [("run.sh", RUN_SCRIPT), ("bench.sh", BENCH_SCRIPT), ("tune.sh", TUNE_SCRIPT)] {
         let script = out.join(name);
