@@ -83,8 +83,10 @@ fn cpu_trials() -> Vec<Trial> {
             let (a_rows, b_rows) = ([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[7.0, 8.0], [9.0, 10.0], [11.0, 12.0]]);
             for layout in Layout::ALL {
                 let shape = tilesmith_runtime::GemmShape::packed(2, 2, 3, *layout);
-                let a: Vec<f32> = if layout.a_row_major() { a_rows.concat() } else { (0..3).flat_map(|k| (0..2).map(move |i| a_rows[i][k])).collect() };
-                let b: Vec<f32> = if layout.b_row_major() { b_rows.concat() } else { (0..2).flat_map(|j| (0..3).map(move |k| b_rows[k][j])).collect() };
+                let a: Vec<f32> =
+                    if layout.a_row_major() { a_rows.concat() } else { (0..3).flat_map(|k| (0..2).map(move |i| a_rows[i][k])).collect() };
+                let b: Vec<f32> =
+                    if layout.b_row_major() { b_rows.concat() } else { (0..2).flat_map(|j| (0..3).map(move |k| b_rows[k][j])).collect() };
                 let product = Operands { shape, a: &a, b: &b }.product();
                 if product != [58.0, 64.0, 139.0, 154.0] {
                     return Err(format!("layout {layout}: {product:?}").into());
@@ -105,7 +107,11 @@ fn cpu_trials() -> Vec<Trial> {
 }
 
 fn check(ok: bool, what: &str) -> Result<(), Failed> {
-    if ok { Ok(()) } else { Err(format!("check failed: {what}").into()) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}").into())
+    }
 }
 
 fn main() -> ExitCode {

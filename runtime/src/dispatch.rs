@@ -49,9 +49,10 @@ impl Choice {
         match (self.strategy, &self.transpose) {
             (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
             (Strategy::Padded, Some(transpose)) => run_padded(gpu, &self.kernel, transpose, args, workspace),
-            (Strategy::Padded, None) => {
-                Err(Error::Refused { name: self.kernel.name().to_string(), rule: "the padded strategy needs a transpose variant to move operands".into() })
-            }
+            (Strategy::Padded, None) => Err(Error::Refused {
+                name: self.kernel.name().to_string(),
+                rule: "the padded strategy needs a transpose variant to move operands".into(),
+            }),
         }
     }
 }
@@ -89,7 +90,11 @@ pub fn misaligned(dtype: Dtype, ld: usize, addr: u64) -> bool {
 /// Whether a call's operands suit TMA as they are.
 pub fn alignment(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Alignment {
     let lds = [shape.lda, shape.ldb, shape.ldc];
-    if (0..3).any(|i| misaligned(dtype, lds[i], buffers[i].addr)) { Alignment::Unaligned } else { Alignment::Aligned }
+    if (0..3).any(|i| misaligned(dtype, lds[i], buffers[i].addr)) {
+        Alignment::Unaligned
+    } else {
+        Alignment::Aligned
+    }
 }
 
 /// An operand moved through scratch by a transpose (X = the stored matrix, Y its transpose),
@@ -182,14 +187,28 @@ impl Padding {
 /// The transpose variant the padded strategy moves operands with: the first checked one of
 /// the dtype, by name, that runs on the device.
 pub fn transposer<'k>(kernels: impl IntoIterator<Item = &'k Kernel>, device: &Device, dtype: Dtype) -> Option<&'k Kernel> {
-    kernels.into_iter().filter(|k| {
-        let v = k.variant();
-        v.dtype == dtype && v.is_checked() && matches!(v.kind, Kind::Transpose { .. }) && runs_on(&k.info().entry.targets, (device.capability[0], device.capability[1]))
-    }).min_by(|a, b| a.name().cmp(b.name()))
+    kernels
+        .into_iter()
+        .filter(|k| {
+            let v = k.variant();
+            v.dtype == dtype
+                && v.is_checked()
+                && matches!(v.kind, Kind::Transpose { .. })
+                && runs_on(&k.info().entry.targets, (device.capability[0], device.capability[1]))
+        })
+        .min_by(|a, b| a.name().cmp(b.name()))
 }
 
 /// Whether `built` takes the call with this strategy on this device.
-fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> bool {
+fn accepts(
+    built: &Built,
+    transpose: Option<&Kernel>,
+    device: &Device,
+    dtype: Dtype,
+    shape: &GemmShape,
+    buffers: &[Buffer; 3],
+    strategy: Strategy,
+) -> bool {
     if !runs_on(&built.entry.targets, (device.capability[0], device.capability[1])) {
         return false;
     }
@@ -211,7 +230,14 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, dtype: Dt
 
 /// The GEMM variants of the dtype that take the call on the device, with their strategy:
 /// directly where they can; for an unaligned call, also padded.
-pub fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Vec<(&'k Kernel, Strategy)> {
+pub fn candidates<'k>(
+    kernels: &[&'k Kernel],
+    transpose: Option<&Kernel>,
+    device: &Device,
+    dtype: Dtype,
+    shape: &GemmShape,
+    buffers: &[Buffer; 3],
+) -> Vec<(&'k Kernel, Strategy)> {
     let mut out = Vec::new();
     for strategy in [Strategy::Direct, Strategy::Padded] {
         for &kernel in kernels {
@@ -238,7 +264,8 @@ pub fn choose<'k>(
     check_gemm_call(shape, buffers)?;
     let all: Vec<&Kernel> = kernels.into_iter().collect();
     let transpose = transposer(all.iter().copied(), device, dtype);
-    let gemms: Vec<&Kernel> = all.into_iter().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
+    let gemms: Vec<&Kernel> =
+        all.into_iter().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
     let class = alignment(dtype, shape, &buffers);
     let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
     let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
@@ -267,7 +294,8 @@ pub fn choose<'k>(
             }
         }
     }
-    let why = if tables.iter().any(|t| &t.device == device) { "no table candidate takes this call" } else { "no tuning table for this device" };
+    let why =
+        if tables.iter().any(|t| &t.device == device) { "no table candidate takes this call" } else { "no tuning table for this device" };
     let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, dtype, shape, &buffers)?;
     Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
 }
@@ -298,7 +326,10 @@ pub fn heuristic<'k>(
         }
     }
     let (estimate, kernel, strategy) = best.ok_or_else(|| {
-        format!("no {dtype} {} variant in the registry runs on {} and takes {}x{}x{} with these leading dimensions and pointers", shape.layout, device.name, shape.m, shape.n, shape.k)
+        format!(
+            "no {dtype} {} variant in the registry runs on {} and takes {}x{}x{} with these leading dimensions and pointers",
+            shape.layout, device.name, shape.m, shape.n, shape.k
+        )
     })?;
     Ok((kernel, strategy, estimate))
 }
@@ -348,9 +379,11 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
     // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
-    plan_gemm(kernel.info(), T::DTYPE, &padding.gemm, gemm, gpu.sms()).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    plan_gemm(kernel.info(), T::DTYPE, &padding.gemm, gemm, gpu.sms())
+        .map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
     for (shape, io) in &moves {
-        plan_transpose(transpose.info(), T::DTYPE, shape, *io, gpu.sms()).map_err(|rule| Error::Refused { name: transpose.name().to_string(), rule })?;
+        plan_transpose(transpose.info(), T::DTYPE, shape, *io, gpu.sms())
+            .map_err(|rule| Error::Refused { name: transpose.name().to_string(), rule })?;
     }
     let (c_move, operand_moves) = match padding.c {
         Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),

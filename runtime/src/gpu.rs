@@ -12,11 +12,11 @@ use cudarc::driver::sys::{
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use sha2::{Digest, Sha256};
-use tilesmith_spec::tuning::Device;
-use tilesmith_spec::Dtype;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
+use tilesmith_spec::tuning::Device;
+use tilesmith_spec::Dtype;
 
 /// Dynamic shared memory a block gets without opting in.
 const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
@@ -140,10 +140,14 @@ impl Gpu {
         }
         let what = format!("loading {} from {}", kernel.name(), kernel.fatbin().display());
         let module = self.ctx.load_module(Ptx::from_binary(bytes)).during(&what)?;
-        let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
+        let function =
+            module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
         if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
             function
-                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, entry.launch.dynamic_smem_bytes as i32)
+                .set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    entry.launch.dynamic_smem_bytes as i32,
+                )
                 .during(&format!("raising {}'s shared-memory limit", kernel.name()))?;
         }
         loaded.insert(hash, function.clone());
@@ -175,7 +179,8 @@ impl Gpu {
                 Value::TensorMap(map) => builder.arg(map),
             };
         }
-        let config = LaunchConfig { grid_dim: launch.grid.into(), block_dim: launch.block.into(), shared_mem_bytes: launch.dynamic_smem_bytes };
+        let config =
+            LaunchConfig { grid_dim: launch.grid.into(), block_dim: launch.block.into(), shared_mem_bytes: launch.dynamic_smem_bytes };
         // The plan checked every argument against the kernel's parameter list and the operands.
         unsafe { builder.launch(config) }.map(drop).during(&what)
     }

@@ -132,11 +132,7 @@ impl Kernel {
         let (b, _b_sync) = args.b.device_ptr(stream);
         let c_len = args.c.len();
         let (c, _c_sync) = args.c.device_ptr_mut(stream);
-        let buffers = [
-            Buffer { len: args.a.len(), addr: a },
-            Buffer { len: args.b.len(), addr: b },
-            Buffer { len: c_len, addr: c },
-        ];
+        let buffers = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
         self.gemm_buffers(gpu, T::DTYPE, &args.shape, buffers)
     }
 

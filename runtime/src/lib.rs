@@ -25,10 +25,10 @@ mod kernel;
 mod plan;
 mod registry;
 
+pub use dispatch::{Choice, Workspace};
 pub use error::Error;
 pub use gpu::Gpu;
 pub use kernel::{Element, GemmArgs, Kernel, TransposeArgs};
-pub use dispatch::{Choice, Workspace};
 pub use plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TensorMapArg, TransposeShape};
 pub use registry::Registry;
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Kind, Layout, Variant};

@@ -121,7 +121,11 @@ fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
 }
 
 fn order(row_major: bool) -> &'static str {
-    if row_major { "row-major" } else { "column-major" }
+    if row_major {
+        "row-major"
+    } else {
+        "column-major"
+    }
 }
 
 /// One operand as the checks see it.
@@ -209,12 +213,18 @@ fn arguments(built: &Built, dtype: Dtype, operands: &[OperandArg], quantities: &
                 tensor_map(find(&param.name, operand)?, dtype, box_, swizzle).map(Arg::TensorMap)
             }
             ParamKind::I32 { value } => {
-                let &(_, given) = quantities
-                    .iter()
-                    .find(|(q, _)| *q == value)
-                    .ok_or(format!("its parameter `{}` wants {}, which this call does not give", param.name, value.as_str()))?;
+                let &(_, given) = quantities.iter().find(|(q, _)| *q == value).ok_or(format!(
+                    "its parameter `{}` wants {}, which this call does not give",
+                    param.name,
+                    value.as_str()
+                ))?;
                 i32::try_from(given).map(Arg::I32).map_err(|_| {
-                    format!("{} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})", value.as_str(), param.name, i32::MAX)
+                    format!(
+                        "{} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})",
+                        value.as_str(),
+                        param.name,
+                        i32::MAX
+                    )
                 })
             }
         })
@@ -242,7 +252,10 @@ fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) 
 
 fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result<Launch, String> {
     let spec = &built.entry.launch;
-    let grid = spec.grid.grid(m as u64, n as u64, sms, spec.cluster).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
+    let grid = spec
+        .grid
+        .grid(m as u64, n as u64, sms, spec.cluster)
+        .ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
     let persistent = matches!(spec.grid, GridRule::Persistent { .. });
     Ok(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
 }
@@ -292,7 +305,14 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
         built,
         dtype,
         &stored,
-        &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::K, s.k), (Quantity::Lda, s.lda), (Quantity::Ldb, s.ldb), (Quantity::Ldc, s.ldc)],
+        &[
+            (Quantity::M, s.m),
+            (Quantity::N, s.n),
+            (Quantity::K, s.k),
+            (Quantity::Lda, s.lda),
+            (Quantity::Ldb, s.ldb),
+            (Quantity::Ldc, s.ldc),
+        ],
     )?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
@@ -302,7 +322,13 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
 
 /// Checks a transpose call for a GPU with `sms` multiprocessors; `None` when there is nothing
 /// to move.
-pub fn plan_transpose(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y]: [Buffer; 2], sms: u32) -> Result<Option<Launch>, String> {
+pub fn plan_transpose(
+    built: &Built,
+    dtype: Dtype,
+    shape: &TransposeShape,
+    [x, y]: [Buffer; 2],
+    sms: u32,
+) -> Result<Option<Launch>, String> {
     check_kernel(built, dtype, "transpose")?;
     let multiple = built.entry.requires.shape_multiple;
     let bounds = built.entry.variant.bounds.as_str();

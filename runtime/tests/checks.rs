@@ -98,7 +98,9 @@ fn arguments_follow_the_parameter_list() {
 fn leading_dimensions_past_the_parameter_range_are_refused() {
     for ld in [(1usize << 31) + 8, (1usize << 32) + 16] {
         let tn = GemmShape::packed(2, 64, 64, Layout::Tn);
-        for (shape, name) in [(GemmShape { lda: ld, ..tn }, "lda"), (GemmShape { ldb: ld, ..tn }, "ldb"), (GemmShape { ldc: ld, ..tn }, "ldc")] {
+        for (shape, name) in
+            [(GemmShape { lda: ld, ..tn }, "lda"), (GemmShape { ldb: ld, ..tn }, "ldb"), (GemmShape { ldc: ld, ..tn }, "ldc")]
+        {
             let spans = shape.spans();
             assert!(spans.iter().any(|&s| s > ld), "the buffer is long enough for {name} = {ld}");
             for variant in ["gemm_tn_128x128x32", "gemm_tn_128x128x32_f32_simt_w8_s2"] {
@@ -224,7 +226,9 @@ fn no_driver_or_no_gpu_is_an_error_value() {
     match (driver, gpus, Gpu::new(0)) {
         (false, _, Err(Error::NoDriver(_))) | (true, 0, Err(Error::NoGpu(_))) => {}
         (true, 1.., Ok(gpu)) => eprintln!("a GPU is present: {}", gpu.name()),
-        (driver, gpus, other) => panic!("driver present: {driver}, GPUs: {gpus}, but Gpu::new(0) gave {:?}", other.map(|g| g.name().to_string())),
+        (driver, gpus, other) => {
+            panic!("driver present: {driver}, GPUs: {gpus}, but Gpu::new(0) gave {:?}", other.map(|g| g.name().to_string()))
+        }
     }
     match (driver, Gpu::new(10_000)) {
         (false, Err(Error::NoDriver(_))) | (true, Err(Error::NoGpu(_))) => {}
@@ -242,7 +246,10 @@ fn a_wrong_registry_variable_is_an_error_naming_it() {
         (missing.clone(), format!("TILESMITH_REGISTRY points to {}, which is not a folder", missing.display())),
         (
             empty.path().to_path_buf(),
-            format!("TILESMITH_REGISTRY points to {}, which holds no manifest.json: build one with `cargo xtask build`", empty.path().display()),
+            format!(
+                "TILESMITH_REGISTRY points to {}, which holds no manifest.json: build one with `cargo xtask build`",
+                empty.path().display()
+            ),
         ),
     ];
     for (dir, message) in cases {
@@ -265,7 +272,13 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, &text[..text.len() / 2]).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
-    assert!(err.starts_with(&format!("cannot read the registry at {}: does not parse as a tilesmith manifest (EOF while parsing", path.display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "cannot read the registry at {}: does not parse as a tilesmith manifest (EOF while parsing",
+            path.display()
+        )),
+        "{err}"
+    );
     std::fs::write(&path, r#"{"format": 99, "variants": []}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(err.ends_with("has format 99, but this version of tilesmith reads format 2"), "{err}");
@@ -277,10 +290,19 @@ fn a_split_k_gemm_launches_a_cluster_per_tile_whole() {
     let launch = gemm("gemm_tn_64x128x64_wgmma_w8_s6_splitk4", Dtype::Bf16, shape).unwrap().unwrap();
     assert_eq!((launch.grid, launch.cluster, launch.block), ([128, 1, 1], [4, 1, 1], [256, 1, 1]), "32 tiles, 4 blocks each");
     assert!(!launch.persistent, "a split-K grid is launched whole, never capped to resident clusters");
-    let persistent = gemm("gemm_tn_128x256x64_wgmma_w12_c2", Dtype::Bf16, GemmShape::packed(4096, 4096, 4096, Layout::Tn)).unwrap().unwrap();
+    let persistent =
+        gemm("gemm_tn_128x256x64_wgmma_w12_c2", Dtype::Bf16, GemmShape::packed(4096, 4096, 4096, Layout::Tn)).unwrap().unwrap();
     assert!(persistent.persistent);
     // Split-K writes C from registers: a pointer, and no tensor map of C.
-    let kinds: Vec<&str> = launch.args.iter().map(|a| match a { Arg::Pointer(_) => "pointer", Arg::I32(_) => "i32", Arg::TensorMap(_) => "map" }).collect();
+    let kinds: Vec<&str> = launch
+        .args
+        .iter()
+        .map(|a| match a {
+            Arg::Pointer(_) => "pointer",
+            Arg::I32(_) => "i32",
+            Arg::TensorMap(_) => "map",
+        })
+        .collect();
     assert_eq!(kinds, ["map", "map", "pointer", "i32", "i32", "i32", "i32"]);
 }
 
@@ -291,8 +313,12 @@ fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
     let path = dir.path().join("tuning/NVIDIA_H200-132sm.json");
     std::fs::write(&path, r#"{"format": 1, "device": {"name": "NVIDIA H200"}}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
-    assert!(err.starts_with(&format!("cannot read the registry at {}: {}: not a tuning table (missing field", path.display(), path.display())), "{err}");
-    std::fs::write(&path, r#"{"format": 7, "device": {"name": "GPU", "capability": [9, 0], "sms": 1}, "compiler": "", "entries": []}"#).unwrap();
+    assert!(
+        err.starts_with(&format!("cannot read the registry at {}: {}: not a tuning table (missing field", path.display(), path.display())),
+        "{err}"
+    );
+    std::fs::write(&path, r#"{"format": 7, "device": {"name": "GPU", "capability": [9, 0], "sms": 1}, "compiler": "", "entries": []}"#)
+        .unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(err.ends_with("tuning table format 7, this tilesmith reads 1: run `cargo xtask tune` again"), "{err}");
 }

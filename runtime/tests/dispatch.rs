@@ -44,13 +44,25 @@ fn registry() -> Registry {
             entry(
                 Alignment::Aligned,
                 [4096, 4096, 4096],
-                &[("gemm_tn_128x256x64_wgmma_w12_unchecked", direct, 0.170), ("gemm_tn_128x256x64_wgmma_w12", direct, 0.180), ("gemm_tn_128x128x32", direct, 0.33)],
+                &[
+                    ("gemm_tn_128x256x64_wgmma_w12_unchecked", direct, 0.170),
+                    ("gemm_tn_128x256x64_wgmma_w12", direct, 0.180),
+                    ("gemm_tn_128x128x32", direct, 0.33),
+                ],
             ),
-            entry(Alignment::Aligned, [16, 4096, 4096], &[("gemm_tn_64x128x64_wgmma_w8_s6_splitk2", direct, 0.018), ("gemm_tn_64x128x64_wgmma_w8_s6", direct, 0.020)]),
+            entry(
+                Alignment::Aligned,
+                [16, 4096, 4096],
+                &[("gemm_tn_64x128x64_wgmma_w8_s6_splitk2", direct, 0.018), ("gemm_tn_64x128x64_wgmma_w8_s6", direct, 0.020)],
+            ),
             entry(
                 Alignment::Unaligned,
                 [4095, 4097, 4099],
-                &[("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.29), ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded, 0.30), ("gemm_tn_128x128x32", direct, 0.50)],
+                &[
+                    ("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.29),
+                    ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded, 0.30),
+                    ("gemm_tn_128x128x32", direct, 0.50),
+                ],
             ),
         ],
     };
@@ -123,6 +135,7 @@ fn a_call_no_variant_can_take_is_an_error_naming_the_rule() {
     short[2].len -= 1;
     let err = choose(registry.kernels(), registry.tables(), &h200(), Dtype::Bf16, &shape, short).unwrap_err();
     assert!(err.contains("C holds 4095 elements"), "{err}");
-    let err = choose(registry.kernels(), registry.tables(), &Device { capability: [7, 0], ..h200() }, Dtype::Bf16, &shape, buffers(&shape)).unwrap_err();
+    let err = choose(registry.kernels(), registry.tables(), &Device { capability: [7, 0], ..h200() }, Dtype::Bf16, &shape, buffers(&shape))
+        .unwrap_err();
     assert!(err.contains("no bf16 tn variant in the registry runs on NVIDIA H200"), "{err}");
 }

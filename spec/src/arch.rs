@@ -24,16 +24,12 @@ pub fn smem_limit(sass: &str) -> Option<u32> {
 
 /// Whether `ptx` names a virtual architecture (`compute_80`) matching a known SASS target.
 pub fn is_known_ptx(ptx: &str) -> bool {
-    ptx.strip_prefix("compute_")
-        .is_some_and(|version| smem_limit(&format!("sm_{version}")).is_some())
+    ptx.strip_prefix("compute_").is_some_and(|version| smem_limit(&format!("sm_{version}")).is_some())
 }
 
 /// The compute capability a SASS or PTX target needs, as (major, minor): `sm_90a` gives (9, 0).
 pub fn compute_capability(target: &str) -> Option<(u32, u32)> {
-    let digits = target
-        .strip_prefix("sm_")
-        .or_else(|| target.strip_prefix("compute_"))?
-        .trim_end_matches('a');
+    let digits = target.strip_prefix("sm_").or_else(|| target.strip_prefix("compute_"))?.trim_end_matches('a');
     let number: u32 = digits.parse().ok()?;
     Some((number / 10, number % 10))
 }

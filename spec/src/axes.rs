@@ -88,7 +88,10 @@ pub enum Domain {
     Bounds,
     /// A backend declared in the family's `[<family>.backends]`.
     Backend,
-    Count { min: u32, max: u32 },
+    Count {
+        min: u32,
+        max: u32,
+    },
     /// A tile of this many edges.
     Tile(usize),
 }

@@ -156,12 +156,7 @@ impl Parser<'_> {
 
     fn report(&mut self, offset: usize, variant: Option<&str>, rule: String) {
         let line = self.line_of(offset);
-        self.diagnostics.push(Diagnostic {
-            file: self.path.to_path_buf(),
-            line,
-            variant: variant.map(str::to_string),
-            rule,
-        });
+        self.diagnostics.push(Diagnostic { file: self.path.to_path_buf(), line, variant: variant.map(str::to_string), rule });
     }
 
     fn parse(&mut self) -> Vec<Declared> {
@@ -210,7 +205,11 @@ impl Parser<'_> {
             let offset = decl.span().start;
             let backend = decl.get_ref();
             if !is_identifier(name) {
-                self.report(offset, None, format!("backend name `{name}` must be lowercase letters, digits and `_`, starting with a letter"));
+                self.report(
+                    offset,
+                    None,
+                    format!("backend name `{name}` must be lowercase letters, digits and `_`, starting with a letter"),
+                );
             }
             if backend.template.trim().is_empty() {
                 self.report(offset, None, format!("backend `{family}.{name}` names no template"));
@@ -221,11 +220,22 @@ impl Parser<'_> {
             for sass in &backend.sass {
                 if arch::smem_limit(sass).is_none() {
                     let known: Vec<_> = arch::known_sass().collect();
-                    self.report(offset, None, format!("backend `{family}.{name}`: unknown SASS architecture `{sass}` (known: {})", known.join(", ")));
+                    self.report(
+                        offset,
+                        None,
+                        format!("backend `{family}.{name}`: unknown SASS architecture `{sass}` (known: {})", known.join(", ")),
+                    );
                 }
             }
             if !arch::is_known_ptx(&backend.ptx) {
-                self.report(offset, None, format!("backend `{family}.{name}`: `{}` is not a known PTX architecture (`compute_80`, `compute_90`, ...)", backend.ptx));
+                self.report(
+                    offset,
+                    None,
+                    format!(
+                        "backend `{family}.{name}`: `{}` is not a known PTX architecture (`compute_80`, `compute_90`, ...)",
+                        backend.ptx
+                    ),
+                );
             }
             // Declared even when broken, so that its uses are not reported as unknown too.
             backends.insert(name.clone(), backend.clone());
@@ -264,7 +274,13 @@ impl Parser<'_> {
         }
     }
 
-    fn group(&mut self, family: Family, group: &Spanned<AxisTable>, defaults: &Variant, backends: &BTreeMap<String, Backend>) -> Vec<Declared> {
+    fn group(
+        &mut self,
+        family: Family,
+        group: &Spanned<AxisTable>,
+        defaults: &Variant,
+        backends: &BTreeMap<String, Backend>,
+    ) -> Vec<Declared> {
         let line = self.line_of(group.span().start);
         let table = group.get_ref();
         let before = self.diagnostics.len();
@@ -312,7 +328,12 @@ impl Parser<'_> {
         declared
     }
 
-    fn excludes(&mut self, family: Family, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Vec<BTreeMap<&'static str, Value>> {
+    fn excludes(
+        &mut self,
+        family: Family,
+        raw: &Spanned<toml::Value>,
+        backends: &BTreeMap<String, Backend>,
+    ) -> Vec<BTreeMap<&'static str, Value>> {
         let offset = raw.span().start;
         let Some(entries) = raw.get_ref().as_array() else {
             self.report(offset, None, "`exclude` must be an array of tables such as [{ layout = \"nn\" }]".into());
@@ -342,7 +363,14 @@ impl Parser<'_> {
     }
 
     /// The values an axis takes in a group: a single value or a list of them.
-    fn values(&mut self, family: Family, axis: &str, domain: Domain, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Vec<Value> {
+    fn values(
+        &mut self,
+        family: Family,
+        axis: &str,
+        domain: Domain,
+        raw: &Spanned<toml::Value>,
+        backends: &BTreeMap<String, Backend>,
+    ) -> Vec<Value> {
         let is_list = match (domain, raw.get_ref()) {
             (Domain::Tile(_), toml::Value::Array(items)) => items.first().is_some_and(toml::Value::is_array),
             (_, toml::Value::Array(_)) => true,
@@ -370,7 +398,14 @@ impl Parser<'_> {
         values
     }
 
-    fn value(&mut self, family: Family, axis: &str, domain: Domain, raw: &Spanned<toml::Value>, backends: &BTreeMap<String, Backend>) -> Option<Value> {
+    fn value(
+        &mut self,
+        family: Family,
+        axis: &str,
+        domain: Domain,
+        raw: &Spanned<toml::Value>,
+        backends: &BTreeMap<String, Backend>,
+    ) -> Option<Value> {
         let offset = raw.span().start;
         let fail = |parser: &mut Self, rule: String| {
             parser.report(offset, None, format!("axis `{axis}`: {rule}"));
@@ -401,7 +436,8 @@ impl Parser<'_> {
                 None => fail(self, format!("expected an integer in {min}..={max}")),
             },
             Domain::Tile(len) => {
-                let edges: Option<Vec<i64>> = raw.get_ref().as_array().map(|items| items.iter().filter_map(toml::Value::as_integer).collect());
+                let edges: Option<Vec<i64>> =
+                    raw.get_ref().as_array().map(|items| items.iter().filter_map(toml::Value::as_integer).collect());
                 let shape = if len == 3 { "[TM, TN, TK]" } else { "[TM, TN]" };
                 match edges {
                     Some(edges) if edges.len() == len && raw.get_ref().as_array().is_some_and(|a| a.len() == len) => {
@@ -459,8 +495,7 @@ fn item_offsets(text: &str) -> BTreeMap<usize, Vec<usize>> {
 }
 
 fn is_identifier(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    name.starts_with(|c: char| c.is_ascii_lowercase()) && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 fn show(value: &Value) -> String {

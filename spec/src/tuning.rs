@@ -153,7 +153,11 @@ impl TuningTable {
         let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let table: TuningTable = serde_json::from_str(&text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
         if table.format != TUNING_FORMAT {
-            return Err(format!("{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `cargo xtask tune` again", path.display(), table.format));
+            return Err(format!(
+                "{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `cargo xtask tune` again",
+                path.display(),
+                table.format
+            ));
         }
         Ok(table)
     }

@@ -111,10 +111,7 @@ exclude = [{ layout = "nn", dtype = "f32" }]
 fn an_exclude_that_matches_nothing_is_an_error() {
     let groups = "\n[[gemm.groups]]\nlayout = [\"nn\"]\nexclude = [{ layout = \"tt\" }]\n";
     let message = error(groups);
-    assert_eq!(
-        message,
-        format!("variants.toml:{}: exclude #1 matches no variant of this group", line_of(groups, "exclude"))
-    );
+    assert_eq!(message, format!("variants.toml:{}: exclude #1 matches no variant of this group", line_of(groups, "exclude")));
 }
 
 #[test]
@@ -239,9 +236,10 @@ fn the_shipped_variants_file_parses() {
     }
     for dtype in Dtype::ALL {
         for bounds in Bounds::ALL {
-            assert!(config.variants.iter().any(|d| d.variant.dtype == *dtype
-                && d.variant.bounds == *bounds
-                && matches!(d.variant.kind, Kind::Transpose { .. })));
+            assert!(config
+                .variants
+                .iter()
+                .any(|d| d.variant.dtype == *dtype && d.variant.bounds == *bounds && matches!(d.variant.kind, Kind::Transpose { .. })));
         }
     }
 }
@@ -316,10 +314,24 @@ fn shipped_names_keep_their_axes() {
     assert_eq!(axes("gemm_nt_64x128x64_f16_wgmma_w8_s6_splitk4"), split);
     assert_eq!(
         axes("transpose_64x64_f32_unchecked"),
-        expect(&[("family", "transpose"), ("dtype", "f32"), ("tile", "64x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "unchecked")])
+        expect(&[
+            ("family", "transpose"),
+            ("dtype", "f32"),
+            ("tile", "64x64"),
+            ("backend", "tiled"),
+            ("warps", "8"),
+            ("bounds", "unchecked")
+        ])
     );
     assert_eq!(
         axes("transpose_128x64"),
-        expect(&[("family", "transpose"), ("dtype", "bf16"), ("tile", "128x64"), ("backend", "tiled"), ("warps", "8"), ("bounds", "checked")])
+        expect(&[
+            ("family", "transpose"),
+            ("dtype", "bf16"),
+            ("tile", "128x64"),
+            ("backend", "tiled"),
+            ("warps", "8"),
+            ("bounds", "checked")
+        ])
     );
 }

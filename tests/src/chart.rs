@@ -62,7 +62,9 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
     for (index, (name, points)) in series.iter().enumerate() {
         let color = Palette99::pick(index).to_rgba();
         let points = as_f(points);
-        chart.draw_series(LineSeries::new(points.clone(), color.stroke_width(2))).map_err(|e| err(&e))?
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
             .label(name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         chart.draw_series(points.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|e| err(&e))?;

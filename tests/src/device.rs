@@ -18,10 +18,7 @@ pub fn gpu() -> Result<&'static Gpu, String> {
 /// The registry, opened once.
 pub fn registry() -> Result<&'static Registry, String> {
     static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(|| Registry::open(None).map_err(|err| format!("{err}: run `cargo xtask build`")))
-        .as_ref()
-        .map_err(Clone::clone)
+    REGISTRY.get_or_init(|| Registry::open(None).map_err(|err| format!("{err}: run `cargo xtask build`"))).as_ref().map_err(Clone::clone)
 }
 
 pub fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {
@@ -48,7 +45,12 @@ pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
 
 /// Median time in milliseconds of `runs` calls of `run(i)` (i counting up), each between two
 /// CUDA events, after `warmup` untimed calls.
-pub fn median_ms(stream: &Arc<CudaStream>, warmup: usize, runs: usize, mut run: impl FnMut(usize) -> Result<(), String>) -> Result<f64, String> {
+pub fn median_ms(
+    stream: &Arc<CudaStream>,
+    warmup: usize,
+    runs: usize,
+    mut run: impl FnMut(usize) -> Result<(), String>,
+) -> Result<f64, String> {
     for i in 0..warmup {
         run(i)?;
     }
@@ -86,7 +88,14 @@ impl Cublas {
     /// C = A·B with f32 accumulation (no TF32 for f32: the handle keeps the default math mode).
     /// cuBLAS is column-major, so it computes Cᵀ = Bᵀ·Aᵀ: a row-major operand is a column-major
     /// one transposed.
-    pub fn gemm<T: Element>(&self, stream: &Arc<CudaStream>, shape: &GemmShape, a: &CudaSlice<T>, b: &CudaSlice<T>, c: &mut CudaSlice<T>) -> Result<(), String> {
+    pub fn gemm<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        shape: &GemmShape,
+        a: &CudaSlice<T>,
+        b: &CudaSlice<T>,
+        c: &mut CudaSlice<T>,
+    ) -> Result<(), String> {
         let op = |row_major: bool| if row_major { cublasOperation_t::CUBLAS_OP_N } else { cublasOperation_t::CUBLAS_OP_T };
         let data_type = match T::DTYPE {
             Dtype::F32 => cudaDataType::CUDA_R_32F,

@@ -33,7 +33,18 @@ pub struct Record {
 
 impl Record {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(kernel: &Kernel, gpu: &Gpu, shape: Vec<usize>, unit: &str, kernel_ms: f64, figure: f64, baseline_name: &str, baseline_ms: f64, baseline: f64, input_sets: usize) -> Record {
+    pub fn new(
+        kernel: &Kernel,
+        gpu: &Gpu,
+        shape: Vec<usize>,
+        unit: &str,
+        kernel_ms: f64,
+        figure: f64,
+        baseline_name: &str,
+        baseline_ms: f64,
+        baseline: f64,
+        input_sets: usize,
+    ) -> Record {
         let variant = kernel.variant();
         Record {
             variant: variant.name.clone(),

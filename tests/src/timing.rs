@@ -46,7 +46,14 @@ impl<T: Element> GemmCase<T> {
     }
 
     /// Median milliseconds of a dispatcher's choice (a variant, directly or padded), spot checked.
-    pub fn time_choice(&mut self, gpu: &Gpu, choice: &Choice, workspace: &mut Workspace, warmup: usize, runs: usize) -> Result<f64, String> {
+    pub fn time_choice(
+        &mut self,
+        gpu: &Gpu,
+        choice: &Choice,
+        workspace: &mut Workspace,
+        warmup: usize,
+        runs: usize,
+    ) -> Result<f64, String> {
         self.time(gpu, warmup, runs, |args| choice.run(gpu, args, workspace).map_err(|err| err.to_string()))
     }
 
@@ -55,7 +62,13 @@ impl<T: Element> GemmCase<T> {
         self.time(gpu, WARMUP, RUNS, |args| registry.gemm(gpu, args, workspace).map(drop).map_err(|err| err.to_string()))
     }
 
-    fn time(&mut self, gpu: &Gpu, warmup: usize, runs: usize, mut launch: impl FnMut(GemmArgs<'_, T>) -> Result<(), String>) -> Result<f64, String> {
+    fn time(
+        &mut self,
+        gpu: &Gpu,
+        warmup: usize,
+        runs: usize,
+        mut launch: impl FnMut(GemmArgs<'_, T>) -> Result<(), String>,
+    ) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
         for output in &mut self.outputs {
             gpu.stream().memcpy_htod(&vec![T::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
@@ -107,7 +120,13 @@ impl<T: Element> GemmCase<T> {
 
     /// Times the registry's `gemm` call and reports it beside the baseline, named
     /// `dispatch:<pick>`.
-    pub fn record_dispatch(&mut self, gpu: &Gpu, registry: &Registry, workspace: &mut Workspace, baseline_ms: f64) -> Result<Record, String> {
+    pub fn record_dispatch(
+        &mut self,
+        gpu: &Gpu,
+        registry: &Registry,
+        workspace: &mut Workspace,
+        baseline_ms: f64,
+    ) -> Result<Record, String> {
         let choice = {
             let (a, b) = &self.inputs[0];
             registry.choose_gemm(gpu, &GemmArgs { a, b, c: &mut self.outputs[0], shape: self.shape }).map_err(|err| err.to_string())?
@@ -115,7 +134,18 @@ impl<T: Element> GemmCase<T> {
         let ms = self.time_dispatch(gpu, registry, workspace)?;
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
         let s = self.shape;
-        let mut record = Record::new(&choice.kernel, gpu, vec![s.m, s.n, s.k], "TFLOP/s", ms, tera(ms), "cuBLAS", baseline_ms, tera(baseline_ms), self.inputs.len());
+        let mut record = Record::new(
+            &choice.kernel,
+            gpu,
+            vec![s.m, s.n, s.k],
+            "TFLOP/s",
+            ms,
+            tera(ms),
+            "cuBLAS",
+            baseline_ms,
+            tera(baseline_ms),
+            self.inputs.len(),
+        );
         record.variant = format!("dispatch:{}", choice.label());
         // The call's layout: a padded pick's kernel may run in another.
         record.layout = Some(s.layout.to_string());
@@ -127,7 +157,18 @@ impl<T: Element> GemmCase<T> {
         let kernel_ms = self.time_kernel(gpu, kernel)?;
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
         let s = self.shape;
-        Ok(Record::new(kernel, gpu, vec![s.m, s.n, s.k], "TFLOP/s", kernel_ms, tera(kernel_ms), "cuBLAS", baseline_ms, tera(baseline_ms), self.inputs.len()))
+        Ok(Record::new(
+            kernel,
+            gpu,
+            vec![s.m, s.n, s.k],
+            "TFLOP/s",
+            kernel_ms,
+            tera(kernel_ms),
+            "cuBLAS",
+            baseline_ms,
+            tera(baseline_ms),
+            self.inputs.len(),
+        ))
     }
 }
 
@@ -189,6 +230,17 @@ impl<T: Element> TransposeCase<T> {
         let kernel_ms = self.time_kernel(gpu, kernel)?;
         let giga = |ms: f64| self.bytes() / (ms * 1e-3) / 1e9;
         let s = self.shape;
-        Ok(Record::new(kernel, gpu, vec![s.m, s.n], "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), self.inputs.len()))
+        Ok(Record::new(
+            kernel,
+            gpu,
+            vec![s.m, s.n],
+            "GB/s",
+            kernel_ms,
+            giga(kernel_ms),
+            "device copy",
+            baseline_ms,
+            giga(baseline_ms),
+            self.inputs.len(),
+        ))
     }
 }

@@ -5,7 +5,9 @@ use crate::device::{download, upload};
 use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
 use crate::report::Record;
 use crate::timing::{GemmCase, TransposeCase};
-use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeArgs, TransposeShape, Workspace};
+use tilesmith_runtime::{
+    Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeArgs, TransposeShape, Workspace,
+};
 use tilesmith_spec::GridRule;
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
@@ -120,7 +122,11 @@ fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result
 
 /// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows,
 /// checked: every output written, nothing outside C, relative error within the dtype's bound.
-fn gemm_checked<T: Element>(gpu: &Gpu, shape: GemmShape, launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>) -> Result<f64, String> {
+fn gemm_checked<T: Element>(
+    gpu: &Gpu,
+    shape: GemmShape,
+    launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>,
+) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
     let (a, b) = (random::<T>(a_len), random::<T>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
@@ -152,10 +158,19 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
         let shape = packed(m, n, k);
         GemmShape { lda: shape.lda + 1, ldb: shape.ldb + 3, ldc: shape.ldc + 1, ..shape }
     };
-    [packed(1, 1, 1), packed(16, 4096, 4096), packed(3000, 200, 1000), packed(1000, 8, 2048), packed(520, 1030, 777), packed(4095, 257, 129), odd(300, 301, 302), odd(1000, 999, 998)]
-        .into_iter()
-        .map(|s| (format!("{}x{}x{}{}", s.m, s.n, s.k, if packed(s.m, s.n, s.k) == s { "" } else { "_odd_ld" }), s))
-        .collect()
+    [
+        packed(1, 1, 1),
+        packed(16, 4096, 4096),
+        packed(3000, 200, 1000),
+        packed(1000, 8, 2048),
+        packed(520, 1030, 777),
+        packed(4095, 257, 129),
+        odd(300, 301, 302),
+        odd(1000, 999, 998),
+    ]
+    .into_iter()
+    .map(|s| (format!("{}x{}x{}{}", s.m, s.n, s.k, if packed(s.m, s.n, s.k) == s { "" } else { "_odd_ld" }), s))
+    .collect()
 }
 
 /// The dispatcher on one call: the pick must take it (no refusal) and compute it right.
@@ -196,7 +211,11 @@ fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
     match kernel.gemm(gpu, GemmArgs { a: &da, b: &db, c: &mut dc, shape }) {
         Err(Error::Refused { rule, .. }) => {
             let untouched = download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan());
-            if untouched { Ok(rule) } else { Err(format!("refused ({rule}) but C was written")) }
+            if untouched {
+                Ok(rule)
+            } else {
+                Err(format!("refused ({rule}) but C was written"))
+            }
         }
         Err(other) => Err(format!("expected a refusal, got: {other}")),
         Ok(()) => Err(format!("launched {}x{}x{} with C of {c_len} elements; it should have been refused", shape.m, shape.n, shape.k)),

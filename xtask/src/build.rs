@@ -126,7 +126,8 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         options.jobs
     );
 
-    let compiler = Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: Renderer::load(project).ok() };
+    let compiler =
+        Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: Renderer::load(project).ok() };
     let done = Mutex::new(&mut records);
     let outcomes = compile_all(&compiler, &queue, options.jobs, |job, resources| {
         // Recorded as soon as it is made, so that an interrupted build keeps it.
@@ -193,7 +194,12 @@ struct Compiler<'a> {
 
 /// Compiles every job on `jobs` threads, handing each fatbin that passed its checks to
 /// `finished`; one outcome per job, in order.
-fn compile_all(compiler: &Compiler<'_>, queue: &[Job], jobs: usize, finished: impl Fn(&Job, Vec<Resources>) -> Result<(), String> + Sync) -> Vec<Outcome> {
+fn compile_all(
+    compiler: &Compiler<'_>,
+    queue: &[Job],
+    jobs: usize,
+    finished: impl Fn(&Job, Vec<Resources>) -> Result<(), String> + Sync,
+) -> Vec<Outcome> {
     let results: Vec<Mutex<Option<Outcome>>> = queue.iter().map(|_| Mutex::new(None)).collect();
     if queue.is_empty() {
         return Vec::new();
@@ -324,9 +330,9 @@ fn check_fatbin(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), St
             None => return Err(format!("the fatbin holds no {sass} code")),
             Some(false) => {
                 return Err(format!(
-                    "the fatbin's {sass} code has no kernel entry `{}`: the kernel must be declared `extern \"C\" __global__` under that name",
-                    entry.entry
-                ))
+                "the fatbin's {sass} code has no kernel entry `{}`: the kernel must be declared `extern \"C\" __global__` under that name",
+                entry.entry
+            ))
             }
             Some(true) => {}
         }
@@ -390,11 +396,8 @@ fn template_line(renderer: &Renderer, template: &str, text: &str) -> Option<Stri
     if text.len() < 8 {
         return None;
     }
-    let mut found = renderer
-        .texts
-        .iter()
-        .filter(|(name, _)| *name == template || name.starts_with("partials/"))
-        .flat_map(|(name, body)| {
+    let mut found =
+        renderer.texts.iter().filter(|(name, _)| *name == template || name.starts_with("partials/")).flat_map(|(name, body)| {
             body.lines().enumerate().filter(|(_, line)| line.trim() == text).map(move |(i, _)| format!("{name}:{}", i + 1))
         });
     let first = found.next()?;
@@ -457,7 +460,14 @@ ptxas info    : Used 96 registers, used 1 barriers
         assert_eq!(reports.len(), 2);
         assert_eq!(
             reports[0],
-            Resources { arch: "sm_80".into(), registers: 128, static_smem_bytes: 1024, stack_bytes: 16, spill_store_bytes: 8, spill_load_bytes: 4 }
+            Resources {
+                arch: "sm_80".into(),
+                registers: 128,
+                static_smem_bytes: 1024,
+                stack_bytes: 16,
+                spill_store_bytes: 8,
+                spill_load_bytes: 4
+            }
         );
         assert!(reports[0].spills());
         assert_eq!(reports[1].registers, 96);

@@ -57,7 +57,10 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
     let out = out.unwrap_or_else(|| project.root.join("bundle"));
     crate::build::run(project, &Selection::new(&[])?, options)?;
 
-    let mut binaries = cargo_build(&project.root, &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench", "--bin", "tune"])?;
+    let mut binaries = cargo_build(
+        &project.root,
+        &["-p", "tilesmith-tests", "--test", "variants", "--bin", "perf-table", "--bin", "bench", "--bin", "tune"],
+    )?;
     binaries.extend(cargo_build(&project.root, &["-p", "tilesmith-runtime", "--example", "gemm"])?);
 
     if out.exists() {

@@ -33,7 +33,12 @@ impl RegistryDir {
         let dir = project.registry_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join(LOCK_FILE);
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -124,7 +129,8 @@ impl RegistryDir {
         let name = &job.entry.variant.name;
         let fatbin = fatbin_file(name);
         let fatbin_sha256 = sha256_file(&self.dir.join(&fatbin)).map_err(|err| format!("cannot read the fatbin just written: {err}"))?;
-        let built = Built { entry: job.entry.clone(), fatbin, hash: job.hash.clone(), fatbin_sha256, compiler: compiler.to_string(), resources };
+        let built =
+            Built { entry: job.entry.clone(), fatbin, hash: job.hash.clone(), fatbin_sha256, compiler: compiler.to_string(), resources };
         let path = self.dir.join(record_file(name));
         let json = serde_json::to_string_pretty(&built).map_err(|err| err.to_string())? + "\n";
         write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;

@@ -42,12 +42,8 @@ impl Renderer {
     pub fn render(&self, project: &Project, declared: &Declared) -> Result<Rendered, Diagnostic> {
         let variant = &declared.variant;
         let template = &declared.backend.template;
-        let fail = |rule: String| Diagnostic {
-            file: declared_file(project),
-            line: declared.line,
-            variant: Some(variant.name.clone()),
-            rule,
-        };
+        let fail =
+            |rule: String| Diagnostic { file: declared_file(project), line: declared.line, variant: Some(variant.name.clone()), rule };
         if !self.texts.contains_key(template) {
             return Err(fail(format!(
                 "backend `{}` names template `{template}`, which kernel-templates/ does not have (it has: {})",
@@ -56,13 +52,16 @@ impl Renderer {
             )));
         }
         let render = |ctx: &Context| {
-            self.tera.render(template, ctx).map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))
+            self.tera
+                .render(template, ctx)
+                .map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))
         };
         let mut ctx = context(declared);
         ctx.insert("emit", "launch");
         let declaration = render(&ctx)?;
-        let decl: LaunchDecl = toml::from_str(&declaration)
-            .map_err(|err| fail(format!("template {template}: its launch contract (emit = \"launch\") {}", toml_problem(&declaration, &err))))?;
+        let decl: LaunchDecl = toml::from_str(&declaration).map_err(|err| {
+            fail(format!("template {template}: its launch contract (emit = \"launch\") {}", toml_problem(&declaration, &err)))
+        })?;
         check_launch(&decl, declared).map_err(|rule| fail(format!("template {template}: {rule}")))?;
         ctx.insert("emit", "source");
         ctx.insert("signature", &signature(&decl.params));
@@ -124,7 +123,10 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
     }
     match decl.grid {
         GridRule::SplitK { splits, .. } if decl.cluster != [splits, 1, 1] => {
-            return Err(format!("cluster {:?}: the split_k grid rule launches a cluster of [{splits}, 1, 1] per tile, one block per slice of K", decl.cluster));
+            return Err(format!(
+                "cluster {:?}: the split_k grid rule launches a cluster of [{splits}, 1, 1] per tile, one block per slice of K",
+                decl.cluster
+            ));
         }
         GridRule::SplitK { .. } => {}
         _ if cluster_blocks > 1 && (decl.cluster[1..] != [1, 1] || !matches!(decl.grid, GridRule::Persistent { .. })) => {
@@ -159,9 +161,19 @@ fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
         }
         match param.kind {
             ParamKind::Pointer { operand, access } => match launch::operands(family).iter().find(|(o, _)| *o == operand) {
-                None => return Err(format!("parameter `{}` points to operand {}, which a {family} call does not pass", param.name, operand.as_str())),
+                None => {
+                    return Err(format!(
+                        "parameter `{}` points to operand {}, which a {family} call does not pass",
+                        param.name,
+                        operand.as_str()
+                    ))
+                }
                 Some((_, expected)) if *expected != access => {
-                    return Err(format!("parameter `{}` declares {access:?} access to {}, but a {family} kernel must {expected:?} it", param.name, operand.as_str()))
+                    return Err(format!(
+                        "parameter `{}` declares {access:?} access to {}, but a {family} kernel must {expected:?} it",
+                        param.name,
+                        operand.as_str()
+                    ))
                 }
                 Some(_) => {}
             },
@@ -265,11 +277,8 @@ fn context(declared: &Declared) -> Context {
     let mut ctx = Context::new();
     ctx.insert("template", &declared.backend.template);
     ctx.insert("variant", &variant.name);
-    let params: Vec<BTreeMap<&str, String>> = variant
-        .axes()
-        .into_iter()
-        .map(|(axis, value)| BTreeMap::from([("axis", axis.to_string()), ("value", value)]))
-        .collect();
+    let params: Vec<BTreeMap<&str, String>> =
+        variant.axes().into_iter().map(|(axis, value)| BTreeMap::from([("axis", axis.to_string()), ("value", value)])).collect();
     ctx.insert("params", &params);
     ctx.insert("family", variant.family().as_str());
     for axis in axes::of(variant.family()) {

@@ -71,10 +71,8 @@ impl Nvcc {
         if !path.is_file() {
             bail!("{origin} points to nvcc at {}, which does not exist", path.display());
         }
-        let output = Command::new(&path)
-            .arg("--version")
-            .output()
-            .with_context(|| format!("cannot run {} (from {origin})", path.display()))?;
+        let output =
+            Command::new(&path).arg("--version").output().with_context(|| format!("cannot run {} (from {origin})", path.display()))?;
         let text = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
             bail!(
@@ -120,7 +118,16 @@ fn install(nvcc: &Path) -> Result<()> {
     let staging = temporary_sibling(&target);
     eprintln!("no nvcc found: installing NVIDIA's CUDA 13.0 compiler wheels into {} (once)", target.display());
     let status = Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--root-user-action=ignore", "--disable-pip-version-check", "--no-warn-script-location", "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--root-user-action=ignore",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            "--target",
+        ])
         .arg(&staging)
         .args(WHEELS)
         .status()

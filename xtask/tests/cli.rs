@@ -305,7 +305,8 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     assert!(!registry.join("transpose_64x64.json").exists(), "nor a record");
     assert!(unchecked.exists());
     assert_eq!(built_names(project.path()), ["transpose_64x64_unchecked"]);
-    let leftovers: Vec<_> = std::fs::read_dir(&registry).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(&registry).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
@@ -540,7 +541,11 @@ fn a_selection_limits_what_is_compiled_never_what_is_kept() {
     assert!(project.path().join("registry/transpose_64x64_unchecked.fatbin").is_file());
 
     // Only a variant removed from variants.toml loses its fatbin.
-    std::fs::write(project.path().join("variants.toml"), TRANSPOSE_ONLY.replace("bounds = [\"checked\", \"unchecked\"]", "bounds = \"checked\"")).unwrap();
+    std::fs::write(
+        project.path().join("variants.toml"),
+        TRANSPOSE_ONLY.replace("bounds = [\"checked\", \"unchecked\"]", "bounds = \"checked\""),
+    )
+    .unwrap();
     succeeds(root, &["gen"]);
     succeeds(root, &["build"]);
     assert_eq!(built_names(project.path()), ["transpose_64x64"]);
@@ -553,7 +558,8 @@ fn gen_with_kernels_writes_a_manifest_that_matches_its_sources() {
     let project = scratch(TRANSPOSE_ONLY);
     let root = Some(project.path());
     succeeds(root, &["gen", "--kernels", "transpose_64x64"]);
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let manifest: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
     let names: Vec<&str> = manifest.variants.iter().map(|e| e.variant.name.as_str()).collect();
     assert_eq!(names, ["transpose_64x64"]);
     assert!(!project.path().join("generated/transpose_64x64_unchecked.cu").exists());
@@ -617,7 +623,8 @@ ptx = "compute_90a"
 [[gemm.groups]]
 "#;
     let project = generated(variants);
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let manifest: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest.variants[0].launch.cluster, [2, 1, 1]);
     succeeds(Some(project.path()), &["build"]);
     let toolchain = succeeds(None, &["toolchain"]);
@@ -650,7 +657,8 @@ ptx = "compute_90a"
 [[gemm.groups]]
 "#;
     let project = generated(variants);
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let manifest: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest.variants[0].launch.dynamic_smem_bytes, 232_448, "the whole sm_90a limit, which the template accepts");
     let out = fails(Some(project.path()), &["build"]);
     assert!(
@@ -685,4 +693,3 @@ fn tuning_tables_are_checked_then_carried_into_the_registry() {
     succeeds(root, &["build"]);
     assert!(!carried.exists());
 }
-

@@ -6,12 +6,15 @@ use clap::Parser;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tilesmith_runtime::{plan_gemm, plan_transpose, Buffer, Dtype, Family, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeShape, Workspace};
+use tilesmith_runtime::{
+    plan_gemm, plan_transpose, Buffer, Dtype, Family, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeShape, Workspace,
+};
 use tilesmith_tests::report::{self, Record};
 use tilesmith_tests::timing::{GemmCase, TransposeCase};
 use tilesmith_tests::{chart, with_element};
 
-const DEFAULT_SHAPES: &str = "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,4095x4097x4099,\
+const DEFAULT_SHAPES: &str =
+    "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,4095x4097x4099,\
 16x4096x4096,128x8192x8192,3000x3000x3000,\
 4096x4096,8192x8192,16384x16384,4000x4000,4095x4097";
 
@@ -57,7 +60,8 @@ struct Shapes {
 fn parse_shapes(text: &str) -> Result<Shapes, String> {
     let (mut gemm, mut transpose) = (Vec::new(), Vec::new());
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let dims: Vec<usize> = item.split('x').map(|d| d.parse().map_err(|_| format!("shape `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
+        let dims: Vec<usize> =
+            item.split('x').map(|d| d.parse().map_err(|_| format!("shape `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
         match dims[..] {
             [m, n, k] if m > 0 && n > 0 && k > 0 => gemm.push([m, n, k]),
             [m, n] if m > 0 && n > 0 => transpose.push([m, n]),
@@ -92,7 +96,13 @@ fn run(args: Args) -> Result<(), String> {
         return Err("no variant in the registry matches --kernels".into());
     }
     let gpu = Gpu::new(0).map_err(|e| e.to_string())?;
-    println!("{} variant(s) on {}; registry {} ({})", kernels.len(), gpu.name(), registry.dir().display(), registry.kernels().next().map_or("empty", |k| k.info().compiler.as_str()));
+    println!(
+        "{} variant(s) on {}; registry {} ({})",
+        kernels.len(),
+        gpu.name(),
+        registry.dir().display(),
+        registry.kernels().next().map_or("empty", |k| k.info().compiler.as_str())
+    );
 
     let mut records = Vec::new();
     let mut skipped = Vec::new();
@@ -101,7 +111,10 @@ fn run(args: Args) -> Result<(), String> {
     let mut groups: Vec<(Family, Dtype, Option<Layout>, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
         let v = kernel.variant();
-        let layout = match v.kind { Kind::Gemm { layout, .. } => Some(layout), Kind::Transpose { .. } => None };
+        let layout = match v.kind {
+            Kind::Gemm { layout, .. } => Some(layout),
+            Kind::Transpose { .. } => None,
+        };
         match groups.iter_mut().find(|g| g.0 == v.family() && g.1 == v.dtype && g.2 == layout) {
             Some(group) => group.3.push(kernel),
             None => groups.push((v.family(), v.dtype, layout, vec![kernel])),

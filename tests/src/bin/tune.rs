@@ -78,7 +78,8 @@ fn parse_problems(text: &str) -> Result<Vec<Problem>, String> {
             Some(dims) => (dims, true),
             None => (item, false),
         };
-        let sizes: Vec<usize> = dims.split('x').map(|d| d.parse().map_err(|_| format!("problem `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
+        let sizes: Vec<usize> =
+            dims.split('x').map(|d| d.parse().map_err(|_| format!("problem `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
         match sizes[..] {
             [m, n, k] if m > 0 && n > 0 && k > 0 => problems.push(Problem { shape: [m, n, k], odd_ld }),
             _ => return Err(format!("problem `{item}` must be MxNxK with every size at least 1, `!` after it for odd leading dimensions")),
@@ -149,7 +150,12 @@ fn run(args: Args) -> Result<(), String> {
         false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
     };
     if table.device != device {
-        return Err(format!("{} was measured on {:?}, this is {:?}: move it aside or pass another --out", path.display(), table.device, device));
+        return Err(format!(
+            "{} was measured on {:?}, this is {:?}: move it aside or pass another --out",
+            path.display(),
+            table.device,
+            device
+        ));
     }
     table.compiler = compiler;
 
@@ -159,9 +165,19 @@ fn run(args: Args) -> Result<(), String> {
             groups.extend(layouts.iter().map(|&layout| (problem, dtype, layout)));
         }
     }
-    println!("tuning {} problems x {} dtypes x {} layouts on {} ({} SMs) into {}", problems.len(), dtypes.len(), layouts.len(), device.name, device.sms, path.display());
+    println!(
+        "tuning {} problems x {} dtypes x {} layouts on {} ({} SMs) into {}",
+        problems.len(),
+        dtypes.len(),
+        layouts.len(),
+        device.name,
+        device.sms,
+        path.display()
+    );
     let bar = ProgressBar::new(groups.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
+    );
     let mut skipped = 0;
     for (problem, dtype, layout) in groups {
         bar.inc(1);
@@ -192,16 +208,26 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
     let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
     let device = gpu.device();
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
-    let gemms: Vec<&Kernel> = registry.kernels().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
+    let gemms: Vec<&Kernel> =
+        registry.kernels().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
     let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, dtype, shape, &buffers)
         .into_iter()
-        .map(|(kernel, strategy)| (dispatch::estimate_seconds(kernel.info(), &device, dtype, shape, &buffers, strategy), kernel.clone(), strategy))
+        .map(|(kernel, strategy)| {
+            (dispatch::estimate_seconds(kernel.info(), &device, dtype, shape, &buffers, strategy), kernel.clone(), strategy)
+        })
         .collect();
     out.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.name().cmp(b.1.name())));
     (out.into_iter().map(|(_, kernel, strategy)| (kernel, strategy)).collect(), transpose.cloned())
 }
 
-fn measure<T: tilesmith_runtime::Element>(gpu: &Gpu, registry: &Registry, bar: &ProgressBar, dtype: Dtype, shape: GemmShape, key: Key) -> Result<Option<TuningEntry>, String> {
+fn measure<T: tilesmith_runtime::Element>(
+    gpu: &Gpu,
+    registry: &Registry,
+    bar: &ProgressBar,
+    dtype: Dtype,
+    shape: GemmShape,
+    key: Key,
+) -> Result<Option<TuningEntry>, String> {
     let (candidates, transpose) = candidates(registry, gpu, dtype, &shape);
     if candidates.is_empty() {
         return Ok(None);
@@ -226,7 +252,14 @@ fn measure<T: tilesmith_runtime::Element>(gpu: &Gpu, registry: &Registry, bar: &
             match case.time_choice(gpu, &choice, &mut workspace, WARMUP, RUNS) {
                 Ok(ms) => ms,
                 Err(err) => {
-                    bar.println(format!("warning: {} on {}x{}x{} {dtype} {}: {err}", choice.label(), shape.m, shape.n, shape.k, shape.layout));
+                    bar.println(format!(
+                        "warning: {} on {}x{}x{} {dtype} {}: {err}",
+                        choice.label(),
+                        shape.m,
+                        shape.n,
+                        shape.k,
+                        shape.layout
+                    ));
                     continue;
                 }
             }
