@@ -84,7 +84,7 @@ impl Workspace {
 
 /// Whether an operand with this leading dimension and start needs moving for TMA.
 pub fn misaligned(dtype: Dtype, ld: usize, addr: u64) -> bool {
-    !(ld * dtype.size_bytes() as usize).is_multiple_of(16) || !addr.is_multiple_of(16)
+    !(ld as u128 * u128::from(dtype.size_bytes())).is_multiple_of(16) || !addr.is_multiple_of(16)
 }
 
 /// Whether a call's operands suit TMA as they are.
@@ -125,44 +125,45 @@ fn layout_of(a_row_major: bool, b_row_major: bool) -> Layout {
     *Layout::ALL.iter().find(|l| l.a_row_major() == a_row_major && l.b_row_major() == b_row_major).expect("four layouts")
 }
 
-fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Padding {
+/// The padded strategy's plan for a call; `None` where its scratch would not fit an address.
+fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Padding> {
     let size = dtype.size_bytes() as usize;
-    let pad = |elements: usize| (elements.max(1) * size).next_multiple_of(PADDED_ROW_BYTES) / size;
-    let mut bytes = 0;
+    let pad = |elements: usize| Some(elements.max(1).checked_mul(size)?.checked_next_multiple_of(PADDED_ROW_BYTES)? / size);
+    let mut bytes: usize = 0;
     let mut scratch = |rows: usize, ld: usize| {
         let offset = bytes;
-        bytes += (rows * ld * size).next_multiple_of(256).max(256);
-        offset
+        bytes = bytes.checked_add(rows.checked_mul(ld)?.checked_mul(size)?.checked_next_multiple_of(256)?.max(256))?;
+        Some(offset)
     };
     let [(a_rows, a_cols), (b_rows, b_cols), _] = shape.stored();
     let mut operand = |rows: usize, cols: usize, ld: usize, addr: u64, row_major: bool| {
         if !misaligned(dtype, ld, addr) {
-            return (row_major, ld, None);
+            return Some((row_major, ld, None));
         }
-        let moved = TransposeShape { m: rows, n: cols, ldx: ld, ldy: pad(rows) };
-        let offset = scratch(cols, moved.ldy);
-        (!row_major, moved.ldy, Some(Move { shape: moved, offset }))
+        let moved = TransposeShape { m: rows, n: cols, ldx: ld, ldy: pad(rows)? };
+        let offset = scratch(cols, moved.ldy)?;
+        Some((!row_major, moved.ldy, Some(Move { shape: moved, offset })))
     };
-    let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major());
-    let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major());
+    let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major())?;
+    let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major())?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
     if !misaligned(dtype, shape.ldc, buffers[2].addr) {
         let gemm = GemmShape { m, n, k, lda, ldb, ldc: shape.ldc, layout: layout_of(a_row, b_row) };
-        return Padding { a, b, c: None, gemm, swapped: false, bytes };
+        return Some(Padding { a, b, c: None, gemm, swapped: false, bytes });
     }
     // Cᵀ (N×M) = Bᵀ·Aᵀ: Bᵀ is row-major where B is column-major, with B's leading dimension.
-    let ldd = pad(m);
-    let offset = scratch(n, ldd);
+    let ldd = pad(m)?;
+    let offset = scratch(n, ldd)?;
     let c = Some(Move { shape: TransposeShape { m: n, n: m, ldx: ldd, ldy: shape.ldc }, offset });
     let gemm = GemmShape { m: n, n: m, k, lda: ldb, ldb: lda, ldc: ldd, layout: layout_of(!b_row, !a_row) };
-    Padding { a, b, c, gemm, swapped: true, bytes }
+    Some(Padding { a, b, c, gemm, swapped: true, bytes })
 }
 
 impl Padding {
     /// The buffers the GEMM and the transposes see, the workspace starting at `base`:
     /// [A, B, C] of the GEMM, and for each move [X, Y].
     fn buffers(&self, call: &[Buffer; 3], base: u64) -> ([Buffer; 3], Vec<(TransposeShape, [Buffer; 2])>) {
-        let scratch = |m: &Move| Buffer { len: m.shape.spans()[1], addr: base + m.offset as u64 };
+        let scratch = |m: &Move| Buffer { len: m.shape.spans()[1], addr: base.saturating_add(m.offset as u64) };
         let a = self.a.as_ref().map_or(call[0], scratch);
         let b = self.b.as_ref().map_or(call[1], scratch);
         let mut moves: Vec<(TransposeShape, [Buffer; 2])> = Vec::new();
@@ -174,7 +175,7 @@ impl Padding {
         }
         let gemm = match &self.c {
             Some(m) => {
-                let d = Buffer { len: m.shape.spans()[0], addr: base + m.offset as u64 };
+                let d = Buffer { len: m.shape.spans()[0], addr: base.saturating_add(m.offset as u64) };
                 moves.push((m.shape, [d, call[2]]));
                 [b, a, d]
             }
@@ -219,7 +220,7 @@ fn accepts(
             if alignment(dtype, shape, buffers) == Alignment::Aligned {
                 return false;
             }
-            let padding = padding(dtype, shape, buffers);
+            let Some(padding) = padding(dtype, shape, buffers) else { return false };
             // The workspace starts 256-byte aligned; address 0 stands for it.
             let (gemm, moves) = padding.buffers(buffers, 0);
             plan_gemm(built, dtype, &padding.gemm, gemm, device.sms).is_ok()
@@ -343,11 +344,15 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     // bytes its moves read and write.
     let (m, n, moved) = match strategy {
         Strategy::Padded => {
-            let p = padding(dtype, shape, buffers);
-            let moved: usize = [p.a, p.b, p.c].iter().flatten().map(|mv| 2 * mv.shape.m * mv.shape.n * dtype.size_bytes() as usize).sum();
+            let Some(p) = padding(dtype, shape, buffers) else { return f64::INFINITY };
+            let moved: f64 = [p.a, p.b, p.c]
+                .iter()
+                .flatten()
+                .map(|mv| 2.0 * mv.shape.m as f64 * mv.shape.n as f64 * f64::from(dtype.size_bytes()))
+                .sum();
             (p.gemm.m, p.gemm.n, moved)
         }
-        Strategy::Direct => (shape.m, shape.n, 0),
+        Strategy::Direct => (shape.m, shape.n, 0.0),
     };
     let tiles = (m as f64 / tm).ceil() * (n as f64 / tn).ceil();
     let rounds = (tiles * split as f64 / f64::from(device.sms.max(1))).ceil().max(1.0);
@@ -358,7 +363,7 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     };
     let efficiency = 1.0 / (1.0 + 16.0 / tm + 32.0 / tn);
     let k = (shape.k as u64).div_ceil(split) as f64;
-    let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency) + moved as f64 / 3e12;
+    let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency) + moved / 3e12;
     if let GridRule::SplitK { .. } = built.entry.launch.grid {
         // The partial sums go through shared memory once more.
         seconds += 2e-6;
@@ -374,7 +379,10 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
     let (c, _c) = args.c.device_ptr_mut(stream);
     let call = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
     check_gemm_call(&args.shape, call).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
-    let padding = padding(T::DTYPE, &args.shape, &call);
+    let padding = padding(T::DTYPE, &args.shape, &call).ok_or_else(|| Error::Refused {
+        name: kernel.name().to_string(),
+        rule: "the padded strategy's scratch would not fit an address".into(),
+    })?;
     let scratch = workspace.reserve(gpu, padding.bytes.max(1))?;
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
@@ -408,7 +416,7 @@ mod tests {
         // tn: A row-major 4095x4099 (lda odd), B column-major, stored 4097x4099 (ldb aligned).
         let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
-        let p = padding(Dtype::Bf16, &shape, &buffers);
+        let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
         assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
         assert_eq!((p.b, p.c, p.swapped), (None, None, false));
         // Aᵀ stored row-major is A column-major: layout nn.
@@ -420,7 +428,7 @@ mod tests {
     fn an_unaligned_c_is_computed_transposed() {
         let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4099, ldc: 4097, layout: Layout::Tn };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
-        let p = padding(Dtype::Bf16, &shape, &buffers);
+        let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
         // A (t) and B (n) both move and flip: A becomes n, B becomes t; Cᵀ = Bᵀ·Aᵀ then takes
         // A' = Bᵀ (row-major where B is column-major: n) and B' = Aᵀ (t): layout nt.
         assert!(p.a.is_some() && p.b.is_some() && p.swapped);

@@ -143,7 +143,8 @@ struct Stored<'a> {
 /// dimension, and a buffer that holds what the matrix spans.
 fn check_stored(op: &Stored<'_>) -> Result<(), String> {
     let Stored { name, ld_name, buffer, rows, cols, ld, layout } = *op;
-    if ld < cols.max(1) {
+    // An empty matrix is never read or written, whatever its leading dimension.
+    if rows > 0 && cols > 0 && ld < cols {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
     }
     let needed = span(rows, cols, ld).ok_or(format!("{name} spans more elements than an address can hold"))?;
@@ -157,7 +158,7 @@ fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), Str
     check_stored(op)?;
     let Stored { name, ld_name, buffer, ld, .. } = *op;
     let requires = &built.entry.requires;
-    if ld % requires.ld_multiple as usize != 0 {
+    if ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
         return Err(format!(
             "{ld_name} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
             requires.ld_multiple, built.entry.variant.bounds
@@ -172,7 +173,7 @@ fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), Str
 
 fn check_dims(dims: &[(&str, usize, u32)], bounds: &str) -> Result<(), String> {
     for &(dim, value, multiple) in dims {
-        if value % multiple as usize != 0 {
+        if value.checked_rem(multiple as usize) != Some(0) {
             return Err(format!(
                 "{dim} = {value} is not a multiple of {multiple}: {bounds} variants take tile multiples only; use a checked variant"
             ));
@@ -238,7 +239,7 @@ fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) 
     if o.addr % 16 != 0 {
         return Err(format!("{name} starts at {:#x}; TMA needs 16-byte-aligned operands", o.addr));
     }
-    let row_stride_bytes = o.ld as u64 * u64::from(dtype.size_bytes());
+    let row_stride_bytes = (o.ld as u64).saturating_mul(u64::from(dtype.size_bytes()));
     if row_stride_bytes % 16 != 0 || row_stride_bytes >= 1 << 40 {
         return Err(format!("the rows of {name} are {row_stride_bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
     }
@@ -283,7 +284,7 @@ pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), St
 }
 
 /// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to
-/// compute (M or N is 0).
+/// compute (M or N is 0); K = 0 with M and N above 0 is refused.
 pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
     check_kernel(built, dtype, "gemm")?;
     let Kind::Gemm { layout, .. } = built.entry.variant.kind else { unreachable!("checked family") };
@@ -316,6 +317,12 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
     )?;
     if shape.m == 0 || shape.n == 0 {
         return Ok(None);
+    }
+    if shape.k == 0 {
+        return Err(format!(
+            "K = 0 makes C = A·B all zeros ({}x{}), which no GEMM kernel computes: fill C with zeros instead",
+            shape.m, shape.n
+        ));
     }
     launch(built, shape.m, shape.n, sms, args).map(Some)
 }

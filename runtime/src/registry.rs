@@ -136,10 +136,10 @@ impl Registry {
     }
 }
 
-/// The registry's tuning tables; a folder that is absent means none, one that cannot be listed
-/// or a table that does not read is an error naming it.
+/// The registry's tuning tables; a folder that is absent means none; one that cannot be listed,
+/// a table that does not read or breaks a rule, or two tables for one device are an error
+/// naming the file.
 fn read_tables(dir: &Path) -> Result<Vec<TuningTable>> {
-    let unreadable = |path: &Path, reason: String| Error::RegistryUnreadable { path: path.to_path_buf(), reason };
-    let paths = TuningTable::paths(dir).map_err(|err| unreadable(dir, err.to_string()))?;
-    paths.iter().map(|path| TuningTable::read(path).map_err(|reason| unreadable(path, reason))).collect()
+    let tables = TuningTable::read_all(dir).map_err(|reason| Error::RegistryUnreadable { path: dir.to_path_buf(), reason })?;
+    Ok(tables.into_iter().map(|(_, table)| table).collect())
 }

@@ -314,7 +314,11 @@ fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
     std::fs::write(&path, r#"{"format": 1, "device": {"name": "NVIDIA H200"}}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(
-        err.starts_with(&format!("cannot read the registry at {}: {}: not a tuning table (missing field", path.display(), path.display())),
+        err.starts_with(&format!(
+            "cannot read the registry at {}: {}: not a tuning table (missing field",
+            dir.path().join("tuning").display(),
+            path.display()
+        )),
         "{err}"
     );
     std::fs::write(&path, r#"{"format": 7, "device": {"name": "GPU", "capability": [9, 0], "sms": 1}, "compiler": "", "entries": []}"#)

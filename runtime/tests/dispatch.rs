@@ -18,7 +18,7 @@ fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]
         key: Key::new(Dtype::Bf16, Layout::Tn, alignment, shape),
         shape,
         cublas_ms: 1.0,
-        ranked: tuning::rank(ranked.iter().map(|&(v, strategy, ms)| Candidate { variant: v.into(), strategy, ms }).collect()),
+        ranked: tuning::rank(ranked.iter().map(|&(v, strategy, ms)| Candidate { variant: v.into(), strategy, ms }).collect()).unwrap(),
     }
 }
 

@@ -413,21 +413,28 @@ impl Parser<'_> {
         };
         match domain {
             Domain::Layout | Domain::Dtype | Domain::Bounds | Domain::Backend => {
-                let known: Vec<String> = match domain {
-                    Domain::Layout => Layout::ALL.iter().map(|v| v.to_string()).collect(),
-                    Domain::Dtype => Dtype::ALL.iter().map(|v| v.to_string()).collect(),
-                    Domain::Bounds => Bounds::ALL.iter().map(|v| v.to_string()).collect(),
-                    _ => backends.keys().cloned().collect(),
+                // Listed only for an error message: a project may declare thousands of backends.
+                let known = || -> Vec<String> {
+                    match domain {
+                        Domain::Layout => Layout::ALL.iter().map(|v| v.to_string()).collect(),
+                        Domain::Dtype => Dtype::ALL.iter().map(|v| v.to_string()).collect(),
+                        Domain::Bounds => Bounds::ALL.iter().map(|v| v.to_string()).collect(),
+                        _ => backends.keys().cloned().collect(),
+                    }
                 };
                 let Some(word) = raw.get_ref().as_str() else {
-                    return fail(self, format!("expected a string, one of {}", known.join(", ")));
+                    return fail(self, format!("expected a string, one of {}", known().join(", ")));
                 };
-                if known.iter().any(|k| k == word) {
+                let is_known = match domain {
+                    Domain::Backend => backends.contains_key(word),
+                    _ => known().iter().any(|k| k == word),
+                };
+                if is_known {
                     Some(Value::Word(word.to_string()))
                 } else if matches!(domain, Domain::Backend) {
-                    fail(self, format!("unknown backend `{word}`: declare [{family}.backends.{word}] (declared: {})", known.join(", ")))
+                    fail(self, format!("unknown backend `{word}`: declare [{family}.backends.{word}] (declared: {})", known().join(", ")))
                 } else {
-                    fail(self, format!("unknown value `{word}` (expected one of {})", known.join(", ")))
+                    fail(self, format!("unknown value `{word}` (expected one of {})", known().join(", ")))
                 }
             }
             Domain::Count { min, max } => match raw.get_ref().as_integer() {
@@ -457,6 +464,14 @@ impl Parser<'_> {
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         let mut duplicates = Vec::new();
         for declared in variants {
+            if let Err(rule) = crate::variant::check_name(&declared.variant.name) {
+                self.diagnostics.push(Diagnostic {
+                    file: self.path.to_path_buf(),
+                    line: declared.line,
+                    variant: Some(declared.variant.name.clone()),
+                    rule,
+                });
+            }
             match seen.get(declared.variant.name.as_str()) {
                 Some(first) => duplicates.push((declared.line, declared.variant.name.clone(), *first)),
                 None => {

@@ -31,6 +31,10 @@ pub struct Entry {
     pub template: String,
     /// Its rendered source, relative to the workspace.
     pub source: String,
+    /// SHA-256 of the source as gen wrote it: a build compiles exactly those bytes, and refuses
+    /// a source that no longer has them. Empty in manifests of older tilesmiths.
+    #[serde(default)]
+    pub source_sha256: String,
     /// The `extern "C"` kernel symbol.
     pub entry: String,
     /// Block, grid, shared memory and the kernel's parameter list, as the template declares them.
@@ -96,6 +100,87 @@ pub struct Resources {
     pub spill_load_bytes: u32,
 }
 
+impl Requirements {
+    /// Multiples of at least 1 and an alignment that is a power of two.
+    pub fn check(&self) -> Result<(), String> {
+        if self.shape_multiple.contains(&0) {
+            return Err(format!("requires.shape_multiple {:?} has a 0; multiples are at least 1", self.shape_multiple));
+        }
+        if self.ld_multiple == 0 {
+            return Err("ld_multiple must be at least 1".into());
+        }
+        if !self.ptr_align_bytes.is_power_of_two() {
+            return Err(format!("ptr_align_bytes must be a power of two, got {}", self.ptr_align_bytes));
+        }
+        Ok(())
+    }
+}
+
+impl Entry {
+    /// Every rule a manifest entry meets: the variant's ([`Variant::check`](crate::Variant::check)), its entry symbol
+    /// and source named after it, its requirements and its launch contract
+    /// ([`LaunchSpec::check`]). Readers of manifests refuse an entry that breaks one, so that
+    /// no launch is planned from nonsense.
+    pub fn check(&self) -> Result<(), String> {
+        let name = &self.variant.name;
+        self.variant.check()?;
+        if self.entry != *name {
+            return Err(format!("its entry symbol `{}` is not its name", self.entry));
+        }
+        if self.source != format!("generated/{name}.cu") {
+            return Err(format!("its source `{}` is not generated/{name}.cu", self.source));
+        }
+        let hex = self.source_sha256.len() == 64 && self.source_sha256.bytes().all(|b| b.is_ascii_hexdigit());
+        if !self.source_sha256.is_empty() && !hex {
+            return Err(format!("its source_sha256 `{}` is not a SHA-256 in hex", self.source_sha256));
+        }
+        self.requires.check()?;
+        self.launch.check(&self.variant, &self.targets.sass)
+    }
+}
+
+/// What [`read`] checks of a manifest once it parses.
+pub trait Check {
+    fn check(&self) -> Result<(), String>;
+}
+
+fn check_entries<'a>(entries: impl Iterator<Item = &'a Entry>) -> Result<(), String> {
+    let mut names = std::collections::BTreeSet::new();
+    for entry in entries {
+        let name = &entry.variant.name;
+        entry.check().map_err(|rule| format!("variant `{name}`: {rule}"))?;
+        if !names.insert(name) {
+            return Err(format!("variant `{name}` is listed twice"));
+        }
+    }
+    Ok(())
+}
+
+impl Check for Manifest {
+    fn check(&self) -> Result<(), String> {
+        check_entries(self.variants.iter())
+    }
+}
+
+impl Check for Built {
+    /// An entry that checks, whose fatbin is the one named after it.
+    fn check(&self) -> Result<(), String> {
+        let name = &self.entry.variant.name;
+        self.entry.check().map_err(|rule| format!("variant `{name}`: {rule}"))?;
+        if self.fatbin != fatbin_file(name) {
+            return Err(format!("variant `{name}`: its fatbin `{}` is not {}", self.fatbin, fatbin_file(name)));
+        }
+        Ok(())
+    }
+}
+
+impl Check for Registry {
+    fn check(&self) -> Result<(), String> {
+        self.variants.iter().try_for_each(Check::check)?;
+        check_entries(self.variants.iter().map(|b| &b.entry))
+    }
+}
+
 impl Resources {
     pub fn spills(&self) -> bool {
         self.spill_store_bytes > 0 || self.spill_load_bytes > 0
@@ -128,8 +213,9 @@ pub struct ReadError {
     pub corrupt: bool,
 }
 
-/// Reads a manifest, refusing one that does not parse or has another format.
-pub fn read<T: DeserializeOwned>(path: &Path) -> Result<T, ReadError> {
+/// Reads a manifest, refusing one that does not parse, has another format or breaks a rule of
+/// [`Check`].
+pub fn read<T: DeserializeOwned + Check>(path: &Path) -> Result<T, ReadError> {
     let text = std::fs::read_to_string(path).map_err(|err| ReadError { path: path.into(), reason: err.to_string(), corrupt: false })?;
     let corrupt = |reason: String| ReadError { path: path.into(), reason, corrupt: true };
     #[derive(Deserialize)]
@@ -140,5 +226,7 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Result<T, ReadError> {
     if head.format != FORMAT {
         return Err(corrupt(format!("has format {}, but this version of tilesmith reads format {FORMAT}", head.format)));
     }
-    serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))
+    let manifest: T = serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    manifest.check().map_err(corrupt)?;
+    Ok(manifest)
 }

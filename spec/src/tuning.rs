@@ -104,20 +104,29 @@ impl Key {
     }
 }
 
+/// Whether a time in milliseconds is one a table may hold: finite and above zero.
+fn valid_ms(ms: f64) -> bool {
+    ms.is_finite() && ms > 0.0
+}
+
 /// Orders measured candidates by the table's rule: by time, except that candidates within
 /// [`NEAR_TIE`] of the fastest are ranked among themselves by strategy and name, and so on
-/// down the list from the next one left.
-pub fn rank(mut candidates: Vec<Candidate>) -> Vec<Candidate> {
+/// down the list from the next one left. A time that is not finite and positive is refused,
+/// naming its candidate.
+pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
+    if let Some(bad) = candidates.iter().find(|c| !valid_ms(c.ms)) {
+        return Err(format!("candidate {} ({:?}) has time {} ms; times are finite and above 0", bad.variant, bad.strategy, bad.ms));
+    }
     candidates.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant))));
     let mut ranked = Vec::with_capacity(candidates.len());
     while !candidates.is_empty() {
         let limit = candidates[0].ms * (1.0 + NEAR_TIE);
-        let tied = candidates.iter().take_while(|c| c.ms <= limit).count();
+        let tied = candidates.iter().take_while(|c| c.ms <= limit).count().max(1);
         let mut group: Vec<Candidate> = candidates.drain(..tied).collect();
         group.sort_by(|a, b| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant)));
         ranked.extend(group);
     }
-    ranked
+    Ok(ranked)
 }
 
 /// Log-space distance between a problem and an entry's: the sum over M, N and K of
@@ -148,7 +157,8 @@ impl TuningTable {
         self.entries.sort_by_key(|e| (e.key, e.shape));
     }
 
-    /// Reads a table, checking its format.
+    /// Reads a table, checking its format, the file name its device goes by and every entry
+    /// ([`TuningTable::check`]).
     pub fn read(path: &Path) -> Result<TuningTable, String> {
         let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let table: TuningTable = serde_json::from_str(&text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
@@ -159,14 +169,79 @@ impl TuningTable {
                 table.format
             ));
         }
+        let expected = TuningTable::file_name(&table.device);
+        if path.file_name().is_some_and(|name| name.to_string_lossy() != expected) {
+            return Err(format!(
+                "{}: the table is for {} ({} SMs), whose table is named {expected}; rename it or measure it again",
+                path.display(),
+                table.device.name,
+                table.device.sms
+            ));
+        }
+        table.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
         Ok(table)
     }
 
+    /// The rules every table meets: a device with SMs, and entries whose shapes have no zero,
+    /// whose key is the bucket of their shape, and whose times (cuBLAS's and every
+    /// candidate's) are finite and above zero, candidates in rank order.
+    pub fn check(&self) -> Result<(), String> {
+        if self.device.name.trim().is_empty() || self.device.sms == 0 {
+            return Err(format!("device {:?} needs a name and at least one SM", self.device));
+        }
+        for (index, entry) in self.entries.iter().enumerate() {
+            let [m, n, k] = entry.shape;
+            let at = format!("entry {} ({m}x{n}x{k} {} {} {:?})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
+            if entry.shape.contains(&0) {
+                return Err(format!("{at}: a shape has no zero dimension"));
+            }
+            if entry.key.bucket != Key::new(entry.key.dtype, entry.key.layout, entry.key.alignment, entry.shape).bucket {
+                return Err(format!("{at}: bucket {:?} is not the bucket of its shape", entry.key.bucket));
+            }
+            if !valid_ms(entry.cublas_ms) {
+                return Err(format!("{at}: cuBLAS's time {} ms is not finite and above 0", entry.cublas_ms));
+            }
+            let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
+            if ranked != entry.ranked {
+                return Err(format!("{at}: its candidates are not in rank order (by time, near ties by strategy and name)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The variants the entries rank that `known` does not hold: the dispatcher skips them, so
+    /// a table naming them was measured with another registry.
+    pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut unknown: Vec<String> =
+            self.entries.iter().flat_map(|e| &e.ranked).filter(|c| !known(&c.variant)).map(|c| c.variant.clone()).collect();
+        unknown.sort();
+        unknown.dedup();
+        unknown
+    }
+
+    /// Reads every table of a tuning folder ([`TuningTable::paths`]), refusing two that claim
+    /// one device.
+    pub fn read_all(dir: &Path) -> Result<Vec<(PathBuf, TuningTable)>, String> {
+        let paths = TuningTable::paths(dir).map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
+        let mut tables: Vec<(PathBuf, TuningTable)> = Vec::new();
+        for path in paths {
+            let table = TuningTable::read(&path)?;
+            if let Some((other, _)) = tables.iter().find(|(_, t)| t.device == table.device) {
+                return Err(format!("{} and {} are both tables for {:?}; keep one", other.display(), path.display(), table.device));
+            }
+            tables.push((path, table));
+        }
+        Ok(tables)
+    }
+
     /// The tables in a tuning folder: its `*.json` files, in name order; none where the
-    /// folder does not exist.
+    /// folder does not exist. Something else by that name is an error.
     pub fn paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-        if !dir.is_dir() {
+        if !dir.exists() {
             return Ok(Vec::new());
+        }
+        if !dir.is_dir() {
+            return Err(std::io::Error::other(format!("{} is not a folder of tuning tables", dir.display())));
         }
         let mut paths = Vec::new();
         for entry in std::fs::read_dir(dir)? {
@@ -207,11 +282,12 @@ mod tests {
             candidate("a", Strategy::Direct, 1.015),
             candidate("c", Strategy::Padded, 0.99),
             candidate("d", Strategy::Direct, 1.5),
-        ]);
+        ])
+        .unwrap();
         let names: Vec<&str> = ranked.iter().map(|c| c.variant.as_str()).collect();
         assert_eq!(names, ["b", "c", "a", "d"], "c is fastest but b ties with it and ranks first as direct");
         // The same measurements in any order give the same ranking.
-        let again = rank(ranked.iter().rev().cloned().collect());
+        let again = rank(ranked.iter().rev().cloned().collect()).unwrap();
         assert_eq!(again, ranked);
     }
 

@@ -4,6 +4,10 @@ use crate::axes::{self, Bounds, Dtype, Family, Layout, Naming, Value};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The longest variant name: a name is a file name in generated/ and the registry, with room for
+/// the suffixes of their temporary files within the 255 bytes most file systems allow.
+pub const MAX_NAME_LEN: usize = 200;
+
 /// A fully specified kernel variant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Variant {
@@ -58,6 +62,25 @@ impl Variant {
         match &self.kind {
             Kind::Gemm { tile, .. } => tile,
             Kind::Transpose { tile } => tile,
+        }
+    }
+
+    /// What any variant read from a manifest must be: a name that is a C identifier of at most
+    /// [`MAX_NAME_LEN`] characters, and counts and tile edges of at least 1.
+    pub fn check(&self) -> Result<(), String> {
+        check_name(&self.name)?;
+        if self.tile().contains(&0) {
+            return Err(format!("tile {:?} has an edge of 0", self.tile()));
+        }
+        let counts = match self.kind {
+            Kind::Gemm { stages, cluster, split_k, .. } => {
+                vec![("warps", self.warps), ("stages", stages), ("cluster", cluster), ("split_k", split_k)]
+            }
+            Kind::Transpose { .. } => vec![("warps", self.warps)],
+        };
+        match counts.iter().find(|(_, n)| *n == 0) {
+            Some((axis, _)) => Err(format!("axis `{axis}` is 0; it must be at least 1")),
+            None => Ok(()),
         }
     }
 
@@ -134,6 +157,23 @@ impl Variant {
         axes.extend(axes::of(self.family()).filter_map(|axis| Some((axis.name, self.value(axis.name)?.to_string()))));
         axes
     }
+}
+
+/// A variant name names a kernel symbol and files: a C identifier of at most [`MAX_NAME_LEN`]
+/// characters.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(format!(
+            "the name is {} characters long; names are at most {MAX_NAME_LEN} (they name files, whose temporary copies must stay within 255 bytes): shorten a backend name",
+            name.len()
+        ));
+    }
+    let identifier =
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !identifier {
+        return Err(format!("name `{name}` is not a C identifier (letters, digits and `_`, not starting with a digit)"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

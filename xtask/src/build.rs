@@ -2,8 +2,9 @@
 //! registry manifest. Incremental by content hash, parallel; each fatbin is checked and
 //! recorded as it is made (see [`crate::registry`]).
 
-use crate::project::{temporary_sibling, Project};
+use crate::project::{self, temporary_sibling, Project};
 use crate::registry::RegistryDir;
+use crate::render::sha256_hex;
 use crate::render::Renderer;
 use crate::select::Selection;
 use crate::toolchain::Nvcc;
@@ -13,12 +14,12 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
-use tilesmith_spec::{arch, Entry, Manifest, Resources};
+use tilesmith_spec::{arch, Built, Config, Entry, Manifest, Registry, Resources};
 
 /// nvcc's flags for one variant, without input and output.
 fn flags(entry: &Entry) -> Vec<String> {
@@ -45,14 +46,25 @@ fn content_hash(source: &[u8], flags: &[String], compiler: &str) -> String {
     format!("{:x}", hasher.finalize())
 }
 
-/// What one compile made: ptxas's report, or the reason it failed.
-type Outcome = Result<Vec<Resources>, String>;
+/// Why a variant was not built. `own` failures come from the variant itself (nvcc's error in
+/// its source, a fatbin that fails its checks): they remove its older build, which would pass
+/// for it. Others (a compiler that cannot start or was killed, a full disk) keep it.
+#[derive(Debug)]
+struct Failure {
+    own: bool,
+    message: String,
+}
+
+/// What one compile made: ptxas's report, or why it failed.
+type Outcome = Result<Vec<Resources>, Failure>;
 
 pub struct Job {
     pub entry: Entry,
     pub flags: Vec<String>,
     /// [`content_hash`] of its source, flags and compiler.
     pub hash: String,
+    /// The source bytes read under generated/'s lock: what is hashed is what is compiled.
+    source: Vec<u8>,
 }
 
 /// The environment variable naming a program to run nvcc through, as `--launcher` does.
@@ -83,74 +95,134 @@ pub fn split_launcher(command: &str) -> Vec<String> {
     command.split_whitespace().map(String::from).collect()
 }
 
+/// A program as a command line names it: a path, or a name looked up in PATH; found only when
+/// it is an executable file.
+fn find_program(program: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    std::env::var_os("PATH").iter().flat_map(std::env::split_paths).map(|dir| dir.join(program)).find(|path| executable(path))
+}
+
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
     let started = Instant::now();
-    let manifest_path = project.generated_dir().join(MANIFEST_FILE);
-    let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `cargo xtask gen`"))?;
-    let selected = manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)).count();
-    if selected == 0 {
-        bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
-    }
-    // Checked before anything is compiled; carried into the registry at the end.
+    // Everything that could stop the build is checked before the registry is touched.
     let tables = project_tables(project)?;
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
     };
+    if let Some(program) = options.launcher.first() {
+        if find_program(program).is_none() {
+            bail!(
+                "the compiler launcher `{program}` (--launcher or {LAUNCHER_VAR}) is not an executable file here or in PATH; \
+                 nothing was compiled and the registry is unchanged"
+            );
+        }
+    }
+    let declared = declared_names(project);
 
     let registry = RegistryDir::lock(project)?;
     registry.check_index(options.repair)?;
-    let mut records = registry.records(&manifest);
+    let generated = read_generated(project, selection, &registry)?;
+    let manifest = &generated.manifest;
+    let (mut records, broken) = (generated.records, generated.broken);
     let mut queue = Vec::new();
-    let mut missing = Vec::new();
-    for entry in manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)) {
-        let name = &entry.variant.name;
-        let Ok(source) = std::fs::read(project.root.join(&entry.source)) else {
-            missing.push(format!("{name}: {} is missing: run `cargo xtask gen`", entry.source));
-            continue;
-        };
-        let flags = flags(entry);
+    let mut failures: Vec<(String, Failure)> =
+        generated.stale.into_iter().map(|(name, message)| (name, Failure { own: false, message })).collect();
+    for (entry, source) in generated.sources {
+        let flags = flags(&entry);
         let hash = content_hash(&source, &flags, &nvcc.version);
-        if !records.get(name).is_some_and(|built| built.hash == hash && built.entry == *entry) {
-            queue.push(Job { entry: entry.clone(), flags, hash });
+        if !records.get(&entry.variant.name).is_some_and(|built| built.hash == hash && built.entry == entry) {
+            queue.push(Job { entry, flags, hash, source });
         }
     }
+    let selected = manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)).count();
     let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
     println!(
         "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {} up to date, {} to compile with {} job(s)",
         nvcc.path.display(),
         nvcc.origin,
         nvcc.version,
-        selected - queue.len() - missing.len(),
+        selected - (queue.len() - broken.len()).min(selected) - failures.len().min(selected),
         queue.len(),
         options.jobs
     );
 
-    let compiler =
-        Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: Renderer::load(project).ok() };
+    let compiler = Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: OnceLock::new() };
     let done = Mutex::new(&mut records);
-    let outcomes = compile_all(&compiler, &queue, options.jobs, |job, resources| {
+    let outcomes = compile_all(&compiler, &registry, &queue, options.jobs, |job, resources| {
         // Recorded as soon as it is made, so that an interrupted build keeps it.
         let built = registry.record(job, resources, &nvcc.version)?;
         let mut records = done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         records.insert(job.entry.variant.name.clone(), built);
-        registry.write_index(&manifest, &records).map(drop)
+        registry.write_index(manifest, &records).map(drop)
     });
 
-    let mut failures = missing;
+    // The failures come first in the report; what went wrong after them is listed below them.
+    let mut also = Vec::new();
     for (job, outcome) in queue.iter().zip(outcomes) {
-        if let Err(message) = outcome {
-            // What was asked for and failed keeps no older build that would pass for it.
-            let name = &job.entry.variant.name;
-            registry.forget(name)?;
-            records.remove(name);
-            failures.push(format!("{name}:\n{}", indent(&message)));
+        let name = &job.entry.variant.name;
+        if let Err(failure) = outcome {
+            if failure.own {
+                // What was asked for and failed keeps no older build that would pass for it.
+                if let Err(err) = registry.forget(name) {
+                    also.push(format!("{err:#}"));
+                }
+                records.remove(name);
+            }
+            failures.push((name.clone(), failure));
         }
     }
-    let index = registry.write_index(&manifest, &records).map_err(|err| anyhow!(err))?;
-    registry.remove_undeclared(&manifest)?;
-    carry_tables(project, &tables)?;
+    let compiled = queue.len() - failures.iter().filter(|(name, _)| queue.iter().any(|j| &j.entry.variant.name == name)).count();
+    let index = match registry.write_index(manifest, &records) {
+        Ok(index) => Some(index),
+        Err(err) => {
+            also.push(err);
+            None
+        }
+    };
+    if let Err(err) = registry.remove_undeclared(manifest, &declared) {
+        also.push(format!("{err:#}"));
+    }
+    if let Err(err) = carry_tables(project, &tables) {
+        also.push(format!("{err:#}"));
+    }
 
+    if let Some(index) = &index {
+        report(index, manifest, selection);
+    }
+    println!(
+        "registry {}: {} variant(s) built, {compiled} compiled now, {} failed, in {:.2} s",
+        project.relative(registry.dir()),
+        index.as_ref().map_or(records.len(), |i| i.variants.len()),
+        failures.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut problems = Vec::new();
+    if !failures.is_empty() {
+        let kept = failures.iter().filter(|(_, f)| !f.own).count();
+        let listed: Vec<String> = failures.iter().map(|(name, f)| format!("{name}:\n{}", indent(&f.message))).collect();
+        problems.push(format!("{} variant(s) failed to build:\n{}", failures.len(), listed.join("\n")));
+        if kept > 0 {
+            problems.push(format!("{kept} of them failed for a reason outside their source; their earlier builds, if any, are kept"));
+        }
+    }
+    if !also.is_empty() {
+        problems.push(format!("also:\n{}", indent(&also.join("\n"))));
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(())
+}
+
+/// Warnings for spills of selected variants, and a note on unselected ones built from older
+/// sources.
+fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
     for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {
             eprintln!(
@@ -159,28 +231,70 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
             );
         }
     }
+    let current: BTreeMap<&str, &Entry> = manifest.variants.iter().map(|e| (e.variant.name.as_str(), e)).collect();
     let older: Vec<&str> = index
         .variants
         .iter()
         .filter(|b| !selection.matches(&b.entry.variant.name))
-        .filter(|b| manifest.variants.iter().any(|e| e.variant.name == b.entry.variant.name && *e != b.entry))
+        .filter(|b| current.get(b.entry.variant.name.as_str()).is_some_and(|e| **e != b.entry))
         .map(|b| b.entry.variant.name.as_str())
         .collect();
     if !older.is_empty() {
         println!("kept {} unselected variant(s) built from older sources; build them to refresh: {}", older.len(), older.join(", "));
     }
-    println!(
-        "registry {}: {} variant(s) built, {} compiled now, {} failed, in {:.2} s",
-        project.relative(registry.dir()),
-        index.variants.len(),
-        queue.len() - failures.len().min(queue.len()),
-        failures.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if !failures.is_empty() {
-        bail!("{} variant(s) failed to build:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// What a build takes from generated/, read under its lock so that no gen changes it halfway:
+/// the manifest, and the bytes of each selected source that match its SHA-256 there.
+struct Generated {
+    manifest: Manifest,
+    /// The registry's records of declared variants whose fatbins are unchanged.
+    records: BTreeMap<String, Built>,
+    /// Unselected variants whose records are unreadable: compiled again, as said.
+    broken: Vec<String>,
+    sources: Vec<(Entry, Vec<u8>)>,
+    /// Selected variants whose source is missing or is not what the manifest says.
+    stale: Vec<(String, String)>,
+}
+
+fn read_generated(project: &Project, selection: &Selection, registry: &RegistryDir) -> Result<Generated> {
+    let _lock = project::lock(project, &project.generated_lock(), false, "a gen writing generated/")?;
+    let manifest_path = project.generated_dir().join(MANIFEST_FILE);
+    let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `cargo xtask gen`"))?;
+    if !manifest.variants.iter().any(|e| selection.matches(&e.variant.name)) {
+        bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
-    Ok(())
+    let (records, broken) = registry.records(&manifest, selection);
+    let selected: Vec<&Entry> =
+        manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) || broken.contains(&e.variant.name)).collect();
+    let mut sources = Vec::new();
+    let mut stale = Vec::new();
+    for entry in selected {
+        let name = entry.variant.name.clone();
+        match std::fs::read(project.root.join(&entry.source)) {
+            Err(_) => stale.push((name, format!("{} is missing: run `cargo xtask gen`", entry.source))),
+            Ok(_) if entry.source_sha256.is_empty() => {
+                stale.push((name, "generated/manifest.json predates source hashes: run `cargo xtask gen`".to_string()))
+            }
+            Ok(bytes) if sha256_hex(&bytes) != entry.source_sha256 => stale.push((
+                name,
+                format!(
+                    "{} is not the source generated/manifest.json lists (edited, or a gen did not finish): run `cargo xtask gen`",
+                    entry.source
+                ),
+            )),
+            Ok(bytes) => sources.push((entry.clone(), bytes)),
+        }
+    }
+    Ok(Generated { manifest, records, broken, sources, stale })
+}
+
+/// The variants variants.toml declares, if it reads: a build removes the fatbins of variants
+/// that neither it nor generated/manifest.json lists, so a manifest that lost entries costs no
+/// builds.
+fn declared_names(project: &Project) -> Option<BTreeSet<String>> {
+    let config = Config::load(&project.variants_file()).ok()?;
+    Some(config.variants.into_iter().map(|d| d.variant.name).collect())
 }
 
 /// What compiles one job.
@@ -189,13 +303,16 @@ struct Compiler<'a> {
     nvcc: &'a Nvcc,
     cuobjdump: &'a Path,
     launcher: &'a [String],
-    renderer: Option<Renderer>,
+    /// Loaded on the first compile error, to point it at its template line.
+    renderer: OnceLock<Option<Renderer>>,
 }
 
 /// Compiles every job on `jobs` threads, handing each fatbin that passed its checks to
-/// `finished`; one outcome per job, in order.
+/// `finished`; one outcome per job, in order. After a failure to start the compiler, the jobs
+/// not yet started are not started.
 fn compile_all(
     compiler: &Compiler<'_>,
+    registry: &RegistryDir,
     queue: &[Job],
     jobs: usize,
     finished: impl Fn(&Job, Vec<Resources>) -> Result<(), String> + Sync,
@@ -210,17 +327,30 @@ fn compile_all(
             .expect("valid progress template"),
     );
     let next = AtomicUsize::new(0);
+    let stopped = AtomicBool::new(false);
     let running = Mutex::new(BTreeSet::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(queue.len()) {
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = queue.get(index) else { break };
-                let name = job.entry.variant.name.clone();
-                show_running(&bar, &running, |set| set.insert(name.clone()));
-                let outcome = compiler.compile(job).and_then(|resources| finished(job, resources.clone()).map(|()| resources));
+                let outcome = if stopped.load(Ordering::Relaxed) {
+                    Err(Failure { own: false, message: "not compiled: the build stopped at the compiler's first failure to start".into() })
+                } else {
+                    let name = job.entry.variant.name.clone();
+                    show_running(&bar, &running, |set| set.insert(name.clone()));
+                    let outcome = compiler.compile(registry, job).and_then(|resources| {
+                        finished(job, resources.clone()).map(|()| resources).map_err(|message| Failure { own: false, message })
+                    });
+                    show_running(&bar, &running, |set| set.remove(&name));
+                    outcome
+                };
+                if let Err(Failure { message, .. }) = &outcome {
+                    if message.starts_with(CANNOT_START) {
+                        stopped.store(true, Ordering::Relaxed);
+                    }
+                }
                 *results[index].lock().expect("result slot") = Some(outcome);
-                show_running(&bar, &running, |set| set.remove(&name));
                 bar.inc(1);
             });
         }
@@ -228,6 +358,9 @@ fn compile_all(
     bar.finish_and_clear();
     results.into_iter().map(|slot| slot.into_inner().expect("result slot").expect("every job ran")).collect()
 }
+
+/// How a failure to start the compiler begins, which stops the build.
+const CANNOT_START: &str = "cannot start";
 
 fn show_running(bar: &ProgressBar, running: &Mutex<BTreeSet<String>>, change: impl FnOnce(&mut BTreeSet<String>) -> bool) {
     let mut set = running.lock().expect("running set");
@@ -237,10 +370,19 @@ fn show_running(bar: &ProgressBar, running: &Mutex<BTreeSet<String>>, change: im
 
 impl Compiler<'_> {
     /// Compiles one variant into the registry, through the launcher if there is one, and
-    /// checks what nvcc wrote before it takes the fatbin's place.
-    fn compile(&self, job: &Job) -> Outcome {
-        let target = self.project.registry_dir().join(fatbin_file(&job.entry.variant.name));
+    /// checks what nvcc wrote before it takes the fatbin's place. nvcc compiles a private copy
+    /// of the bytes that were hashed, which a `#line` names as the generated source.
+    fn compile(&self, registry: &RegistryDir, job: &Job) -> Outcome {
+        let not_own = |message: String| Failure { own: false, message };
+        let target = registry.dir().join(fatbin_file(&job.entry.variant.name));
         let staging = temporary_sibling(&target);
+        let copy = registry.private_source();
+        let mut text = format!("#line 1 \"{}\"\n", job.entry.source).into_bytes();
+        text.extend_from_slice(&job.source);
+        if let Err(err) = std::fs::write(&copy, &text) {
+            let _ = std::fs::remove_file(&copy);
+            return Err(not_own(format!("cannot write the source's private copy {}: {err}", copy.display())));
+        }
         let mut command = match self.launcher.split_first() {
             Some((launcher, args)) => {
                 let mut command = Command::new(launcher);
@@ -249,28 +391,36 @@ impl Compiler<'_> {
             }
             None => Command::new(&self.nvcc.path),
         };
-        let output = command.current_dir(&self.project.root).args(&job.flags).arg("-o").arg(&staging).arg(&job.entry.source).output();
+        let output =
+            command.current_dir(&self.project.root).args(&job.flags).arg("-o").arg(&staging).args(["-x", "cu"]).arg(&copy).output();
+        let _ = std::fs::remove_file(&copy);
         let output = match output {
             Ok(output) => output,
             Err(err) => {
                 let program = self.launcher.first().map_or_else(|| self.nvcc.path.display().to_string(), Clone::clone);
-                return Err(format!("cannot run {program}: {err}"));
+                return Err(not_own(format!("{CANNOT_START} {program}: {err}")));
             }
         };
         let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
         if !output.status.success() || !staging.is_file() {
             let _ = std::fs::remove_file(&staging);
-            let message = annotate_errors(self.project, &stderr, &job.entry, self.renderer.as_ref());
-            return Err(format!("nvcc failed ({}):\n{}", output.status, message.trim_end()));
+            let message = annotate_errors(&stderr, job, self.renderer.get_or_init(|| Renderer::load(self.project).ok()).as_ref());
+            // Its own error: nvcc ran to the end and pointed into the source, or ptxas refused it.
+            let own =
+                output.status.code().is_some() && (stderr.contains(&format!("{}(", job.entry.source)) || stderr.contains("ptxas error"));
+            let why = if own { String::new() } else { " with no error in the source".to_string() };
+            return Err(Failure { own, message: format!("nvcc failed ({}){why}:\n{}", output.status, message.trim_end()) });
         }
         let resources = parse_ptxas_report(&stderr);
         if let Err(problem) = check_fatbin(self.cuobjdump, &staging, &job.entry).and_then(|()| check_smem(&job.entry, &resources)) {
             let _ = std::fs::remove_file(&staging);
-            return Err(format!("{problem} (from template kernel-templates/{})", job.entry.template));
+            // A cuobjdump that cannot start says nothing about the fatbin.
+            let own = !problem.starts_with("cannot run");
+            return Err(Failure { own, message: format!("{problem} (from template kernel-templates/{})", job.entry.template) });
         }
         if let Err(err) = std::fs::rename(&staging, &target) {
             let _ = std::fs::remove_file(&staging);
-            return Err(format!("cannot move the fatbin into {}: {err}", target.display()));
+            return Err(not_own(format!("cannot move the fatbin into {}: {err}", target.display())));
         }
         Ok(resources)
     }
@@ -372,8 +522,9 @@ pub fn parse_ptxas_report(stderr: &str) -> Vec<Resources> {
 
 /// Appends to each `file(line): error` of nvcc's output the template line it came from, where
 /// the generated line appears exactly once in the variant's template or its partials.
-fn annotate_errors(project: &Project, stderr: &str, entry: &Entry, renderer: Option<&Renderer>) -> String {
-    let source = std::fs::read_to_string(project.root.join(&entry.source)).unwrap_or_default();
+fn annotate_errors(stderr: &str, job: &Job, renderer: Option<&Renderer>) -> String {
+    let entry = &job.entry;
+    let source = String::from_utf8_lossy(&job.source);
     let generated: Vec<&str> = source.lines().collect();
     let mut out = String::new();
     for line in stderr.lines().filter(|line| !line.starts_with("ptxas info") && !line.starts_with("    ")) {
@@ -408,35 +559,51 @@ fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
-/// The project's tuning tables (`tuning/*.json`, committed), each checked readable.
-fn project_tables(project: &Project) -> Result<Vec<PathBuf>> {
-    let tables = json_files(&project.root.join(TUNING_DIR))?;
-    for path in &tables {
-        TuningTable::read(path).map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `cargo xtask tune` again"))?;
+/// The project's tuning tables (`tuning/*.json`, committed), each checked (format, file name,
+/// entries, one table per device), with the variants they rank that the project does not
+/// declare reported.
+fn project_tables(project: &Project) -> Result<Vec<(PathBuf, TuningTable)>> {
+    let tables = TuningTable::read_all(&project.root.join(TUNING_DIR))
+        .map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `cargo xtask tune` again"))?;
+    if let Some(declared) = declared_names(project) {
+        for (path, table) in &tables {
+            let unknown = table.unknown_variants(|name| declared.contains(name));
+            if !unknown.is_empty() {
+                eprintln!(
+                    "warning: {} ranks {} variant(s) that variants.toml does not declare; the dispatcher skips them (tune again to refresh): {}",
+                    project.relative(path),
+                    unknown.len(),
+                    unknown.join(", ")
+                );
+            }
+        }
     }
     Ok(tables)
 }
 
 /// Copies the tuning tables into the registry and removes those the project no longer has.
-fn carry_tables(project: &Project, tables: &[PathBuf]) -> Result<()> {
+/// Each goes through a temporary file, removed again when the copy fails.
+fn carry_tables(project: &Project, tables: &[(PathBuf, TuningTable)]) -> Result<()> {
     let to = project.registry_dir().join(TUNING_DIR);
-    for path in tables {
-        std::fs::create_dir_all(&to)?;
-        let target = to.join(path.file_name().expect("a file"));
-        let temporary = target.with_extension("json.tmp");
-        std::fs::copy(path, &temporary).with_context(|| format!("cannot copy {}", path.display()))?;
-        std::fs::rename(&temporary, &target)?;
+    if !tables.is_empty() {
+        std::fs::create_dir_all(&to).with_context(|| format!("cannot create {}", to.display()))?;
     }
-    for stale in json_files(&to)? {
-        if !tables.iter().any(|t| t.file_name() == stale.file_name()) {
-            std::fs::remove_file(&stale)?;
+    for (path, _) in tables {
+        let target = to.join(path.file_name().expect("a file"));
+        let temporary = temporary_sibling(&target);
+        let copied = std::fs::copy(path, &temporary).and_then(|_| std::fs::rename(&temporary, &target));
+        if let Err(err) = copied {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(err).with_context(|| format!("cannot copy {} into {}", path.display(), to.display()));
+        }
+    }
+    let listed = TuningTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?;
+    for stale in listed {
+        if !tables.iter().any(|(t, _)| t.file_name() == stale.file_name()) {
+            std::fs::remove_file(&stale).with_context(|| format!("cannot remove {}", stale.display()))?;
         }
     }
     Ok(())
-}
-
-fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    TuningTable::paths(dir).with_context(|| format!("cannot list {}", dir.display()))
 }
 
 #[cfg(test)]

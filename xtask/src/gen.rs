@@ -1,10 +1,16 @@
-//! `cargo xtask gen`: variants.toml → rendered CUDA under generated/ and its manifest.
+//! `cargo xtask gen`: variants.toml → rendered CUDA under generated/ and its manifest, as a
+//! transaction: one gen at a time (builds reading generated/ share the lock), sources first
+//! and the manifest last, and a manifest that cannot be read is refused, never rewritten in
+//! a way that forgets variants.
 
-use crate::project::{write_atomic, Project};
+use crate::parallel;
+use crate::project::{self, write_atomic, Project};
 use crate::render::{Rendered, Renderer};
 use crate::select::Selection;
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use tilesmith_spec::manifest::{self, FORMAT, MANIFEST_FILE};
 use tilesmith_spec::{Config, Entry, Manifest};
 
@@ -21,8 +27,8 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
     let renderer = Renderer::load(project)?;
     let mut rendered = Vec::new();
     let mut problems = Vec::new();
-    for declared in &config.variants {
-        match renderer.render(project, declared) {
+    for outcome in parallel::map(&config.variants, |declared| renderer.render(project, declared)) {
+        match outcome {
             Ok(r) => rendered.push(r),
             Err(diagnostic) => problems.push(diagnostic.to_string()),
         }
@@ -33,30 +39,58 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
     Ok(rendered)
 }
 
-/// The files `gen` owns, with the contents the templates produce now. With `--kernels`, the
-/// manifest keeps the entries of unselected variants as they were, so that it describes the
-/// sources in generated/ and not ones that were not written.
-fn expected_files(project: &Project, rendered: &[Rendered], selection: &Selection) -> Result<Vec<(PathBuf, String)>> {
-    let mut files: Vec<(PathBuf, String)> = rendered
-        .iter()
-        .filter(|r| selection.matches(&r.entry.variant.name))
-        .map(|r| (project.root.join(&r.entry.source), r.source.clone()))
-        .collect();
-    let manifest_path = project.generated_dir().join(MANIFEST_FILE);
-    let previous: Vec<Entry> = manifest::read::<Manifest>(&manifest_path).map(|m| m.variants).unwrap_or_default();
-    let variants = rendered
-        .iter()
-        .filter_map(|r| {
-            if selection.matches(&r.entry.variant.name) {
-                return Some(r.entry.clone());
-            }
-            previous.iter().find(|e| e.variant.name == r.entry.variant.name && project.root.join(&e.source).is_file()).cloned()
-        })
-        .collect();
+/// The previous manifest's entries by name: none where there is no manifest. One that exists
+/// but cannot be read (merge conflict, truncated, another format) is an error unless
+/// `repair` says to set it aside, since the entries of variants not rendered now are taken
+/// from it.
+fn previous(project: &Project, repair: bool) -> Result<BTreeMap<String, Entry>> {
+    let path = project.generated_dir().join(MANIFEST_FILE);
+    match manifest::read::<Manifest>(&path) {
+        Ok(manifest) => Ok(manifest.variants.into_iter().map(|e| (e.variant.name.clone(), e)).collect()),
+        Err(err) if !err.corrupt => Ok(BTreeMap::new()),
+        Err(err) if repair => {
+            let aside = project::set_aside(&path).with_context(|| format!("cannot move {} aside", path.display()))?;
+            eprintln!("{err}\nset aside as {}; the new manifest lists what is rendered now", project.relative(&aside));
+            Ok(BTreeMap::new())
+        }
+        Err(err) => bail!(
+            "{err}\nNothing was changed. `cargo xtask gen --repair` sets it aside as {MANIFEST_FILE}.corrupt and writes a new \
+             one from what the templates produce now (unselected variants keep their entries only where their sources match)"
+        ),
+    }
+}
+
+/// The files `gen` owns, with the contents the templates produce now, the manifest last. With
+/// `--kernels`, an unselected variant keeps its entry: the one rendered now where its source
+/// on disk is what the templates produce, else the previous manifest's where its source
+/// exists, so that the manifest describes the sources in generated/ and forgets none.
+fn expected_files<'r>(
+    project: &Project,
+    rendered: &'r [Rendered],
+    selection: &Selection,
+    previous: &BTreeMap<String, Entry>,
+) -> Result<(Vec<(PathBuf, Cow<'r, str>)>, Vec<String>)> {
+    let mut files: Vec<(PathBuf, Cow<'r, str>)> = Vec::new();
+    let mut variants = Vec::new();
+    let mut unlisted = Vec::new();
+    for r in rendered {
+        let name = &r.entry.variant.name;
+        let path = project.root.join(&r.entry.source);
+        if selection.matches(name) {
+            files.push((path, Cow::Borrowed(&r.source)));
+            variants.push(r.entry.clone());
+        } else if std::fs::read(&path).is_ok_and(|on_disk| on_disk == r.source.as_bytes()) {
+            variants.push(r.entry.clone());
+        } else if let Some(entry) = previous.get(name).filter(|_| path.is_file()) {
+            variants.push(entry.clone());
+        } else {
+            unlisted.push(name.clone());
+        }
+    }
     let manifest = Manifest { format: FORMAT, variants };
     let json = serde_json::to_string_pretty(&manifest)? + "\n";
-    files.push((project.generated_dir().join(MANIFEST_FILE), json));
-    Ok(files)
+    files.push((project.generated_dir().join(MANIFEST_FILE), Cow::Owned(json)));
+    Ok((files, unlisted))
 }
 
 /// Sources in generated/ that no declared variant renders to.
@@ -65,7 +99,7 @@ fn orphans(project: &Project, rendered: &[Rendered]) -> Result<Vec<PathBuf>> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let declared: Vec<PathBuf> = rendered.iter().map(|r| project.root.join(&r.entry.source)).collect();
+    let declared: BTreeSet<PathBuf> = rendered.iter().map(|r| project.root.join(&r.entry.source)).collect();
     let mut orphans = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let path = entry?.path();
@@ -77,47 +111,76 @@ fn orphans(project: &Project, rendered: &[Rendered]) -> Result<Vec<PathBuf>> {
     Ok(orphans)
 }
 
-pub fn run(project: &Project, selection: &Selection, check: bool) -> Result<()> {
+pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) -> Result<()> {
     let rendered = expand(project)?;
     let selected = rendered.iter().filter(|r| selection.matches(&r.entry.variant.name)).count();
     if selected == 0 {
         bail!("--kernels matches none of the {} declared variants", rendered.len());
     }
-    let files = expected_files(project, &rendered, selection)?;
+    if check {
+        return check_fresh(project, &rendered, selection, selected);
+    }
+    let _lock = project::lock(project, &project.generated_lock(), true, "another gen or a build reading generated/")?;
+    let previous = previous(project, repair)?;
+    let (files, unlisted) = expected_files(project, &rendered, selection, &previous)?;
     let orphans = orphans(project, &rendered)?;
 
-    if check {
-        let mut stale = Vec::new();
-        for (path, contents) in &files {
-            match std::fs::read_to_string(path) {
-                Ok(existing) if existing == *contents => {}
-                Ok(_) => stale.push(format!("  {} (differs from what the templates produce)", project.relative(path))),
-                Err(_) => stale.push(format!("  {} (missing)", project.relative(path))),
-            }
-        }
-        for path in &orphans {
-            stale.push(format!("  {} (no declared variant renders it)", project.relative(path)));
-        }
-        if !stale.is_empty() {
-            bail!("{} generated file(s) are stale; run `cargo xtask gen`:\n{}", stale.len(), stale.join("\n"));
-        }
-        println!("generated/ is up to date: {selected} variant(s) checked");
-        return Ok(());
-    }
-
+    // Sources first, the manifest last: until it is written, builds compile what the old one
+    // describes, and refuse sources whose SHA-256 it does not list.
+    let (manifest, sources) = files.split_last().expect("the manifest is the last file");
+    let write = |(path, contents): &(PathBuf, Cow<'_, str>)| {
+        write_atomic(path, contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+    };
     let mut written = 0;
-    for (path, contents) in &files {
-        if write_atomic(path, contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()))? {
-            written += 1;
-        }
+    for outcome in parallel::map(sources, write) {
+        written += usize::from(outcome?);
     }
+    written += usize::from(write(manifest)?);
     for path in &orphans {
-        std::fs::remove_file(path).with_context(|| format!("cannot remove {}", path.display()))?;
+        remove_if_there(path)?;
     }
     println!(
         "{selected} variant(s) rendered into {}: {written} file(s) written, {} removed, the rest unchanged",
         project.relative(&project.generated_dir()),
         orphans.len()
     );
+    if !unlisted.is_empty() {
+        println!(
+            "{} unselected variant(s) have no current source and no manifest entry, so they are not listed until generated: {}",
+            unlisted.len(),
+            unlisted.join(", ")
+        );
+    }
     Ok(())
+}
+
+/// `gen --check`: writes nothing, and fails listing the files that differ.
+fn check_fresh(project: &Project, rendered: &[Rendered], selection: &Selection, selected: usize) -> Result<()> {
+    let previous = manifest::read::<Manifest>(&project.generated_dir().join(MANIFEST_FILE))
+        .map(|m| m.variants.into_iter().map(|e| (e.variant.name.clone(), e)).collect())
+        .unwrap_or_default();
+    let (files, _) = expected_files(project, rendered, selection, &previous)?;
+    let mut stale = Vec::new();
+    for (path, contents) in &files {
+        match std::fs::read_to_string(path) {
+            Ok(existing) if existing == *contents => {}
+            Ok(_) => stale.push(format!("  {} (differs from what the templates produce)", project.relative(path))),
+            Err(_) => stale.push(format!("  {} (missing)", project.relative(path))),
+        }
+    }
+    for path in &orphans(project, rendered)? {
+        stale.push(format!("  {} (no declared variant renders it)", project.relative(path)));
+    }
+    if !stale.is_empty() {
+        bail!("{} generated file(s) are stale; run `cargo xtask gen`:\n{}", stale.len(), stale.join("\n"));
+    }
+    println!("generated/ is up to date: {selected} variant(s) checked");
+    Ok(())
+}
+
+fn remove_if_there(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err).with_context(|| format!("cannot remove {}", path.display())),
+        _ => Ok(()),
+    }
 }

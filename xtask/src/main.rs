@@ -4,6 +4,7 @@ mod build;
 mod bundle;
 mod gen;
 mod list;
+mod parallel;
 mod project;
 mod registry;
 mod render;
@@ -33,8 +34,12 @@ enum Command {
     /// Render every variant of variants.toml into generated/ and write generated/manifest.json.
     Gen {
         /// Write nothing; fail listing the files that differ from what the templates produce.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "repair")]
         check: bool,
+        /// Set an unreadable generated/manifest.json aside as manifest.json.corrupt and write a
+        /// new one from what the templates produce now.
+        #[arg(long)]
+        repair: bool,
         #[command(flatten)]
         kernels: Kernels,
     },
@@ -127,6 +132,9 @@ fn run(cli: Cli) -> Result<()> {
     let project = match cli.root {
         Some(root) => {
             let root = std::path::absolute(&root)?;
+            if root.is_file() {
+                anyhow::bail!("--root {}: is a file; give the project folder, the one holding variants.toml", root.display());
+            }
             if !root.is_dir() {
                 anyhow::bail!("--root {}: the project folder does not exist", root.display());
             }
@@ -135,7 +143,7 @@ fn run(cli: Cli) -> Result<()> {
         None => Project::workspace(),
     };
     match cli.command {
-        Command::Gen { check, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check),
+        Command::Gen { check, repair, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check, repair),
         Command::Build { compile, repair, kernels } => build::run(&project, &Selection::new(&kernels.globs)?, &compile.options(repair)),
         Command::Bundle { out, compile } => bundle::run(&project, out, &compile.options(false)),
         Command::Bench { args } => bundle::run_program(&project, "bench", &args),

@@ -1,5 +1,6 @@
 //! Where a tilesmith project keeps its files.
 
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 
 /// The folders and files one `xtask` run works on.
@@ -27,6 +28,11 @@ impl Project {
         self.root.join("generated")
     }
 
+    /// Held by `gen` while it writes generated/, and shared by builds while they read it.
+    pub fn generated_lock(&self) -> PathBuf {
+        self.generated_dir().join(".lock")
+    }
+
     pub fn registry_dir(&self) -> PathBuf {
         self.root.join("registry")
     }
@@ -35,6 +41,46 @@ impl Project {
     pub fn relative(&self, path: &Path) -> String {
         path.strip_prefix(&self.root).unwrap_or(path).display().to_string()
     }
+}
+
+/// Takes a lock on `path` (created if needed) for as long as the returned file lives:
+/// exclusive for a writer, shared for a reader. While another process holds it, says so,
+/// naming the file and `holder` (what holds such locks), and waits.
+pub fn lock(project: &Project, path: &Path, exclusive: bool, holder: &str) -> anyhow::Result<File> {
+    use anyhow::Context;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let attempt = if exclusive { file.try_lock() } else { file.try_lock_shared() };
+    match attempt {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            eprintln!("waiting for {holder}, which holds {}", project.relative(path));
+            let waited = if exclusive { file.lock() } else { file.lock_shared() };
+            waited.with_context(|| format!("cannot lock {}", path.display()))?;
+            eprintln!("it finished; going on");
+        }
+        Err(TryLockError::Error(err)) => return Err(err).with_context(|| format!("cannot lock {}", path.display())),
+    }
+    Ok(file)
+}
+
+/// Moves an unreadable file aside as `<name>.corrupt`, or `<name>.corrupt.1`, `.2`, ... where
+/// earlier ones are kept; returns where it went.
+pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let aside = (0..)
+        .map(|n| path.with_file_name(if n == 0 { format!("{name}.corrupt") } else { format!("{name}.corrupt.{n}") }))
+        .find(|candidate| !candidate.exists())
+        .expect("an unused name");
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
 }
 
 /// Writes `contents` to `path` through a temporary file and a rename, so that readers never see

@@ -5,12 +5,14 @@
 //! and a broken index is refused, never taken for an empty registry.
 
 use crate::build::Job;
-use crate::project::{write_atomic, Project};
+use crate::project::{self, write_atomic, Project};
+use crate::select::Selection;
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use tilesmith_spec::manifest::Check as _;
 use tilesmith_spec::manifest::{self, fatbin_file, record_file, FORMAT, MANIFEST_FILE};
 use tilesmith_spec::{Built, Manifest, Registry, Resources};
 
@@ -31,23 +33,7 @@ impl RegistryDir {
     /// removes the temporary files an interrupted build left behind.
     pub fn lock(project: &Project) -> Result<RegistryDir> {
         let dir = project.registry_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let path = dir.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                eprintln!("waiting for another build, which holds {}", project.relative(&path));
-                lock.lock().with_context(|| format!("cannot lock {}", path.display()))?;
-                eprintln!("the other build finished; going on");
-            }
-            Err(TryLockError::Error(err)) => return Err(err).with_context(|| format!("cannot lock {}", path.display())),
-        }
+        let lock = project::lock(project, &dir.join(LOCK_FILE), true, "another build")?;
         let registry = RegistryDir { dir, _lock: lock };
         registry.remove_temporaries()?;
         Ok(registry)
@@ -82,8 +68,7 @@ impl RegistryDir {
         }
         let Err(err) = manifest::read::<Registry>(&path) else { return Ok(()) };
         if repair {
-            let aside = self.dir.join(SET_ASIDE);
-            std::fs::rename(&path, &aside).with_context(|| format!("cannot move {} aside", path.display()))?;
+            let aside = project::set_aside(&path).with_context(|| format!("cannot move {} aside", path.display()))?;
             eprintln!("{err}\nset aside as {}; the index is rebuilt from the per-variant records", aside.display());
             return Ok(());
         }
@@ -94,28 +79,43 @@ impl RegistryDir {
         )
     }
 
-    /// The records of declared variants whose fatbins are there and unchanged.
-    pub fn records(&self, manifest: &Manifest) -> BTreeMap<String, Built> {
+    /// The records of declared variants whose fatbins are there and unchanged, and the
+    /// unselected variants whose record or fatbin is broken: those are compiled again too, so
+    /// that the index never silently loses them.
+    pub fn records(&self, manifest: &Manifest, selection: &Selection) -> (BTreeMap<String, Built>, Vec<String>) {
         let mut records = BTreeMap::new();
+        let mut broken = Vec::new();
         for entry in &manifest.variants {
             let name = &entry.variant.name;
             let path = self.dir.join(record_file(name));
             if !path.exists() {
                 continue;
             }
-            match self.read_record(&path) {
+            match self.read_record(name, &path) {
                 Ok(built) => {
                     records.insert(name.clone(), built);
                 }
-                Err(problem) => eprintln!("{name}: {problem}; it will be compiled again"),
+                Err(problem) => {
+                    let also = if selection.matches(name) { "" } else { " (although not selected)" };
+                    eprintln!("{name}: {problem}; it will be compiled again{also}");
+                    if !selection.matches(name) {
+                        broken.push(name.clone());
+                    }
+                }
             }
         }
-        records
+        (records, broken)
     }
 
-    fn read_record(&self, path: &Path) -> Result<Built, String> {
+    /// A variant's record, refused where it does not parse, breaks a manifest rule, is the
+    /// record of another variant, or its fatbin no longer has the recorded SHA-256.
+    fn read_record(&self, name: &str, path: &Path) -> Result<Built, String> {
         let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let built: Built = serde_json::from_str(&text).map_err(|err| format!("{} does not parse ({err})", path.display()))?;
+        if built.entry.variant.name != name {
+            return Err(format!("{} holds the record of another variant, `{}`", path.display(), built.entry.variant.name));
+        }
+        built.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
         let fatbin = self.dir.join(&built.fatbin);
         match sha256_file(&fatbin) {
             Ok(hash) if hash == built.fatbin_sha256 => Ok(built),
@@ -135,6 +135,14 @@ impl RegistryDir {
         let json = serde_json::to_string_pretty(&built).map_err(|err| err.to_string())? + "\n";
         write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
         Ok(built)
+    }
+
+    /// A private file for a copy of a source that nvcc compiles; a short name, since nvcc
+    /// makes longer ones from it.
+    pub fn private_source(&self) -> PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        self.dir.join(format!(".source.{}.{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// Removes a variant's fatbin and record.
@@ -160,10 +168,11 @@ impl RegistryDir {
         Ok(index)
     }
 
-    /// Removes the fatbins and records of variants that variants.toml no longer declares.
-    pub fn remove_undeclared(&self, manifest: &Manifest) -> Result<()> {
-        let declared: BTreeSet<String> =
-            manifest.variants.iter().flat_map(|e| [fatbin_file(&e.variant.name), record_file(&e.variant.name)]).collect();
+    /// Removes the fatbins and records of variants that neither generated/manifest.json nor
+    /// variants.toml (`declared`, when it reads) lists.
+    pub fn remove_undeclared(&self, manifest: &Manifest, declared: &Option<BTreeSet<String>>) -> Result<()> {
+        let names = manifest.variants.iter().map(|e| &e.variant.name).chain(declared.iter().flatten());
+        let declared: BTreeSet<String> = names.flat_map(|name| [fatbin_file(name), record_file(name)]).collect();
         for path in self.files()? {
             let name = file_name(&path);
             let ours = name.ends_with(".fatbin") || (name.ends_with(".json") && name != MANIFEST_FILE);

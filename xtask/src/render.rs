@@ -3,11 +3,11 @@
 use crate::project::Project;
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use tera::{Context, Tera};
-use tilesmith_spec::launch::{self, Access, GridRule, LaunchSpec, Param, ParamKind};
-use tilesmith_spec::{arch, axes, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
+use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
+use tilesmith_spec::{axes, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -62,10 +62,6 @@ impl Renderer {
         let decl: LaunchDecl = toml::from_str(&declaration).map_err(|err| {
             fail(format!("template {template}: its launch contract (emit = \"launch\") {}", toml_problem(&declaration, &err)))
         })?;
-        check_launch(&decl, declared).map_err(|rule| fail(format!("template {template}: {rule}")))?;
-        ctx.insert("emit", "source");
-        ctx.insert("signature", &signature(&decl.params));
-        let source = render(&ctx)?;
         let shape_multiple = match (variant.is_checked(), &variant.kind) {
             (true, _) => [1, 1, 1],
             (false, Kind::Gemm { tile, .. }) => *tile,
@@ -75,6 +71,7 @@ impl Renderer {
             variant: variant.clone(),
             template: template.clone(),
             source: format!("generated/{}.cu", variant.name),
+            source_sha256: String::new(),
             entry: variant.name.clone(),
             launch: LaunchSpec {
                 block: decl.block,
@@ -86,7 +83,13 @@ impl Renderer {
             requires: Requirements { shape_multiple, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
         };
-        Ok(Rendered { entry, source: tidy(&source) })
+        // The contract is checked before the source is rendered from it.
+        entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;
+        ctx.insert("emit", "source");
+        ctx.insert("signature", &signature(&entry.launch.params));
+        let source = tidy(&render(&ctx)?);
+        let entry = Entry { source_sha256: sha256_hex(source.as_bytes()), ..entry };
+        Ok(Rendered { entry, source })
     }
 }
 
@@ -108,122 +111,6 @@ struct LaunchDecl {
 
 fn no_cluster() -> [u32; 3] {
     [1, 1, 1]
-}
-
-/// The rules a launch contract must meet, whatever the template.
-fn check_launch(decl: &LaunchDecl, declared: &Declared) -> Result<(), String> {
-    let variant = &declared.variant;
-    let threads: u64 = decl.block.iter().map(|&b| u64::from(b)).product();
-    if decl.block.contains(&0) || threads > 1024 {
-        return Err(format!("block {:?} must have 1 to 1024 threads, none of its sides 0", decl.block));
-    }
-    let cluster_blocks: u32 = decl.cluster.iter().product();
-    if decl.cluster.contains(&0) || cluster_blocks > 8 {
-        return Err(format!("cluster {:?} must have 1 to 8 blocks, none of its sides 0", decl.cluster));
-    }
-    match decl.grid {
-        GridRule::SplitK { splits, .. } if decl.cluster != [splits, 1, 1] => {
-            return Err(format!(
-                "cluster {:?}: the split_k grid rule launches a cluster of [{splits}, 1, 1] per tile, one block per slice of K",
-                decl.cluster
-            ));
-        }
-        GridRule::SplitK { .. } => {}
-        _ if cluster_blocks > 1 && (decl.cluster[1..] != [1, 1] || !matches!(decl.grid, GridRule::Persistent { .. })) => {
-            return Err(format!("cluster {:?}: clusters run along M ([n, 1, 1]) with the persistent grid rule", decl.cluster));
-        }
-        _ => {}
-    }
-    let [tm, tn] = decl.grid.tile();
-    if tm == 0 || tn == 0 {
-        return Err(format!("the grid rule needs tiles of at least 1x1, got {tm}x{tn}"));
-    }
-    for sass in &declared.backend.sass {
-        let limit = arch::smem_limit(sass).unwrap_or(0);
-        if decl.dynamic_smem_bytes > limit {
-            return Err(format!("needs {} bytes of dynamic shared memory, over the {limit}-byte limit of {sass}", decl.dynamic_smem_bytes));
-        }
-    }
-    if decl.ld_multiple == 0 {
-        return Err("ld_multiple must be at least 1".into());
-    }
-    if !decl.ptr_align_bytes.is_power_of_two() {
-        return Err(format!("ptr_align_bytes must be a power of two, got {}", decl.ptr_align_bytes));
-    }
-    let family = variant.family();
-    let mut names = BTreeSet::new();
-    for param in &decl.params {
-        if !is_c_identifier(&param.name) {
-            return Err(format!("parameter name `{}` is not a C identifier", param.name));
-        }
-        if !names.insert(param.name.as_str()) {
-            return Err(format!("parameter `{}` is declared twice", param.name));
-        }
-        match param.kind {
-            ParamKind::Pointer { operand, access } => match launch::operands(family).iter().find(|(o, _)| *o == operand) {
-                None => {
-                    return Err(format!(
-                        "parameter `{}` points to operand {}, which a {family} call does not pass",
-                        param.name,
-                        operand.as_str()
-                    ))
-                }
-                Some((_, expected)) if *expected != access => {
-                    return Err(format!(
-                        "parameter `{}` declares {access:?} access to {}, but a {family} kernel must {expected:?} it",
-                        param.name,
-                        operand.as_str()
-                    ))
-                }
-                Some(_) => {}
-            },
-            ParamKind::I32 { value } => {
-                if !launch::quantities(family).contains(&value) {
-                    return Err(format!("parameter `{}` takes {}, which a {family} call does not give", param.name, value.as_str()));
-                }
-            }
-            ParamKind::TensorMap { operand, box_, swizzle } => {
-                let name = &param.name;
-                if !launch::operands(family).iter().any(|(o, _)| *o == operand) {
-                    return Err(format!("parameter `{name}` maps operand {}, which a {family} call does not pass", operand.as_str()));
-                }
-                if ![32, 64, 128].contains(&swizzle) {
-                    return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
-                }
-                if box_.iter().any(|&b| !(1..=256).contains(&b)) {
-                    return Err(format!("parameter `{name}`: box sides must be 1 to 256 elements, got {box_:?}"));
-                }
-                let row_bytes = box_[0] * variant.dtype.size_bytes();
-                if row_bytes > swizzle || row_bytes % 16 != 0 {
-                    return Err(format!("parameter `{name}`: a box row of {row_bytes} bytes must be a multiple of 16 and at most the {swizzle}-byte swizzle"));
-                }
-            }
-        }
-    }
-    for (operand, _) in launch::operands(family) {
-        let count = |tensor_map: bool| {
-            decl.params
-                .iter()
-                .filter(|p| match p.kind {
-                    ParamKind::Pointer { operand: o, .. } => !tensor_map && o == *operand,
-                    ParamKind::TensorMap { operand: o, .. } => tensor_map && o == *operand,
-                    ParamKind::I32 { .. } => false,
-                })
-                .count()
-        };
-        let (pointers, maps) = (count(false), count(true));
-        if pointers + maps == 0 || pointers > 1 || maps > 1 {
-            return Err(format!(
-                "a {family} kernel takes operand {} as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
-                operand.as_str()
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn is_c_identifier(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The kernel's parameter declarations, in the contract's order.
@@ -300,6 +187,11 @@ fn context(declared: &Declared) -> Context {
         ctx.insert("b_row_major", &layout.b_row_major());
     }
     ctx
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// Trims trailing spaces and runs of blank lines that template tags leave behind.

@@ -273,9 +273,10 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
 
     // A changed source recompiles that variant alone.
     let source = project.path().join("generated/transpose_64x64.cu");
-    let mut text = std::fs::read_to_string(&source).unwrap();
-    text.push_str("// touched\n");
-    std::fs::write(&source, text).unwrap();
+    let template = project.path().join("kernel-templates/transpose.cu.tera");
+    let template_text = std::fs::read_to_string(&template).unwrap();
+    std::fs::write(&template, format!("{template_text}\n{{% if checked %}}// touched{{% endif %}}\n")).unwrap();
+    succeeds(root, &["gen"]);
     let out = succeeds(root, &["build"]);
     assert!(out.contains("1 up to date, 1 to compile"), "{out}");
     assert_ne!(modified(&checked), checked_time);
@@ -283,8 +284,6 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
 
     // A compile error in the checked variant only: it fails, named, pointing at the template line;
     // the unchecked one still builds.
-    let template = project.path().join("kernel-templates/transpose.cu.tera");
-    let template_text = std::fs::read_to_string(&template).unwrap();
     let broken = template_text.replacen(
         "            v = *reinterpret_cast<const Vec*>(p);\n        } else if",
         "            v = *reinterpret_cast<const Vec*>(p);\n            v.not_a_member = 1;\n        } else if",
@@ -294,9 +293,6 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     std::fs::write(&template, &broken).unwrap();
     let broken_line = broken.lines().position(|l| l.contains("not_a_member")).unwrap() + 1;
     succeeds(root, &["gen"]);
-    std::fs::write(&source, std::fs::read_to_string(&source).unwrap() + "\n").unwrap();
-    let source_unchecked = project.path().join("generated/transpose_64x64_unchecked.cu");
-    std::fs::write(&source_unchecked, std::fs::read_to_string(&source_unchecked).unwrap() + "\n").unwrap();
     let out = fails(root, &["build"]);
     assert!(out.contains("1 variant(s) failed to build:\ntranspose_64x64:"), "{out}");
     assert!(out.contains("not_a_member"), "{out}");
@@ -692,4 +688,317 @@ fn tuning_tables_are_checked_then_carried_into_the_registry() {
     std::fs::remove_dir_all(&tables).unwrap();
     succeeds(root, &["build"]);
     assert!(!carried.exists());
+}
+
+/// Runs xtask with `--root` and extra environment variables.
+fn xtask_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.arg("--root").arg(root).args(args);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("xtask runs")
+}
+
+fn fatbins(project: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(project.join("registry"))
+        .map(|dir| dir.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.retain(|name| name.ends_with(".fatbin"));
+    names.sort();
+    names
+}
+
+fn manifest_names(project: &Path) -> Vec<String> {
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(project.join("generated/manifest.json")).unwrap()).unwrap();
+    manifest.variants.into_iter().map(|e| e.variant.name).collect()
+}
+
+/// Appends a comment to the transpose template, so that every source changes.
+fn touch_template(project: &Path, comment: &str) {
+    let template = project.join("kernel-templates/transpose.cu.tera");
+    let text = std::fs::read_to_string(&template).unwrap();
+    std::fs::write(&template, format!("{text}\n// {comment}\n")).unwrap();
+}
+
+// Issue 13, item 1: an unreadable, missing or older generated manifest never makes a selective
+// gen forget variants, and so never makes the next build delete their fatbins.
+#[test]
+fn gen_refuses_an_unreadable_manifest_and_a_selection_forgets_no_variant() {
+    let project = generated(&six_transposes());
+    let root = project.path();
+    succeeds(Some(root), &["build"]);
+    let manifest = root.join("generated/manifest.json");
+    let good = std::fs::read_to_string(&manifest).unwrap();
+    let conflicted = format!("<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> other\n");
+    for bad in [conflicted.as_str(), r#"{"format": 1, "variants": []}"#] {
+        std::fs::write(&manifest, bad).unwrap();
+        let out = fails(Some(root), &["gen", "--kernels", "transpose_64x64_f16*"]);
+        assert!(out.contains(&format!("{}: ", manifest.display())) && out.contains("gen --repair"), "{out}");
+        assert_eq!(std::fs::read_to_string(&manifest).unwrap(), bad, "the manifest is left as it was");
+    }
+    let out = succeeds(Some(root), &["gen", "--repair", "--kernels", "transpose_64x64_f16*"]);
+    assert!(out.contains("set aside as generated/manifest.json.corrupt"), "{out}");
+    assert_eq!(manifest_names(root).len(), 6, "unselected variants whose sources match keep their entries");
+    std::fs::remove_file(&manifest).unwrap();
+    succeeds(Some(root), &["gen", "--kernels", "transpose_64x64_f16*"]);
+    assert_eq!(manifest_names(root).len(), 6, "a missing manifest loses no variant either");
+    succeeds(Some(root), &["build", "--kernels", "transpose_64x64_f16*"]);
+    assert_eq!(fatbins(root).len(), 6, "no fatbin was deleted: {:?}", fatbins(root));
+
+    // A manifest that lost entries (written by hand, or by an older tilesmith) still costs no
+    // builds: variants.toml declares them.
+    let mut trimmed: Manifest = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    trimmed.variants.retain(|e| e.variant.name.starts_with("transpose_64x64_f16"));
+    std::fs::write(&manifest, serde_json::to_string_pretty(&trimmed).unwrap()).unwrap();
+    succeeds(Some(root), &["build", "--kernels", "transpose_64x64_f16*"]);
+    assert_eq!(fatbins(root).len(), 6, "{:?}", fatbins(root));
+}
+
+// Issue 13, item 2: what is recorded as built is the bytes nvcc compiled, whatever happens to
+// generated/ meanwhile. The launcher changes the generated source while "nvcc" runs and puts it
+// back afterwards, as a gen and a reverting gen during a build would.
+#[test]
+fn a_source_changed_during_its_compile_is_never_recorded_as_current() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = project.path();
+    let source = root.join("generated/transpose_64x64.cu");
+    let launcher = root.join("meddle");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\ncp '{s}' '{s}.orig'\necho '__device__ int tampered_marker;' >> '{s}'\n\"$@\"\nrc=$?\nmv '{s}.orig' '{s}'\nexit $rc\n",
+            s = source.display()
+        ),
+    )
+    .unwrap();
+    make_executable(&launcher);
+    succeeds(Some(root), &["build", "--launcher", launcher.to_str().unwrap()]);
+    let cuobjdump = toolchain_cuobjdump();
+    let symbols = cuobjdump(&cuobjdump, &root.join("registry/transpose_64x64.fatbin"), "--dump-elf-symbols");
+    assert!(!symbols.contains("tampered_marker"), "the fatbin holds code no generated source has:\n{symbols}");
+    let out = succeeds(Some(root), &["build"]);
+    assert!(out.contains("2 up to date, 0 to compile"), "{out}");
+
+    // A source that is not what the manifest lists (edited by hand, or a gen cut short) is
+    // refused, and its earlier build kept.
+    std::fs::write(&source, std::fs::read_to_string(&source).unwrap() + "// edited\n").unwrap();
+    touch_template(root, "changed");
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("generated/transpose_64x64.cu is not the source generated/manifest.json lists"), "{out}");
+    assert!(root.join("registry/transpose_64x64.fatbin").is_file());
+}
+
+fn toolchain_cuobjdump() -> PathBuf {
+    let out = succeeds(None, &["toolchain"]);
+    let line = out.lines().find_map(|l| l.strip_prefix("cuobjdump: ")).expect("cuobjdump listed");
+    PathBuf::from(line.trim())
+}
+
+// Issue 13, item 3: gens take a lock; concurrent ones lose no update and trip over no file.
+#[test]
+fn concurrent_gens_wait_for_each_other_and_lose_nothing() {
+    let project = generated(&six_transposes());
+    let root = project.path();
+    for round in 0..3 {
+        touch_template(root, &format!("round {round}"));
+        for orphan in 0..20 {
+            std::fs::write(root.join(format!("generated/transpose_old_{orphan}.cu")), "").unwrap();
+        }
+        let spawn = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_xtask"))
+                .arg("--root")
+                .arg(root)
+                .args(args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let runs = [
+            spawn(&["gen", "--kernels", "*_f16*"]),
+            spawn(&["gen", "--kernels", "*_bf16*"]),
+            spawn(&["gen", "--kernels", "*_f32*"]),
+            spawn(&["gen", "--kernels", "*_f16*"]),
+        ];
+        for run in runs {
+            let output = run.wait_with_output().unwrap();
+            assert!(output.status.success(), "round {round}: {}", text(&output));
+        }
+        succeeds(Some(root), &["gen", "--check"]);
+    }
+}
+
+// Issue 13, item 4: a launcher that cannot start stops the build before it touches anything.
+#[test]
+fn a_launcher_that_cannot_start_deletes_no_build() {
+    let project = generated(&six_transposes());
+    let root = project.path();
+    succeeds(Some(root), &["build"]);
+    touch_template(root, "changed");
+    succeeds(Some(root), &["gen"]);
+    let before: Vec<Vec<u8>> = fatbins(root).iter().map(|f| std::fs::read(root.join("registry").join(f)).unwrap()).collect();
+    let out = fails(Some(root), &["build", "--launcher", "/nonexistent/sccache"]);
+    assert!(out.contains("the compiler launcher `/nonexistent/sccache`") && out.contains("the registry is unchanged"), "{out}");
+    let output = xtask_env(root, &["build"], &[("TILESMITH_NVCC_LAUNCHER", "no-such-sccache-here")]);
+    assert!(!output.status.success());
+    assert!(text(&output).contains("`no-such-sccache-here`"), "{}", text(&output));
+    let after: Vec<Vec<u8>> = fatbins(root).iter().map(|f| std::fs::read(root.join("registry").join(f)).unwrap()).collect();
+    assert_eq!(after.len(), 6);
+    assert!(before == after, "no fatbin changed");
+    assert_eq!(records(root).len(), 6);
+}
+
+// Issue 13, item 6: tuning tables that the dispatcher could not trust are refused by name.
+#[test]
+fn tuning_as_a_file_or_tables_with_nonsense_are_refused() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = project.path();
+    let tables = root.join("tuning");
+    std::fs::write(&tables, "not a folder").unwrap();
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("is not a folder of tuning tables"), "{out}");
+    assert!(!root.join("registry/manifest.json").exists(), "nothing was built");
+    std::fs::remove_file(&tables).unwrap();
+    std::fs::create_dir(&tables).unwrap();
+    let table = |name: &str, device: &str, ms: &str, shape: &str| {
+        let json = format!(
+            r#"{{"format": 1, "device": {{"name": "{device}", "capability": [9, 0], "sms": 132}}, "compiler": "",
+            "entries": [{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [12, 12, 12]}},
+            "shape": {shape}, "cublas_ms": 1.0, "ranked": [{{"variant": "transpose_64x64", "strategy": "direct", "ms": {ms}}}]}}]}}"#
+        );
+        std::fs::write(tables.join(name), json).unwrap();
+    };
+    for (ms, shape, rule) in [
+        ("-1.0", "[4096, 4096, 4096]", "has time -1 ms"),
+        ("0.0", "[4096, 4096, 4096]", "has time 0 ms"),
+        ("1.0", "[0, 4096, 4096]", "no zero dimension"),
+    ] {
+        table("GPU-132sm.json", "GPU", ms, shape);
+        let out = fails(Some(root), &["build"]);
+        assert!(out.contains("GPU-132sm.json") && out.contains(rule), "{rule}: {out}");
+    }
+    table("GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("whose table is named Other_GPU-132sm.json"), "{out}");
+    std::fs::remove_file(tables.join("GPU-132sm.json")).unwrap();
+    table("Other_GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
+    std::fs::copy(tables.join("Other_GPU-132sm.json"), tables.join("Other_GPU-132sm-copy.json")).unwrap();
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("whose table is named") || out.contains("are both tables for"), "{out}");
+    std::fs::remove_file(tables.join("Other_GPU-132sm-copy.json")).unwrap();
+    table("Other_GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
+    let json = std::fs::read_to_string(tables.join("Other_GPU-132sm.json")).unwrap().replace("transpose_64x64", "gemm_gone_128x128x32");
+    std::fs::write(tables.join("Other_GPU-132sm.json"), json).unwrap();
+    let out = succeeds(Some(root), &["build"]);
+    assert!(out.contains("ranks 1 variant(s) that variants.toml does not declare") && out.contains("gemm_gone_128x128x32"), "{out}");
+}
+
+// Issue 13, item 7: records and index agree, and repairs keep every set-aside file.
+#[test]
+fn records_of_other_variants_are_refused_and_repairs_keep_earlier_corrupt_files() {
+    let project = generated(&six_transposes());
+    let root = project.path();
+    succeeds(Some(root), &["build"]);
+    let registry = root.join("registry");
+    std::fs::copy(registry.join("transpose_64x64_f16.json"), registry.join("transpose_64x64.json")).unwrap();
+    let out = succeeds(Some(root), &["build"]);
+    assert!(out.contains("holds the record of another variant, `transpose_64x64_f16`"), "{out}");
+    let mut names = built_names(root);
+    names.sort();
+    names.dedup();
+    assert_eq!(built_names(root).len(), 6);
+    assert_eq!(names.len(), 6, "each variant listed once");
+
+    // A corrupt record of a variant outside the selection is compiled again, as said.
+    std::fs::write(registry.join("transpose_64x64_bf16.json"), "{ broken").unwrap();
+    let out = succeeds(Some(root), &["build", "--kernels", "transpose_64x64_f16"]);
+    assert!(out.contains("it will be compiled again (although not selected)"), "{out}");
+    assert!(built_names(root).contains(&"transpose_64x64_bf16".to_string()), "{:?}", built_names(root));
+
+    for _ in 0..2 {
+        std::fs::write(registry.join("manifest.json"), "garbage").unwrap();
+        succeeds(Some(root), &["build", "--repair"]);
+    }
+    assert!(registry.join("manifest.json.corrupt").is_file() && registry.join("manifest.json.corrupt.1").is_file());
+}
+
+/// Variants of the transpose template in which the f16 ones fail to compile.
+fn with_broken_f16(project: &Path) {
+    let template = project.join("kernel-templates/transpose.cu.tera");
+    let text = std::fs::read_to_string(&template).unwrap();
+    std::fs::write(&template, format!("{text}\n{{% if dtype == \"f16\" %}}static_assert(false, \"broken f16\");{{% endif %}}\n")).unwrap();
+    succeeds(Some(project), &["gen"]);
+}
+
+// Issue 13, item 8: the variants' own failures come first, whatever else goes wrong after.
+#[test]
+fn later_errors_never_hide_the_compile_errors() {
+    let project = generated(&six_transposes());
+    let root = project.path();
+    succeeds(Some(root), &["build"]);
+    with_broken_f16(root);
+    // The registry cannot take tuning tables, and the f16 record cannot be removed.
+    std::fs::create_dir_all(root.join("tuning")).unwrap();
+    std::fs::copy(workspace().join("tuning/NVIDIA_H200-132sm.json"), root.join("tuning/NVIDIA_H200-132sm.json")).unwrap();
+    std::fs::remove_dir_all(root.join("registry/tuning")).ok();
+    std::fs::write(root.join("registry/tuning"), "in the way").unwrap();
+    std::fs::remove_file(root.join("registry/transpose_64x64_f16.json")).unwrap();
+    std::fs::create_dir(root.join("registry/transpose_64x64_f16.json")).unwrap();
+    let out = fails(Some(root), &["build"]);
+    let compile = out.find("broken f16").unwrap_or_else(|| panic!("nvcc's error is shown: {out}"));
+    let tuning = out.find("tuning").unwrap_or_else(|| panic!("the tuning error is shown: {out}"));
+    let remove = out.find("cannot remove").unwrap_or_else(|| panic!("the removal error is shown: {out}"));
+    assert!(compile < tuning && compile < remove, "the compile errors come first: {out}");
+    assert!(out.contains("2 variant(s) failed to build"), "{out}");
+    assert!(temporaries(root).is_empty(), "{:?}", temporaries(root));
+}
+
+// Issue 13, item 9: launch contracts that CUDA or nvcc would refuse later are refused at gen.
+#[test]
+fn launch_contracts_are_checked_against_cuda_and_the_variant() {
+    let project = scratch(TRANSPOSE_ONLY);
+    let root = project.path();
+    let template = root.join("kernel-templates/transpose.cu.tera");
+    let original = std::fs::read_to_string(&template).unwrap();
+    let calls = "{{ contract::launch(threads=threads, tm=tm, tn=tn, dynamic_smem_bytes=0, ld_multiple=ld_multiple, ptr_align_bytes=ptr_align) }}\n{{ contract::transpose_params() }}";
+    assert!(original.contains(calls), "the transpose template declares its contract with the partial's macros");
+    let literal = r#"block = [256, 1, 1]
+grid = { rule = "tiles_mn", tm = 64, tn = 64 }
+dynamic_smem_bytes = 0
+ld_multiple = 1
+ptr_align_bytes = 4
+params = [
+    { name = "X", kind = "pointer", operand = "x", access = "read" },
+    { name = "Y", kind = "pointer", operand = "y", access = "write" },
+    { name = "M", kind = "i32", value = "m" },
+    { name = "N", kind = "i32", value = "n" },
+    { name = "ldx", kind = "i32", value = "ldx" },
+    { name = "ldy", kind = "i32", value = "ldy" },
+]"#;
+    std::fs::write(&template, original.replacen(calls, literal, 1)).unwrap();
+    succeeds(Some(root), &["gen"]);
+    std::fs::remove_dir_all(root.join("generated")).unwrap();
+    let m = r#"{ name = "M", kind = "i32", value = "m" },"#;
+    let cases = [
+        ("block = [256, 1, 1]", "block = [1, 4, 64]", ""),
+        ("block = [256, 1, 1]", "block = [1, 1, 256]", "CUDA allows at most [1024, 1024, 64] threads along x, y and z"),
+        ("tm = 64", "tm = 32", "the grid rule walks 32x64 tiles, but the variant's tile is 64x64"),
+        (m, r#"{ name = "int", kind = "i32", value = "m" },"#, "parameter name `int` is reserved"),
+        (m, r#"{ name = "T", kind = "i32", value = "m" },"#, "parameter name `T` is reserved"),
+        (m, r#"{ name = "M", kind = "i32", value = "m", operand = "x" },"#, "parameter `M`: a i32 parameter has no field `operand`"),
+        (m, r#"{ name = "M", kind = "i32", value = "m", colour = 1 },"#, "unknown field `colour`"),
+        (m, "", "a transpose kernel must take M"),
+    ];
+    for (from, to, rule) in cases {
+        std::fs::write(&template, original.replacen(calls, &literal.replacen(from, to, 1), 1)).unwrap();
+        if rule.is_empty() {
+            succeeds(Some(root), &["gen"]);
+            std::fs::remove_dir_all(root.join("generated")).unwrap();
+            continue;
+        }
+        let out = fails(Some(root), &["gen"]);
+        assert!(out.contains(rule), "{rule}: {out}");
+        assert!(!root.join("generated").exists(), "nothing was written");
+    }
 }

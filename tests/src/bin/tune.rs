@@ -234,6 +234,9 @@ fn measure<T: tilesmith_runtime::Element>(
     }
     let mut case = GemmCase::<T>::new(gpu, shape)?;
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
+    if !(cublas_ms.is_finite() && cublas_ms > 0.0) {
+        return Err(format!("cuBLAS timed {cublas_ms} ms on {}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout));
+    }
     let mut workspace = Workspace::new();
     let mut measured: Vec<Candidate> = Vec::new();
     let mut best = f64::INFINITY;
@@ -264,10 +267,21 @@ fn measure<T: tilesmith_runtime::Element>(
                 }
             }
         };
+        if !(ms.is_finite() && ms > 0.0) {
+            bar.println(format!(
+                "warning: {} on {}x{}x{} {dtype} {}: timed {ms} ms; left out",
+                choice.label(),
+                shape.m,
+                shape.n,
+                shape.k,
+                shape.layout
+            ));
+            continue;
+        }
         best = best.min(ms);
         measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
     }
-    Ok(Some(TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured) }))
+    Ok(Some(TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured)? }))
 }
 
 /// Writes the table through a temporary file, so that an interrupt leaves the old one whole.
