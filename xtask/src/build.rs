@@ -569,11 +569,12 @@ fn project_tables(project: &Project) -> Result<Vec<(PathBuf, TuningTable)>> {
         for (path, table) in &tables {
             let unknown = table.unknown_variants(|name| declared.contains(name));
             if !unknown.is_empty() {
+                let more = if unknown.len() > 5 { format!(" and {} more", unknown.len() - 5) } else { String::new() };
                 eprintln!(
-                    "warning: {} ranks {} variant(s) that variants.toml does not declare; the dispatcher skips them (tune again to refresh): {}",
+                    "warning: {} ranks {} variant(s) that variants.toml does not declare; the dispatcher skips them (tune again to refresh): {}{more}",
                     project.relative(path),
                     unknown.len(),
-                    unknown.join(", ")
+                    unknown[..unknown.len().min(5)].join(", ")
                 );
             }
         }

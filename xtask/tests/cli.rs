@@ -225,6 +225,8 @@ fn careless_arguments_get_clear_errors() {
     assert!(out.contains("invalid value '0' for '--jobs <JOBS>'"), "{out}");
     let out = fails(Some(Path::new("/nonexistent/project")), &["gen"]);
     assert!(out.contains("--root /nonexistent/project: the project folder does not exist"), "{out}");
+    let out = fails(Some(&workspace().join("variants.toml")), &["gen"]);
+    assert!(out.contains("variants.toml: is a file; give the project folder, the one holding variants.toml"), "{out}");
 
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_xtask")).arg("toolchain").env("NVCC", dir.path()).output().unwrap();
@@ -272,10 +274,9 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     assert_eq!(modified(&checked), checked_time);
 
     // A changed source recompiles that variant alone.
-    let source = project.path().join("generated/transpose_64x64.cu");
     let template = project.path().join("kernel-templates/transpose.cu.tera");
     let template_text = std::fs::read_to_string(&template).unwrap();
-    std::fs::write(&template, format!("{template_text}\n{{% if checked %}}// touched{{% endif %}}\n")).unwrap();
+    std::fs::write(&template, format!("{template_text}\n{{% if emit == \"source\" and checked %}}// touched{{% endif %}}\n")).unwrap();
     succeeds(root, &["gen"]);
     let out = succeeds(root, &["build"]);
     assert!(out.contains("1 up to date, 1 to compile"), "{out}");
@@ -356,6 +357,18 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         }
         assert!(built.resources.iter().all(|r| r.registers > 0), "{name}: {:?}", built.resources);
     }
+
+    // Issue 13, item 11: a build with nothing to do is quick (1.7 s at 97288c4; the best of
+    // three runs, since other tests share the machine).
+    let fastest = (0..3)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let out = succeeds(None, &["build"]);
+            assert!(out.contains(&format!("{} up to date, 0 to compile", manifest.variants.len())), "{out}");
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    assert!(fastest < 1.2, "a no-op build of the shipped matrix took {fastest:.2} s");
 }
 
 /// Names in the registry's index, in order.
@@ -718,7 +731,7 @@ fn manifest_names(project: &Path) -> Vec<String> {
 fn touch_template(project: &Path, comment: &str) {
     let template = project.join("kernel-templates/transpose.cu.tera");
     let text = std::fs::read_to_string(&template).unwrap();
-    std::fs::write(&template, format!("{text}\n// {comment}\n")).unwrap();
+    std::fs::write(&template, format!("{text}\n{{% if emit == \"source\" %}}// {comment}{{% endif %}}\n")).unwrap();
 }
 
 // Issue 13, item 1: an unreadable, missing or older generated manifest never makes a selective
@@ -774,8 +787,8 @@ fn a_source_changed_during_its_compile_is_never_recorded_as_current() {
     .unwrap();
     make_executable(&launcher);
     succeeds(Some(root), &["build", "--launcher", launcher.to_str().unwrap()]);
-    let cuobjdump = toolchain_cuobjdump();
-    let symbols = cuobjdump(&cuobjdump, &root.join("registry/transpose_64x64.fatbin"), "--dump-elf-symbols");
+    let tool = toolchain_cuobjdump();
+    let symbols = cuobjdump(&tool, &root.join("registry/transpose_64x64.fatbin"), "--dump-elf-symbols");
     assert!(!symbols.contains("tampered_marker"), "the fatbin holds code no generated source has:\n{symbols}");
     let out = succeeds(Some(root), &["build"]);
     assert!(out.contains("2 up to date, 0 to compile"), "{out}");
@@ -818,8 +831,8 @@ fn concurrent_gens_wait_for_each_other_and_lose_nothing() {
         let runs = [
             spawn(&["gen", "--kernels", "*_f16*"]),
             spawn(&["gen", "--kernels", "*_bf16*"]),
-            spawn(&["gen", "--kernels", "*_f32*"]),
-            spawn(&["gen", "--kernels", "*_f16*"]),
+            spawn(&["gen", "--kernels", "transpose_64x64"]),
+            spawn(&["gen", "--kernels", "transpose_64x64_unchecked"]),
         ];
         for run in runs {
             let output = run.wait_with_output().unwrap();
@@ -927,7 +940,11 @@ fn records_of_other_variants_are_refused_and_repairs_keep_earlier_corrupt_files(
 fn with_broken_f16(project: &Path) {
     let template = project.join("kernel-templates/transpose.cu.tera");
     let text = std::fs::read_to_string(&template).unwrap();
-    std::fs::write(&template, format!("{text}\n{{% if dtype == \"f16\" %}}static_assert(false, \"broken f16\");{{% endif %}}\n")).unwrap();
+    std::fs::write(
+        &template,
+        format!("{text}\n{{% if emit == \"source\" and dtype == \"f16\" %}}static_assert(false, \"broken f16\");{{% endif %}}\n"),
+    )
+    .unwrap();
     succeeds(Some(project), &["gen"]);
 }
 
@@ -947,7 +964,7 @@ fn later_errors_never_hide_the_compile_errors() {
     std::fs::create_dir(root.join("registry/transpose_64x64_f16.json")).unwrap();
     let out = fails(Some(root), &["build"]);
     let compile = out.find("broken f16").unwrap_or_else(|| panic!("nvcc's error is shown: {out}"));
-    let tuning = out.find("tuning").unwrap_or_else(|| panic!("the tuning error is shown: {out}"));
+    let tuning = out.find("cannot create").unwrap_or_else(|| panic!("the tuning error is shown: {out}"));
     let remove = out.find("cannot remove").unwrap_or_else(|| panic!("the removal error is shown: {out}"));
     assert!(compile < tuning && compile < remove, "the compile errors come first: {out}");
     assert!(out.contains("2 variant(s) failed to build"), "{out}");
@@ -1001,4 +1018,65 @@ params = [
         assert!(out.contains(rule), "{rule}: {out}");
         assert!(!root.join("generated").exists(), "nothing was written");
     }
+}
+
+/// Transposes in `backends` extra backends of the same template, 6 variants each.
+fn many_transposes(backends: usize, name_len: usize) -> String {
+    let mut toml = TRANSPOSE_ONLY.replace("[[transpose.groups]]\nbounds = [\"checked\", \"unchecked\"]\n", "");
+    let names: Vec<String> = (0..backends).map(|i| format!("b{i:0width$}", width = name_len - 1)).collect();
+    for name in &names {
+        toml.push_str(&format!(
+            "\n[transpose.backends.{name}]\ntemplate = \"transpose.cu.tera\"\nsass = [\"sm_80\"]\nptx = \"compute_80\"\n"
+        ));
+    }
+    let list: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    toml.push_str(&format!(
+        "\n[[transpose.groups]]\nbackend = [{}]\ndtype = [\"f32\", \"f16\", \"bf16\"]\nbounds = [\"checked\", \"unchecked\"]\n",
+        list.join(", ")
+    ));
+    toml
+}
+
+// Issue 13, item 10: names past the documented limit are refused at gen; names at it build.
+#[test]
+fn names_past_200_characters_are_refused_and_names_of_200_build() {
+    // transpose_64x64_bf16_<backend>_unchecked, the longest: 31 characters around the backend's name.
+    let project = scratch(&many_transposes(1, 200 - 31 + 1));
+    let out = fails(Some(project.path()), &["gen"]);
+    assert!(out.contains("the name is 201 characters long; names are at most 200"), "{out}");
+    assert!(!project.path().join("generated").exists());
+    let project = scratch(&many_transposes(1, 200 - 31));
+    succeeds(Some(project.path()), &["gen"]);
+    let out = succeeds(Some(project.path()), &["build", "--kernels", "*_bf16_*_unchecked"]);
+    assert!(out.contains("1 compiled now, 0 failed"), "{out}");
+    assert_eq!(fatbins(project.path())[0].len(), 200 + ".fatbin".len());
+}
+
+// Issue 13, item 11: gen scales linearly. 6,144 variants: gen with nothing to change took
+// about 8 s at 97288c4 (quadratic), under 0.5 s now; the bound leaves room for a busy machine.
+#[test]
+fn gen_of_thousands_of_variants_is_quick() {
+    let project = scratch(&many_transposes(1024, 5));
+    succeeds(Some(project.path()), &["gen"]);
+    let started = std::time::Instant::now();
+    let out = succeeds(Some(project.path()), &["gen"]);
+    let seconds = started.elapsed().as_secs_f64();
+    assert!(out.contains("6144 variant(s) rendered into generated: 0 file(s) written"), "{out}");
+    assert!(seconds < 4.0, "gen of 6,144 variants with nothing to change took {seconds:.2} s");
+}
+
+// Issue 13, item 12: the note on unselected variants built from older sources also covers a
+// change to the source text alone.
+#[test]
+fn unselected_variants_built_from_older_sources_are_named() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = project.path();
+    succeeds(Some(root), &["build"]);
+    touch_template(root, "text only");
+    succeeds(Some(root), &["gen"]);
+    let out = succeeds(Some(root), &["build", "--kernels", "transpose_64x64"]);
+    assert!(
+        out.contains("kept 1 unselected variant(s) built from older sources; build them to refresh: transpose_64x64_unchecked"),
+        "{out}"
+    );
 }
