@@ -112,7 +112,7 @@ impl Gpu {
         }
         // ptxas's static bytes count against the same per-block limit.
         let static_smem = info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0);
-        if entry.launch.dynamic_smem_bytes + static_smem > self.smem_opt_in {
+        if entry.launch.dynamic_smem_bytes.saturating_add(static_smem) > self.smem_opt_in {
             return Err(Error::Refused {
                 name: kernel.name().to_string(),
                 rule: format!(
