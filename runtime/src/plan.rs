@@ -236,7 +236,7 @@ fn arguments(built: &Built, dtype: Dtype, operands: &[OperandArg], quantities: &
 /// less than 2^40 bytes, at most 2^32 elements along each side.
 fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
     let name = o.operand.as_str();
-    if o.addr % 16 != 0 {
+    if !o.addr.is_multiple_of(16) {
         return Err(format!("{name} starts at {:#x}; TMA needs 16-byte-aligned operands", o.addr));
     }
     let row_stride_bytes = (o.ld as u64).saturating_mul(u64::from(dtype.size_bytes()));

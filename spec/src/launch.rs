@@ -363,7 +363,7 @@ impl LaunchSpec {
                         return Err(format!("parameter `{name}`: box sides must be 1 to 256 elements, got {box_:?}"));
                     }
                     let row_bytes = box_[0] * variant.dtype.size_bytes();
-                    if row_bytes > swizzle || row_bytes % 16 != 0 {
+                    if row_bytes > swizzle || !row_bytes.is_multiple_of(16) {
                         return Err(format!(
                             "parameter `{name}`: a box row of {row_bytes} bytes must be a multiple of 16 and at most the {swizzle}-byte swizzle"
                         ));

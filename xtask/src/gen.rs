@@ -60,6 +60,9 @@ fn previous(project: &Project, repair: bool) -> Result<BTreeMap<String, Entry>> 
     }
 }
 
+/// A file gen writes, and its contents.
+type Output<'r> = (PathBuf, Cow<'r, str>);
+
 /// The files `gen` owns, with the contents the templates produce now, the manifest last. With
 /// `--kernels`, an unselected variant keeps its entry: the one rendered now where its source
 /// on disk is what the templates produce, else the previous manifest's where its source
@@ -69,8 +72,8 @@ fn expected_files<'r>(
     rendered: &'r [Rendered],
     selection: &Selection,
     previous: &BTreeMap<String, Entry>,
-) -> Result<(Vec<(PathBuf, Cow<'r, str>)>, Vec<String>)> {
-    let mut files: Vec<(PathBuf, Cow<'r, str>)> = Vec::new();
+) -> Result<(Vec<Output<'r>>, Vec<String>)> {
+    let mut files: Vec<Output<'r>> = Vec::new();
     let mut variants = Vec::new();
     let mut unlisted = Vec::new();
     for r in rendered {
@@ -128,9 +131,8 @@ pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) 
     // Sources first, the manifest last: until it is written, builds compile what the old one
     // describes, and refuse sources whose SHA-256 it does not list.
     let (manifest, sources) = files.split_last().expect("the manifest is the last file");
-    let write = |(path, contents): &(PathBuf, Cow<'_, str>)| {
-        write_atomic(path, contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
-    };
+    let write =
+        |(path, contents): &Output<'_>| write_atomic(path, contents.as_bytes()).with_context(|| format!("cannot write {}", path.display()));
     let mut written = 0;
     for outcome in parallel::map(sources, write) {
         written += usize::from(outcome?);
