@@ -110,7 +110,8 @@ fn find_program(program: &str) -> Option<PathBuf> {
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
-    let tables = project_tables(project)?;
+    let declared = declared_names(project);
+    let tables = project_tables(project, declared.as_ref())?;
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
@@ -123,13 +124,12 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
             );
         }
     }
-    let declared = declared_names(project);
 
     let registry = RegistryDir::lock(project)?;
     registry.check_index(options.repair)?;
     let generated = read_generated(project, selection, &registry)?;
     let manifest = &generated.manifest;
-    let (mut records, broken) = (generated.records, generated.broken);
+    let mut records = generated.records;
     let mut queue = Vec::new();
     let mut failures: Vec<(String, Failure)> =
         generated.stale.into_iter().map(|(name, message)| (name, Failure { own: false, message })).collect();
@@ -141,13 +141,17 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         }
     }
     let selected = manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)).count();
+    let pending: BTreeSet<&str> =
+        queue.iter().map(|j| j.entry.variant.name.as_str()).chain(failures.iter().map(|(name, _)| name.as_str())).collect();
+    let up_to_date =
+        manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) && !pending.contains(e.variant.name.as_str())).count();
     let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
     println!(
         "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {} up to date, {} to compile with {} job(s)",
         nvcc.path.display(),
         nvcc.origin,
         nvcc.version,
-        selected - (queue.len() - broken.len()).min(selected) - failures.len().min(selected),
+        up_to_date,
         queue.len(),
         options.jobs
     );
@@ -250,8 +254,6 @@ struct Generated {
     manifest: Manifest,
     /// The registry's records of declared variants whose fatbins are unchanged.
     records: BTreeMap<String, Built>,
-    /// Unselected variants whose records are unreadable: compiled again, as said.
-    broken: Vec<String>,
     sources: Vec<(Entry, Vec<u8>)>,
     /// Selected variants whose source is missing or is not what the manifest says.
     stale: Vec<(String, String)>,
@@ -264,6 +266,7 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
     if !manifest.variants.iter().any(|e| selection.matches(&e.variant.name)) {
         bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
+    // Unselected variants whose records are broken are compiled again, as the build says.
     let (records, broken) = registry.records(&manifest, selection);
     let selected: Vec<&Entry> =
         manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) || broken.contains(&e.variant.name)).collect();
@@ -286,7 +289,7 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
             Ok(bytes) => sources.push((entry.clone(), bytes)),
         }
     }
-    Ok(Generated { manifest, records, broken, sources, stale })
+    Ok(Generated { manifest, records, sources, stale })
 }
 
 /// The variants variants.toml declares, if it reads: a build removes the fatbins of variants
@@ -562,10 +565,10 @@ fn indent(text: &str) -> String {
 /// The project's tuning tables (`tuning/*.json`, committed), each checked (format, file name,
 /// entries, one table per device), with the variants they rank that the project does not
 /// declare reported.
-fn project_tables(project: &Project) -> Result<Vec<(PathBuf, TuningTable)>> {
+fn project_tables(project: &Project, declared: Option<&BTreeSet<String>>) -> Result<Vec<(PathBuf, TuningTable)>> {
     let tables = TuningTable::read_all(&project.root.join(TUNING_DIR))
         .map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `cargo xtask tune` again"))?;
-    if let Some(declared) = declared_names(project) {
+    if let Some(declared) = declared {
         for (path, table) in &tables {
             let unknown = table.unknown_variants(|name| declared.contains(name));
             if !unknown.is_empty() {
