@@ -1,7 +1,6 @@
 //! One GPU: its context and stream, and the kernels loaded into it, each once, on first use.
 
 use crate::error::{Context as _, Error};
-use crate::kernel::Kernel;
 use crate::plan::{runs_on, Arg, Launch, TensorMapArg};
 use crate::Result;
 use cudarc::driver::sys::{
@@ -14,9 +13,10 @@ use cudarc::nvrtc::Ptx;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::tuning::Device;
-use tilesmith_spec::Dtype;
+use tilesmith_spec::{Built, Dtype};
 
 /// Dynamic shared memory a block gets without opting in.
 const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
@@ -98,12 +98,12 @@ impl Gpu {
 
     /// The kernel's function in this context, loading its fatbin the first time; the fatbin
     /// must still be the one the registry recorded.
-    fn load(&self, kernel: &Kernel) -> Result<CudaFunction> {
-        let info = kernel.info();
+    fn load(&self, info: &Built, fatbin: &Path) -> Result<CudaFunction> {
+        let name = info.entry.variant.name.as_str();
         let entry = &info.entry;
         if !runs_on(&entry.targets, self.capability) {
             return Err(Error::NoCodeForDevice {
-                name: kernel.name().to_string(),
+                name: name.to_string(),
                 has: format!("SASS for {} and PTX for {}", entry.targets.sass.join(", "), entry.targets.ptx),
                 device: self.name.clone(),
                 major: self.capability.0,
@@ -114,7 +114,7 @@ impl Gpu {
         let static_smem = info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0);
         if entry.launch.dynamic_smem_bytes.saturating_add(static_smem) > self.smem_opt_in {
             return Err(Error::Refused {
-                name: kernel.name().to_string(),
+                name: name.to_string(),
                 rule: format!(
                     "it needs {} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
                     entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in
@@ -125,39 +125,38 @@ impl Gpu {
         if let Some(function) = loaded.get(&info.fatbin_sha256) {
             return Ok(function.clone());
         }
-        let unreadable = |reason: String| Error::RegistryUnreadable { path: kernel.fatbin().to_path_buf(), reason };
-        let bytes = std::fs::read(kernel.fatbin()).map_err(|err| unreadable(err.to_string()))?;
+        let unreadable = |reason: String| Error::RegistryUnreadable { path: fatbin.to_path_buf(), reason };
+        let bytes = std::fs::read(fatbin).map_err(|err| unreadable(err.to_string()))?;
         let hash = format!("{:x}", Sha256::digest(&bytes));
         if hash != info.fatbin_sha256 {
             return Err(unreadable(format!(
                 "it is not the fatbin the registry recorded for `{}` (SHA-256 {hash}, recorded {}): rebuild with `cargo xtask build`",
-                kernel.name(),
-                info.fatbin_sha256
+                name, info.fatbin_sha256
             )));
         }
         if entry.entry.contains('\0') {
-            return Err(Error::Refused { name: kernel.name().to_string(), rule: "its entry symbol holds a NUL byte".into() });
+            return Err(Error::Refused { name: name.to_string(), rule: "its entry symbol holds a NUL byte".into() });
         }
-        let what = format!("loading {} from {}", kernel.name(), kernel.fatbin().display());
+        let what = format!("loading {} from {}", name, fatbin.display());
         let module = self.ctx.load_module(Ptx::from_binary(bytes)).during(&what)?;
-        let function =
-            module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, kernel.fatbin().display()))?;
+        let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, fatbin.display()))?;
         if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
             function
                 .set_attribute(
                     CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     entry.launch.dynamic_smem_bytes as i32,
                 )
-                .during(&format!("raising {}'s shared-memory limit", kernel.name()))?;
+                .during(&format!("raising {}'s shared-memory limit", name))?;
         }
         loaded.insert(hash, function.clone());
         Ok(function)
     }
 
     /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
-    pub(crate) fn launch(&self, kernel: &Kernel, launch: Launch) -> Result<()> {
-        let function = self.load(kernel)?;
-        let what = format!("launching {}", kernel.name());
+    pub(crate) fn launch(&self, info: &Built, fatbin: &Path, launch: Launch) -> Result<()> {
+        let function = self.load(info, fatbin)?;
+        let name = info.entry.variant.name.as_str();
+        let what = format!("launching {name}");
         let values = launch
             .args
             .iter()
@@ -167,7 +166,7 @@ impl Gpu {
                 Arg::TensorMap(map) => encode(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
             })
             .collect::<std::result::Result<Vec<_>, _>>()
-            .during(&format!("encoding a tensor map for {}", kernel.name()))?;
+            .during(&format!("encoding a tensor map for {}", name))?;
         if launch.cluster != [1, 1, 1] {
             return self.launch_clusters(&function, &launch, &values).during(&what);
         }

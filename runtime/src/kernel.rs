@@ -139,7 +139,7 @@ impl Kernel {
     /// As [`Kernel::gemm`], on buffers the caller holds on the GPU's stream.
     pub(crate) fn gemm_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3]) -> Result<()> {
         match plan_gemm(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
-            Some(launch) => gpu.launch(self, launch),
+            Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
     }
@@ -157,7 +157,7 @@ impl Kernel {
     /// As [`Kernel::transpose`], on buffers the caller holds on the GPU's stream.
     pub(crate) fn transpose_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<()> {
         match plan_transpose(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
-            Some(launch) => gpu.launch(self, launch),
+            Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
     }

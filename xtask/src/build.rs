@@ -160,7 +160,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let done = Mutex::new(&mut records);
     let outcomes = compile_all(&compiler, &registry, &queue, options.jobs, |job, resources| {
         // Recorded as soon as it is made, so that an interrupted build keeps it.
-        let built = registry.record(job, resources, &nvcc.version)?;
+        let built = registry.record(&job.entry, &job.hash, resources, &nvcc.version)?;
         let mut records = done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         records.insert(job.entry.variant.name.clone(), built);
         registry.write_index(manifest, &records).map(drop)

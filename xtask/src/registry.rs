@@ -4,7 +4,6 @@
 //! is gathered from the records after each one. An interrupted build loses nothing finished,
 //! and a broken index is refused, never taken for an empty registry.
 
-use crate::build::Job;
 use crate::project::{self, write_atomic, Project};
 use crate::select::Selection;
 use anyhow::{bail, Context, Result};
@@ -14,7 +13,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use tilesmith_spec::manifest::Check as _;
 use tilesmith_spec::manifest::{self, fatbin_file, record_file, FORMAT, MANIFEST_FILE};
-use tilesmith_spec::{Built, Manifest, Registry, Resources};
+use tilesmith_spec::{Built, Entry, Manifest, Registry, Resources};
 
 /// Held by the build that writes the registry.
 const LOCK_FILE: &str = ".lock";
@@ -125,12 +124,12 @@ impl RegistryDir {
     }
 
     /// Records a fatbin that has just taken its place.
-    pub fn record(&self, job: &Job, resources: Vec<Resources>, compiler: &str) -> Result<Built, String> {
-        let name = &job.entry.variant.name;
+    pub fn record(&self, entry: &Entry, hash: &str, resources: Vec<Resources>, compiler: &str) -> Result<Built, String> {
+        let name = &entry.variant.name;
         let fatbin = fatbin_file(name);
         let fatbin_sha256 = sha256_file(&self.dir.join(&fatbin)).map_err(|err| format!("cannot read the fatbin just written: {err}"))?;
         let built =
-            Built { entry: job.entry.clone(), fatbin, hash: job.hash.clone(), fatbin_sha256, compiler: compiler.to_string(), resources };
+            Built { entry: entry.clone(), fatbin, hash: hash.to_string(), fatbin_sha256, compiler: compiler.to_string(), resources };
         let path = self.dir.join(record_file(name));
         let json = serde_json::to_string_pretty(&built).map_err(|err| err.to_string())? + "\n";
         write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
