@@ -1,0 +1,256 @@
+// Row-wise softmax and RMSNorm prototypes for the coming `softmax` and `rmsnorm` families:
+// one block per row, the row kept in shared memory between its reduction and its write, so
+// that device memory sees each input byte read once and each output byte written once.
+// Built and run on the GPU machine: nvcc -O3 -std=c++17 -arch=sm_90 proto.cu -o proto && ./proto
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstdint>
+#include <cmath>
+#include <vector>
+#include <algorithm>
+#include <random>
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); exit(1); } } while (0)
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+
+template <typename T> struct alignas(16) Vec { T e[16 / sizeof(T)]; };
+
+// Block-wide reduction of one float; `op` is max or sum. THREADS a multiple of 32.
+template <int THREADS, bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? fmaxf(v, w) : v + w;
+    }
+    if (THREADS == 32) return v;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < THREADS / 32 ? scratch[lane] : (MAX ? -INFINITY : 0.f);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = MAX ? fmaxf(v, w) : v + w;
+    }
+    return v;
+}
+
+// Visits a row of `cols` elements starting at `row`: a scalar head up to 16-byte alignment,
+// 16-byte vectors, a scalar tail. f(index, value) for loads.
+template <typename T, int THREADS, typename F>
+__device__ __forceinline__ void load_row(const T* __restrict__ row, int cols, F f) {
+    constexpr int V = 16 / sizeof(T);
+    const int head = min(cols, int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T)));
+    const bool aligned_elems = (reinterpret_cast<uintptr_t>(row) % sizeof(T)) == 0;
+    (void)aligned_elems;
+    for (int i = threadIdx.x; i < head; i += THREADS) f(i, to_f(row[i]));
+    const int nvec = (cols - head) / V;
+    const Vec<T>* vrow = reinterpret_cast<const Vec<T>*>(row + head);
+    #pragma unroll 4
+    for (int v = threadIdx.x; v < nvec; v += THREADS) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(&vrow[v]));  // read-only path
+        Vec<T> x;
+        __builtin_memcpy(&x, &raw, 16);
+        #pragma unroll
+        for (int j = 0; j < V; ++j) f(head + v * V + j, to_f(x.e[j]));
+    }
+    for (int i = head + nvec * V + threadIdx.x; i < cols; i += THREADS) f(i, to_f(row[i]));
+}
+
+template <typename T, int THREADS, typename G>
+__device__ __forceinline__ void store_row(T* __restrict__ row, int cols, G g) {
+    constexpr int V = 16 / sizeof(T);
+    const int head = min(cols, int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T)));
+    for (int i = threadIdx.x; i < head; i += THREADS) row[i] = from_f<T>(g(i));
+    const int nvec = (cols - head) / V;
+    Vec<T>* vrow = reinterpret_cast<Vec<T>*>(row + head);
+    #pragma unroll 4
+    for (int v = threadIdx.x; v < nvec; v += THREADS) {
+        Vec<T> y;
+        #pragma unroll
+        for (int j = 0; j < V; ++j) y.e[j] = from_f<T>(g(head + v * V + j));
+        vrow[v] = y;
+    }
+    for (int i = head + nvec * V + threadIdx.x; i < cols; i += THREADS) row[i] = from_f<T>(g(i));
+}
+
+// Softmax of each row. The row is cached in shared memory as T (CACHE elements); wider rows
+// are read twice, the second time from L2.
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) softmax(const T* __restrict__ X, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, int cache) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float scratch[32];
+    T* cached = reinterpret_cast<T*>(smem_raw);
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const T* x = X + r * ldx;
+    T* y = Y + r * ldy;
+    const bool fits = cols <= cache;
+    // One pass: running max and sum of exp per thread, merged at the end.
+    float m = -INFINITY, s = 0.f;
+    load_row<T, THREADS>(x, cols, [&](int i, float v) {
+        if (fits) cached[i] = from_f<T>(v);
+        if (v > m) { s = s * __expf(m - v) + 1.f; m = v; } else { s += __expf(v - m); }
+    });
+    const float row_max = block_reduce<THREADS, true>(m, scratch);
+    s = (m == -INFINITY) ? 0.f : s * __expf(m - row_max);
+    const float inv = 1.f / block_reduce<THREADS, false>(s, scratch);
+    if (fits) {
+        __syncthreads();
+        store_row<T, THREADS>(y, cols, [&](int i) { return __expf(to_f(cached[i]) - row_max) * inv; });
+    } else {
+        store_row<T, THREADS>(y, cols, [&](int i) { return __expf(to_f(x[i]) - row_max) * inv; });
+    }
+}
+
+// RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w.
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) rmsnorm(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int cache) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float scratch[32];
+    T* cached = reinterpret_cast<T*>(smem_raw);
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const T* x = X + r * ldx;
+    T* y = Y + r * ldy;
+    const bool fits = cols <= cache;
+    float ss = 0.f;
+    load_row<T, THREADS>(x, cols, [&](int i, float v) {
+        if (fits) cached[i] = from_f<T>(v);
+        ss += v * v;
+    });
+    const float scale = rsqrtf(block_reduce<THREADS, false>(ss, scratch) / cols + eps);
+    if (fits) {
+        __syncthreads();
+        store_row<T, THREADS>(y, cols, [&](int i) { return to_f(cached[i]) * scale * to_f(W[i]); });
+    } else {
+        store_row<T, THREADS>(y, cols, [&](int i) { return to_f(x[i]) * scale * to_f(W[i]); });
+    }
+}
+
+template <typename T> float host_to_f(T v);
+template <> float host_to_f<float>(float v) { return v; }
+template <> float host_to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> T host_from_f(float v);
+template <> float host_from_f<float>(float v) { return v; }
+template <> __nv_bfloat16 host_from_f<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+struct Case { const char* op; const char* dtype; int rows, cols; };
+
+static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
+
+template <typename T, int THREADS>
+void run(const Case& c, int smem_cap_bytes, FILE* log) {
+    const long ld = c.cols;
+    const size_t n = size_t(c.rows) * ld;
+    const size_t bytes = n * sizeof(T);
+    // Enough input sets to overflow the 50 MB L2 twice.
+    const int sets = std::max<int>(2, int((120ull << 20) / bytes) + 1);
+    std::vector<T*> xs(sets), ys(sets);
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> dist(0.f, 2.f);
+    std::vector<T> hx(n);
+    for (auto& v : hx) v = host_from_f<T>(dist(rng));
+    std::vector<T> hw(c.cols);
+    for (auto& v : hw) v = host_from_f<T>(1.f + 0.1f * dist(rng));
+    for (int i = 0; i < sets; ++i) {
+        CHECK(cudaMalloc(&xs[i], bytes));
+        CHECK(cudaMalloc(&ys[i], bytes));
+        CHECK(cudaMemcpy(xs[i], hx.data(), bytes, cudaMemcpyHostToDevice));
+        CHECK(cudaMemset(ys[i], 0xff, bytes));  // NaN-ish poison
+    }
+    T* w; CHECK(cudaMalloc(&w, c.cols * sizeof(T)));
+    CHECK(cudaMemcpy(w, hw.data(), c.cols * sizeof(T), cudaMemcpyHostToDevice));
+    const int cache = std::min<long>(c.cols, smem_cap_bytes / sizeof(T));
+    const int smem = c.cols * sizeof(T) <= (size_t)smem_cap_bytes ? c.cols * sizeof(T) : 0;
+    const int cache_cols = smem ? c.cols : 0;
+    const bool soft = c.op[0] == 's';
+    if (soft) CHECK(cudaFuncSetAttribute(softmax<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
+    else CHECK(cudaFuncSetAttribute(rmsnorm<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
+    (void)cache;
+    auto launch = [&](int i) {
+        if (soft) softmax<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld, cache_cols);
+        else rmsnorm<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, cache_cols);
+    };
+    launch(0);
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+    // Check 64 sampled rows against float64, and that every element was written.
+    std::vector<T> hy(n);
+    CHECK(cudaMemcpy(hy.data(), ys[0], bytes, cudaMemcpyDeviceToHost));
+    double err = 0, ref_norm = 0; long unwritten = 0;
+    for (size_t i = 0; i < n; ++i) if (std::isnan(host_to_f<T>(hy[i]))) ++unwritten;
+    for (int k = 0; k < 64; ++k) {
+        const int r = (int)((long)k * 7919 % c.rows);
+        const T* xr = &hx[size_t(r) * ld];
+        std::vector<double> ref(c.cols);
+        if (soft) {
+            double mx = -1e300; for (int j = 0; j < c.cols; ++j) mx = std::max(mx, (double)host_to_f<T>(xr[j]));
+            double s = 0; for (int j = 0; j < c.cols; ++j) { ref[j] = std::exp(host_to_f<T>(xr[j]) - mx); s += ref[j]; }
+            for (auto& v : ref) v /= s;
+        } else {
+            double ss = 0; for (int j = 0; j < c.cols; ++j) { double v = host_to_f<T>(xr[j]); ss += v * v; }
+            double sc = 1.0 / std::sqrt(ss / c.cols + 1e-6);
+            for (int j = 0; j < c.cols; ++j) ref[j] = host_to_f<T>(xr[j]) * sc * host_to_f<T>(hw[j]);
+        }
+        for (int j = 0; j < c.cols; ++j) { double d = host_to_f<T>(hy[size_t(r) * ld + j]) - ref[j]; err += d * d; ref_norm += ref[j] * ref[j]; }
+    }
+    const double rel = std::sqrt(err / ref_norm);
+    cudaEvent_t a, b; CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&b));
+    auto time = [&](auto f) {
+        for (int i = 0; i < 5; ++i) f(i % sets);
+        std::vector<float> ms;
+        for (int i = 0; i < 31; ++i) {
+            CHECK(cudaEventRecord(a)); f(i % sets); CHECK(cudaEventRecord(b)); CHECK(cudaEventSynchronize(b));
+            float t; CHECK(cudaEventElapsedTime(&t, a, b)); ms.push_back(t);
+        }
+        CHECK(cudaGetLastError());
+        return median(ms);
+    };
+    const float kernel_ms = time(launch);
+    const float copy_ms = time([&](int i) { CHECK(cudaMemcpyAsync(ys[i], xs[i], bytes, cudaMemcpyDeviceToDevice)); });
+    const double moved = 2.0 * bytes;
+    printf("%-8s %-5s %6d x %-6d t%-4d | %8.3f ms %7.0f GB/s | copy %8.3f ms %7.0f GB/s | ratio %.3f | err %.2e unwritten %ld\n",
+           c.op, c.dtype, c.rows, c.cols, THREADS, kernel_ms, moved / kernel_ms / 1e6, copy_ms, moved / copy_ms / 1e6, copy_ms / kernel_ms, rel, unwritten);
+    fprintf(log, "%s,%s,%d,%d,%d,%.4f,%.4f,%.4f,%.3e\n", c.op, c.dtype, c.rows, c.cols, THREADS, kernel_ms, copy_ms, copy_ms / kernel_ms, rel);
+    for (int i = 0; i < sets; ++i) { cudaFree(xs[i]); cudaFree(ys[i]); }
+    cudaFree(w);
+}
+
+int main(int argc, char** argv) {
+    FILE* log = fopen(argc > 1 ? argv[1] : "proto.csv", "w");
+    const int cap = 232448 - 1024;
+    const Case cases[] = {
+        {"softmax", "bf16", 8192, 8192}, {"softmax", "bf16", 32768, 4096}, {"softmax", "bf16", 65536, 1024},
+        {"softmax", "bf16", 4096, 50257}, {"softmax", "bf16", 1024, 32768},
+        {"rmsnorm", "bf16", 8192, 8192}, {"rmsnorm", "bf16", 32768, 4096}, {"rmsnorm", "bf16", 65536, 1024},
+        {"rmsnorm", "bf16", 4096, 50257}, {"rmsnorm", "bf16", 1024, 32768},
+    };
+    for (const Case& c : cases) {
+        if (c.cols <= 2048) { run<__nv_bfloat16, 128>(c, cap, log); run<__nv_bfloat16, 256>(c, cap, log); }
+        else { run<__nv_bfloat16, 512>(c, cap, log); run<__nv_bfloat16, 1024>(c, cap, log); }
+    }
+    const Case f32[] = {
+        {"softmax", "f32", 8192, 8192}, {"softmax", "f32", 32768, 4096}, {"softmax", "f32", 65536, 1024},
+        {"softmax", "f32", 4096, 50257}, {"softmax", "f32", 1024, 32768},
+        {"rmsnorm", "f32", 8192, 8192}, {"rmsnorm", "f32", 32768, 4096}, {"rmsnorm", "f32", 65536, 1024},
+        {"rmsnorm", "f32", 4096, 50257}, {"rmsnorm", "f32", 1024, 32768},
+    };
+    for (const Case& c : f32) {
+        if (c.cols <= 2048) { run<float, 128>(c, cap, log); run<float, 256>(c, cap, log); }
+        else { run<float, 512>(c, cap, log); run<float, 1024>(c, cap, log); }
+    }
+    fclose(log);
+    return 0;
+}
