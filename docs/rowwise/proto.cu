@@ -46,97 +46,131 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
     return v;
 }
 
-// Visits a row of `cols` elements starting at `row`: a scalar head up to 16-byte alignment,
-// 16-byte vectors, a scalar tail. f(index, value) for loads.
+// A row as 16-byte pieces: `head` elements before the first 16-byte boundary, `nvec` whole
+// vectors, then the tail.
+template <typename T>
+struct Split {
+    static constexpr int V = 16 / sizeof(T);
+    int head, nvec;
+    __device__ Split(const void* row, int cols) {
+        head = min(cols, int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T)));
+        nvec = (cols - head) / V;
+    }
+};
+
+// The row cached in shared memory as T, element i at cache[i + pad], where pad puts the row's
+// 16-byte vectors on 16-byte boundaries of the cache. Loads each element once from global
+// memory; f(value) sees every element (for the reduction).
 template <typename T, int THREADS, typename F>
-__device__ __forceinline__ void load_row(const T* __restrict__ row, int cols, F f) {
+__device__ __forceinline__ void load_cached(const T* __restrict__ row, int cols, T* cache, int pad, F f) {
     constexpr int V = 16 / sizeof(T);
-    const int head = min(cols, int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T)));
-    const bool aligned_elems = (reinterpret_cast<uintptr_t>(row) % sizeof(T)) == 0;
-    (void)aligned_elems;
-    for (int i = threadIdx.x; i < head; i += THREADS) f(i, to_f(row[i]));
-    const int nvec = (cols - head) / V;
-    const Vec<T>* vrow = reinterpret_cast<const Vec<T>*>(row + head);
-    #pragma unroll 4
-    for (int v = threadIdx.x; v < nvec; v += THREADS) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(&vrow[v]));  // read-only path
-        Vec<T> x;
-        __builtin_memcpy(&x, &raw, 16);
+    const Split<T> s(row, cols);
+    for (int i = threadIdx.x; i < s.head; i += THREADS) { T v = row[i]; cache[i + pad] = v; f(to_f(v)); }
+    const uint4* vrow = reinterpret_cast<const uint4*>(row + s.head);
+    uint4* vcache = reinterpret_cast<uint4*>(cache + s.head + pad);
+    constexpr int U = 4;
+    int v = threadIdx.x;
+    for (; v + (U - 1) * THREADS < s.nvec; v += U * THREADS) {
+        uint4 raw[U];
         #pragma unroll
-        for (int j = 0; j < V; ++j) f(head + v * V + j, to_f(x.e[j]));
+        for (int u = 0; u < U; ++u) raw[u] = __ldcs(&vrow[v + u * THREADS]);  // streamed: read once
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+            vcache[v + u * THREADS] = raw[u];
+            const T* e = reinterpret_cast<const T*>(&raw[u]);
+            #pragma unroll
+            for (int j = 0; j < V; ++j) f(to_f(e[j]));
+        }
     }
-    for (int i = head + nvec * V + threadIdx.x; i < cols; i += THREADS) f(i, to_f(row[i]));
+    for (; v < s.nvec; v += THREADS) {
+        uint4 raw = __ldcs(&vrow[v]);
+        vcache[v] = raw;
+        const T* e = reinterpret_cast<const T*>(&raw);
+        #pragma unroll
+        for (int j = 0; j < V; ++j) f(to_f(e[j]));
+    }
+    for (int i = s.head + s.nvec * V + threadIdx.x; i < cols; i += THREADS) { T v = row[i]; cache[i + pad] = v; f(to_f(v)); }
 }
 
+// Writes y[i] = g(i, cache value) for the row: 16-byte vectors where y's row is aligned as x's
+// was (the cache's vectors then line up), element by element otherwise.
 template <typename T, int THREADS, typename G>
-__device__ __forceinline__ void store_row(T* __restrict__ row, int cols, G g) {
+__device__ __forceinline__ void store_cached(T* __restrict__ row, int cols, const T* cache, int pad, G g) {
     constexpr int V = 16 / sizeof(T);
-    const int head = min(cols, int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T)));
-    for (int i = threadIdx.x; i < head; i += THREADS) row[i] = from_f<T>(g(i));
-    const int nvec = (cols - head) / V;
-    Vec<T>* vrow = reinterpret_cast<Vec<T>*>(row + head);
+    const Split<T> s(row, cols);
+    if ((s.head + pad) % V != 0) {
+        for (int i = threadIdx.x; i < cols; i += THREADS) row[i] = from_f<T>(g(i, to_f(cache[i + pad])));
+        return;
+    }
+    for (int i = threadIdx.x; i < s.head; i += THREADS) row[i] = from_f<T>(g(i, to_f(cache[i + pad])));
+    uint4* vrow = reinterpret_cast<uint4*>(row + s.head);
+    const uint4* vcache = reinterpret_cast<const uint4*>(cache + s.head + pad);
     #pragma unroll 4
-    for (int v = threadIdx.x; v < nvec; v += THREADS) {
-        Vec<T> y;
+    for (int v = threadIdx.x; v < s.nvec; v += THREADS) {
+        uint4 in = vcache[v], out;
+        const T* e = reinterpret_cast<const T*>(&in);
+        T* o = reinterpret_cast<T*>(&out);
         #pragma unroll
-        for (int j = 0; j < V; ++j) y.e[j] = from_f<T>(g(head + v * V + j));
-        vrow[v] = y;
+        for (int j = 0; j < V; ++j) o[j] = from_f<T>(g(s.head + v * V + j, to_f(e[j])));
+        __stcs(&vrow[v], out);  // streamed: written once
     }
-    for (int i = head + nvec * V + threadIdx.x; i < cols; i += THREADS) row[i] = from_f<T>(g(i));
+    for (int i = s.head + s.nvec * V + threadIdx.x; i < cols; i += THREADS) row[i] = from_f<T>(g(i, to_f(cache[i + pad])));
 }
 
-// Softmax of each row. The row is cached in shared memory as T (CACHE elements); wider rows
-// are read twice, the second time from L2.
+template <typename T>
+__device__ __forceinline__ int cache_pad(const T* row) {
+    constexpr int V = 16 / sizeof(T);
+    const int head = int(((16 - (reinterpret_cast<uintptr_t>(row) & 15)) & 15) / sizeof(T));
+    return (V - head % V) % V;
+}
+
+// Softmax of each row, the row cached in shared memory (cols + 16/sizeof(T) elements).
+// Pass 1 (global → cache): the row's max. Pass 2 (cache): e = exp(x - max) written back into
+// the cache as T and summed. Pass 3 (cache → global): e / sum. One exponential per element.
 template <typename T, int THREADS>
-__global__ void __launch_bounds__(THREADS) softmax(const T* __restrict__ X, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, int cache) {
+__global__ void __launch_bounds__(THREADS) softmax(const T* __restrict__ X, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, int unused) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ float scratch[32];
-    T* cached = reinterpret_cast<T*>(smem_raw);
+    T* cache = reinterpret_cast<T*>(smem_raw);
     const int r = blockIdx.x;
     if (r >= rows) return;
     const T* x = X + r * ldx;
     T* y = Y + r * ldy;
-    const bool fits = cols <= cache;
-    // One pass: running max and sum of exp per thread, merged at the end.
-    float m = -INFINITY, s = 0.f;
-    load_row<T, THREADS>(x, cols, [&](int i, float v) {
-        if (fits) cached[i] = from_f<T>(v);
-        if (v > m) { s = s * __expf(m - v) + 1.f; m = v; } else { s += __expf(v - m); }
-    });
+    const int pad = cache_pad(x);
+    float m = -INFINITY;
+    load_cached<T, THREADS>(x, cols, cache, pad, [&](float v) { m = fmaxf(m, v); });
     const float row_max = block_reduce<THREADS, true>(m, scratch);
-    s = (m == -INFINITY) ? 0.f : s * __expf(m - row_max);
-    const float inv = 1.f / block_reduce<THREADS, false>(s, scratch);
-    if (fits) {
-        __syncthreads();
-        store_row<T, THREADS>(y, cols, [&](int i) { return __expf(to_f(cached[i]) - row_max) * inv; });
-    } else {
-        store_row<T, THREADS>(y, cols, [&](int i) { return __expf(to_f(x[i]) - row_max) * inv; });
+    const float shift = row_max * 1.4426950408889634f;
+    float s = 0.f;
+    // Each thread reads back what it wrote: no barrier needed between pass 1 and pass 2 for the
+    // vector part, but the head and tail were written by other threads' strides: sync.
+    __syncthreads();
+    for (int i = threadIdx.x; i < cols; i += THREADS) {
+        const float e = exp2f(fmaf(to_f(cache[i + pad]), 1.4426950408889634f, -shift));
+        cache[i + pad] = from_f<T>(e);
+        s += e;
     }
+    const float inv = 1.f / block_reduce<THREADS, false>(s, scratch);
+    __syncthreads();
+    store_cached<T, THREADS>(y, cols, cache, pad, [&](int, float e) { return e * inv; });
 }
 
-// RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w.
+// RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w, the row cached in shared memory.
 template <typename T, int THREADS>
-__global__ void __launch_bounds__(THREADS) rmsnorm(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int cache) {
+__global__ void __launch_bounds__(THREADS) rmsnorm(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int unused) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ float scratch[32];
-    T* cached = reinterpret_cast<T*>(smem_raw);
+    T* cache = reinterpret_cast<T*>(smem_raw);
     const int r = blockIdx.x;
     if (r >= rows) return;
     const T* x = X + r * ldx;
     T* y = Y + r * ldy;
-    const bool fits = cols <= cache;
+    const int pad = cache_pad(x);
     float ss = 0.f;
-    load_row<T, THREADS>(x, cols, [&](int i, float v) {
-        if (fits) cached[i] = from_f<T>(v);
-        ss += v * v;
-    });
+    load_cached<T, THREADS>(x, cols, cache, pad, [&](float v) { ss = fmaf(v, v, ss); });
     const float scale = rsqrtf(block_reduce<THREADS, false>(ss, scratch) / cols + eps);
-    if (fits) {
-        __syncthreads();
-        store_row<T, THREADS>(y, cols, [&](int i) { return to_f(cached[i]) * scale * to_f(W[i]); });
-    } else {
-        store_row<T, THREADS>(y, cols, [&](int i) { return to_f(x[i]) * scale * to_f(W[i]); });
-    }
+    __syncthreads();
+    store_cached<T, THREADS>(y, cols, cache, pad, [&](int i, float v) { return v * scale * to_f(__ldg(&W[i])); });
 }
 
 template <typename T> float host_to_f(T v);
@@ -172,13 +206,12 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     }
     T* w; CHECK(cudaMalloc(&w, c.cols * sizeof(T)));
     CHECK(cudaMemcpy(w, hw.data(), c.cols * sizeof(T), cudaMemcpyHostToDevice));
-    const int cache = std::min<long>(c.cols, smem_cap_bytes / sizeof(T));
-    const int smem = c.cols * sizeof(T) <= (size_t)smem_cap_bytes ? c.cols * sizeof(T) : 0;
-    const int cache_cols = smem ? c.cols : 0;
+    const int smem = (c.cols + 16 / sizeof(T)) * sizeof(T);
+    const int cache_cols = c.cols;
+    if (smem > smem_cap_bytes) { printf("%s %s %dx%d: the row does not fit shared memory\n", c.op, c.dtype, c.rows, c.cols); return; }
     const bool soft = c.op[0] == 's';
     if (soft) CHECK(cudaFuncSetAttribute(softmax<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
     else CHECK(cudaFuncSetAttribute(rmsnorm<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
-    (void)cache;
     auto launch = [&](int i) {
         if (soft) softmax<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld, cache_cols);
         else rmsnorm<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, cache_cols);
@@ -239,7 +272,7 @@ int main(int argc, char** argv) {
     };
     for (const Case& c : cases) {
         if (c.cols <= 2048) { run<__nv_bfloat16, 128>(c, cap, log); run<__nv_bfloat16, 256>(c, cap, log); }
-        else { run<__nv_bfloat16, 512>(c, cap, log); run<__nv_bfloat16, 1024>(c, cap, log); }
+        else { run<__nv_bfloat16, 256>(c, cap, log); run<__nv_bfloat16, 512>(c, cap, log); run<__nv_bfloat16, 1024>(c, cap, log); }
     }
     const Case f32[] = {
         {"softmax", "f32", 8192, 8192}, {"softmax", "f32", 32768, 4096}, {"softmax", "f32", 65536, 1024},
@@ -249,7 +282,7 @@ int main(int argc, char** argv) {
     };
     for (const Case& c : f32) {
         if (c.cols <= 2048) { run<float, 128>(c, cap, log); run<float, 256>(c, cap, log); }
-        else { run<float, 512>(c, cap, log); run<float, 1024>(c, cap, log); }
+        else { run<float, 256>(c, cap, log); run<float, 512>(c, cap, log); run<float, 1024>(c, cap, log); }
     }
     fclose(log);
     return 0;
