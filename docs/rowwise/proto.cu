@@ -173,6 +173,155 @@ __global__ void __launch_bounds__(THREADS) rmsnorm(const T* __restrict__ X, cons
     store_cached<T, THREADS>(y, cols, cache, pad, [&](int i, float v) { return v * scale * to_f(__ldg(&W[i])); });
 }
 
+// --- v3: rows split over a thread-block cluster (wide rows), a warp per row (narrow rows) ---
+
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ unsigned cluster_rank() { unsigned r; asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r)); return r; }
+// Reads a float at the same shared-memory offset in block `rank` of the cluster.
+__device__ __forceinline__ float remote_load(const float* local, unsigned rank) {
+    unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local)), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// The slice of a row that block `rank` of C takes: whole 16-byte vectors' worth of elements.
+template <typename T, int C>
+__device__ __forceinline__ void slice(int cols, unsigned rank, int& begin, int& len) {
+    constexpr int V = 16 / sizeof(T);
+    const int per = ((cols + C - 1) / C + V - 1) / V * V;
+    begin = min(cols, int(rank) * per);
+    len = min(cols, begin + per) - begin;
+}
+
+template <typename T, int THREADS, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) softmax_cluster(const T* __restrict__ X, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, int unused) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float scratch[32];
+    __shared__ float partial[2];
+    T* cache = reinterpret_cast<T*>(smem_raw);
+    const unsigned rank = cluster_rank();
+    const int r = blockIdx.x / C;
+    int begin, len;
+    slice<T, C>(cols, rank, begin, len);
+    const T* x = X + r * ldx + begin;
+    T* y = Y + r * ldy + begin;
+    const int pad = cache_pad(x);
+    float m = -INFINITY;
+    load_cached<T, THREADS>(x, len, cache, pad, [&](float v) { m = fmaxf(m, v); });
+    m = block_reduce<THREADS, true>(m, scratch);
+    if (threadIdx.x == 0) partial[0] = m;
+    cluster_arrive();
+    cluster_wait();
+    float row_max = -INFINITY;
+    #pragma unroll
+    for (unsigned k = 0; k < C; ++k) row_max = fmaxf(row_max, remote_load(&partial[0], k));
+    const float shift = row_max * 1.4426950408889634f;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < len; i += THREADS) {
+        const float e = exp2f(fmaf(to_f(cache[i + pad]), 1.4426950408889634f, -shift));
+        cache[i + pad] = from_f<T>(e);
+        s += e;
+    }
+    s = block_reduce<THREADS, false>(s, scratch);
+    if (threadIdx.x == 0) partial[1] = s;
+    cluster_arrive();
+    cluster_wait();
+    float sum = 0.f;
+    #pragma unroll
+    for (unsigned k = 0; k < C; ++k) sum += remote_load(&partial[1], k);
+    // No block leaves while another may still read its partials.
+    cluster_arrive();
+    const float inv = 1.f / sum;
+    store_cached<T, THREADS>(y, len, cache, pad, [&](int, float e) { return e * inv; });
+    cluster_wait();
+}
+
+template <typename T, int THREADS, int C>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) rmsnorm_cluster(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int unused) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ float scratch[32];
+    __shared__ float partial;
+    T* cache = reinterpret_cast<T*>(smem_raw);
+    const unsigned rank = cluster_rank();
+    const int r = blockIdx.x / C;
+    int begin, len;
+    slice<T, C>(cols, rank, begin, len);
+    const T* x = X + r * ldx + begin;
+    T* y = Y + r * ldy + begin;
+    const T* w = W + begin;
+    const int pad = cache_pad(x);
+    float ss = 0.f;
+    load_cached<T, THREADS>(x, len, cache, pad, [&](float v) { ss = fmaf(v, v, ss); });
+    ss = block_reduce<THREADS, false>(ss, scratch);
+    if (threadIdx.x == 0) partial = ss;
+    cluster_arrive();
+    cluster_wait();
+    float total = 0.f;
+    #pragma unroll
+    for (unsigned k = 0; k < C; ++k) total += remote_load(&partial, k);
+    cluster_arrive();
+    const float scale = rsqrtf(total / cols + eps);
+    store_cached<T, THREADS>(y, len, cache, pad, [&](int i, float v) { return v * scale * to_f(__ldg(&w[i])); });
+    cluster_wait();
+}
+
+// A warp per row, the row in registers: rows of at most 32 * VPL 16-byte vectors, 16-byte
+// aligned, whole vectors (the prototype's narrow shapes).
+template <typename T, int WARPS, int VPL, bool SOFTMAX>
+__global__ void __launch_bounds__(WARPS * 32) rows_warp(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int unused) {
+    constexpr int V = 16 / sizeof(T);
+    const int lane = threadIdx.x % 32;
+    const int r = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (r >= rows) return;
+    const uint4* x = reinterpret_cast<const uint4*>(X + r * ldx);
+    uint4* y = reinterpret_cast<uint4*>(Y + r * ldy);
+    const int nvec = cols / V;
+    float v[VPL][V];
+    uint4 raw[VPL];
+    #pragma unroll
+    for (int k = 0; k < VPL; ++k) if (lane + k * 32 < nvec) raw[k] = __ldcs(&x[lane + k * 32]);
+    float acc = SOFTMAX ? -INFINITY : 0.f;
+    #pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+        const T* e = reinterpret_cast<const T*>(&raw[k]);
+        #pragma unroll
+        for (int j = 0; j < V; ++j) {
+            v[k][j] = lane + k * 32 < nvec ? to_f(e[j]) : (SOFTMAX ? -INFINITY : 0.f);
+            acc = SOFTMAX ? fmaxf(acc, v[k][j]) : fmaf(v[k][j], v[k][j], acc);
+        }
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) { float w = __shfl_xor_sync(0xffffffffu, acc, o); acc = SOFTMAX ? fmaxf(acc, w) : acc + w; }
+    float mul;
+    if (SOFTMAX) {
+        const float shift = acc * 1.4426950408889634f;
+        float s = 0.f;
+        #pragma unroll
+        for (int k = 0; k < VPL; ++k)
+            #pragma unroll
+            for (int j = 0; j < V; ++j) { v[k][j] = exp2f(fmaf(v[k][j], 1.4426950408889634f, -shift)); s += v[k][j]; }
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        mul = 1.f / s;
+    } else {
+        mul = rsqrtf(acc / cols + eps);
+    }
+    #pragma unroll
+    for (int k = 0; k < VPL; ++k) {
+        if (lane + k * 32 >= nvec) continue;
+        uint4 out, wv;
+        if (!SOFTMAX) wv = __ldg(reinterpret_cast<const uint4*>(W) + lane + k * 32);
+        const T* we = reinterpret_cast<const T*>(&wv);
+        T* o = reinterpret_cast<T*>(&out);
+        #pragma unroll
+        for (int j = 0; j < V; ++j) o[j] = from_f<T>(SOFTMAX ? v[k][j] * mul : v[k][j] * mul * to_f(we[j]));
+        __stcs(&y[lane + k * 32], out);
+    }
+}
+
 template <typename T> float host_to_f(T v);
 template <> float host_to_f<float>(float v) { return v; }
 template <> float host_to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -184,7 +333,9 @@ struct Case { const char* op; const char* dtype; int rows, cols; };
 
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
-template <typename T, int THREADS>
+enum Kind { BLOCK, CLUSTER, WARP };
+
+template <typename T, int THREADS, Kind KIND = BLOCK, int C = 1>
 void run(const Case& c, int smem_cap_bytes, FILE* log) {
     const long ld = c.cols;
     const size_t n = size_t(c.rows) * ld;
@@ -206,15 +357,34 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     }
     T* w; CHECK(cudaMalloc(&w, c.cols * sizeof(T)));
     CHECK(cudaMemcpy(w, hw.data(), c.cols * sizeof(T), cudaMemcpyHostToDevice));
-    const int smem = (c.cols + 16 / sizeof(T)) * sizeof(T);
+    constexpr int V = 16 / sizeof(T);
+    const int slice_cols = ((c.cols + C - 1) / C + V - 1) / V * V;
+    const int smem = KIND == WARP ? 0 : (slice_cols + V) * sizeof(T);
     const int cache_cols = c.cols;
     if (smem > smem_cap_bytes) { printf("%s %s %dx%d: the row does not fit shared memory\n", c.op, c.dtype, c.rows, c.cols); return; }
     const bool soft = c.op[0] == 's';
-    if (soft) CHECK(cudaFuncSetAttribute(softmax<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
-    else CHECK(cudaFuncSetAttribute(rmsnorm<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, 232448 - 1024));
+    constexpr int WARPS = THREADS / 32, VPL = 1024 * 2 / 16 / 32 * (sizeof(T) == 4 ? 2 : 1);  // rows of 1024 elements
+    if (KIND == WARP && c.cols > 32 * VPL * V) { printf("row too wide for the warp kernel\n"); return; }
+    const int max_smem = 232448 - 1024;
+    if (KIND == BLOCK) {
+        if (soft) CHECK(cudaFuncSetAttribute(softmax<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        else CHECK(cudaFuncSetAttribute(rmsnorm<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    } else if (KIND == CLUSTER) {
+        if (soft) CHECK(cudaFuncSetAttribute(softmax_cluster<T, THREADS, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        else CHECK(cudaFuncSetAttribute(rmsnorm_cluster<T, THREADS, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    }
     auto launch = [&](int i) {
-        if (soft) softmax<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld, cache_cols);
-        else rmsnorm<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, cache_cols);
+        if (KIND == BLOCK) {
+            if (soft) softmax<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld, cache_cols);
+            else rmsnorm<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, cache_cols);
+        } else if (KIND == CLUSTER) {
+            if (soft) softmax_cluster<T, THREADS, C><<<c.rows * C, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld, 0);
+            else rmsnorm_cluster<T, THREADS, C><<<c.rows * C, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, 0);
+        } else {
+            const int blocks = (c.rows + WARPS - 1) / WARPS;
+            if (soft) rows_warp<T, WARPS, VPL, true><<<blocks, THREADS>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, 0);
+            else rows_warp<T, WARPS, VPL, false><<<blocks, THREADS>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, 0);
+        }
     };
     launch(0);
     CHECK(cudaGetLastError());
@@ -254,36 +424,38 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     const float kernel_ms = time(launch);
     const float copy_ms = time([&](int i) { CHECK(cudaMemcpyAsync(ys[i], xs[i], bytes, cudaMemcpyDeviceToDevice)); });
     const double moved = 2.0 * bytes;
-    printf("%-8s %-5s %6d x %-6d t%-4d | %8.3f ms %7.0f GB/s | copy %8.3f ms %7.0f GB/s | ratio %.3f | err %.2e unwritten %ld\n",
-           c.op, c.dtype, c.rows, c.cols, THREADS, kernel_ms, moved / kernel_ms / 1e6, copy_ms, moved / copy_ms / 1e6, copy_ms / kernel_ms, rel, unwritten);
-    fprintf(log, "%s,%s,%d,%d,%d,%.4f,%.4f,%.4f,%.3e\n", c.op, c.dtype, c.rows, c.cols, THREADS, kernel_ms, copy_ms, copy_ms / kernel_ms, rel);
+    printf("%-8s %-5s %6d x %-6d %s%d t%-4d | %8.3f ms %7.0f GB/s | copy %8.3f ms %7.0f GB/s | ratio %.3f | err %.2e unwritten %ld\n",
+           c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : "warp", C, THREADS, kernel_ms, moved / kernel_ms / 1e6, copy_ms, moved / copy_ms / 1e6, copy_ms / kernel_ms, rel, unwritten);
+    fprintf(log, "%s,%s,%d,%d,%s%d,%d,%.4f,%.4f,%.4f,%.3e\n", c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : "warp", C, THREADS, kernel_ms, copy_ms, copy_ms / kernel_ms, rel);
     for (int i = 0; i < sets; ++i) { cudaFree(xs[i]); cudaFree(ys[i]); }
     cudaFree(w);
+}
+
+template <typename T>
+void sweep(const char* dtype, int cap, FILE* log) {
+    for (const char* op : {"softmax", "rmsnorm"}) {
+        run<T, 256>({op, dtype, 8192, 8192}, cap, log);
+        run<T, 256>({op, dtype, 32768, 4096}, cap, log);
+        run<T, 128, CLUSTER, 2>({op, dtype, 32768, 4096}, cap, log);
+        run<T, 128>({op, dtype, 65536, 1024}, cap, log);
+        run<T, 128, WARP>({op, dtype, 65536, 1024}, cap, log);
+        run<T, 256, WARP>({op, dtype, 65536, 1024}, cap, log);
+        run<T, 512>({op, dtype, 4096, 50257}, cap, log);
+        run<T, 256, CLUSTER, 4>({op, dtype, 4096, 50257}, cap, log);
+        run<T, 512, CLUSTER, 4>({op, dtype, 4096, 50257}, cap, log);
+        run<T, 256, CLUSTER, 8>({op, dtype, 4096, 50257}, cap, log);
+        run<T, 512>({op, dtype, 1024, 32768}, cap, log);
+        run<T, 256, CLUSTER, 4>({op, dtype, 1024, 32768}, cap, log);
+        run<T, 256, CLUSTER, 8>({op, dtype, 1024, 32768}, cap, log);
+        run<T, 128, CLUSTER, 8>({op, dtype, 1024, 32768}, cap, log);
+    }
 }
 
 int main(int argc, char** argv) {
     FILE* log = fopen(argc > 1 ? argv[1] : "proto.csv", "w");
     const int cap = 232448 - 1024;
-    const Case cases[] = {
-        {"softmax", "bf16", 8192, 8192}, {"softmax", "bf16", 32768, 4096}, {"softmax", "bf16", 65536, 1024},
-        {"softmax", "bf16", 4096, 50257}, {"softmax", "bf16", 1024, 32768},
-        {"rmsnorm", "bf16", 8192, 8192}, {"rmsnorm", "bf16", 32768, 4096}, {"rmsnorm", "bf16", 65536, 1024},
-        {"rmsnorm", "bf16", 4096, 50257}, {"rmsnorm", "bf16", 1024, 32768},
-    };
-    for (const Case& c : cases) {
-        if (c.cols <= 2048) { run<__nv_bfloat16, 128>(c, cap, log); run<__nv_bfloat16, 256>(c, cap, log); }
-        else { run<__nv_bfloat16, 256>(c, cap, log); run<__nv_bfloat16, 512>(c, cap, log); run<__nv_bfloat16, 1024>(c, cap, log); }
-    }
-    const Case f32[] = {
-        {"softmax", "f32", 8192, 8192}, {"softmax", "f32", 32768, 4096}, {"softmax", "f32", 65536, 1024},
-        {"softmax", "f32", 4096, 50257}, {"softmax", "f32", 1024, 32768},
-        {"rmsnorm", "f32", 8192, 8192}, {"rmsnorm", "f32", 32768, 4096}, {"rmsnorm", "f32", 65536, 1024},
-        {"rmsnorm", "f32", 4096, 50257}, {"rmsnorm", "f32", 1024, 32768},
-    };
-    for (const Case& c : f32) {
-        if (c.cols <= 2048) { run<float, 128>(c, cap, log); run<float, 256>(c, cap, log); }
-        else { run<float, 256>(c, cap, log); run<float, 512>(c, cap, log); run<float, 1024>(c, cap, log); }
-    }
+    sweep<__nv_bfloat16>("bf16", cap, log);
+    sweep<float>("f32", cap, log);
     fclose(log);
     return 0;
 }
