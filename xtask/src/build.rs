@@ -2,9 +2,8 @@
 //! registry manifest. Incremental by content hash, parallel; each fatbin is checked and
 //! recorded as it is made (see [`crate::registry`]).
 
-use crate::project::{self, temporary_sibling, Project};
+use crate::project::{self, sha256_hex, temporary_sibling, Project};
 use crate::registry::RegistryDir;
-use crate::render::sha256_hex;
 use crate::render::Renderer;
 use crate::select::Selection;
 use crate::toolchain::Nvcc;

@@ -71,6 +71,12 @@ pub fn lock(project: &Project, path: &Path, exclusive: bool, holder: &str) -> an
     Ok(file)
 }
 
+/// SHA-256 in hex: of a source (gen's manifest, build's check) and of a fatbin (its record).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(bytes))
+}
+
 /// Moves an unreadable file aside as `<name>.corrupt`, or `<name>.corrupt.1`, `.2`, ... where
 /// earlier ones are kept; returns where it went.
 pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {

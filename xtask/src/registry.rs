@@ -4,10 +4,9 @@
 //! is gathered from the records after each one. An interrupted build loses nothing finished,
 //! and a broken index is refused, never taken for an empty registry.
 
-use crate::project::{self, write_atomic, Project};
+use crate::project::{self, sha256_hex, write_atomic, Project};
 use crate::select::Selection;
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -188,5 +187,5 @@ fn file_name(path: &Path) -> String {
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    Ok(format!("{:x}", Sha256::digest(std::fs::read(path)?)))
+    Ok(sha256_hex(&std::fs::read(path)?))
 }

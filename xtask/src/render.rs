@@ -1,6 +1,6 @@
 //! Expands a declared variant through its Tera template into CUDA source and launch data.
 
-use crate::project::Project;
+use crate::project::{sha256_hex, Project};
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -187,11 +187,6 @@ fn context(declared: &Declared) -> Context {
         ctx.insert("b_row_major", &layout.b_row_major());
     }
     ctx
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// Trims trailing spaces and runs of blank lines that template tags leave behind.
