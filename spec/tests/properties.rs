@@ -1,0 +1,53 @@
+//! Property tests: parsing variants.toml and reading manifests and tuning tables never panic,
+//! whatever the text.
+
+use proptest::prelude::*;
+use std::path::Path;
+use tilesmith_spec::tuning::TuningTable;
+use tilesmith_spec::Config;
+
+fn shipped() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml")).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_text_parses_or_is_refused(text in "\\PC{0,400}") {
+        let _ = Config::parse(Path::new("variants.toml"), &text);
+    }
+
+    /// The shipped file with a span replaced by anything: errors, never a panic.
+    #[test]
+    fn an_edited_variants_file_parses_or_is_refused(at in 0.0f64..1.0, len in 0usize..40, with in "\\PC{0,20}|[0-9\\[\\]\",= ]{0,12}") {
+        let text = shipped();
+        let start = ((text.len() as f64 * at) as usize).min(text.len());
+        let start = (0..=start).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        let end = (start + len).min(text.len());
+        let end = (end..=text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+        let edited = format!("{}{}{}", &text[..start], with, &text[end..]);
+        let _ = Config::parse(Path::new("variants.toml"), &edited);
+    }
+
+    /// Manifests and tuning tables with any JSON are refused by name, never a panic.
+    #[test]
+    fn any_json_manifest_or_table_is_read_or_refused(text in "\\PC{0,200}", numbers in prop::collection::vec(any::<i64>(), 3)) {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("manifest.json");
+        for body in [text.clone(), format!(r#"{{"format": 2, "variants": [{{"name": "x", "ld_multiple": {}}}]}}"#, numbers[0])] {
+            std::fs::write(&manifest, &body).unwrap();
+            let _ = tilesmith_spec::manifest::read::<tilesmith_spec::Manifest>(&manifest);
+            let _ = tilesmith_spec::manifest::read::<tilesmith_spec::Registry>(&manifest);
+        }
+        let table = dir.path().join("GPU-1sm.json");
+        let body = format!(
+            r#"{{"format": 1, "device": {{"name": "GPU", "capability": [9, 0], "sms": 1}}, "compiler": "", "entries": [{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [{}, 0, 0]}}, "shape": [{}, 1, 1], "cublas_ms": {}, "ranked": []}}]}}"#,
+            numbers[0].rem_euclid(64), numbers[1].unsigned_abs(), numbers[2]
+        );
+        for body in [text, body] {
+            std::fs::write(&table, &body).unwrap();
+            let _ = TuningTable::read(&table);
+        }
+    }
+}
