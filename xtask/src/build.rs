@@ -167,6 +167,9 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
 
     // The failures come first in the report; what went wrong after them is listed below them.
     let mut also = Vec::new();
+    if let Err(err) = registry.clear_private_sources() {
+        also.push(format!("{err:#}"));
+    }
     for (job, outcome) in queue.iter().zip(outcomes) {
         let name = &job.entry.variant.name;
         if let Err(failure) = outcome {
@@ -373,15 +376,15 @@ fn show_running(bar: &ProgressBar, running: &Mutex<BTreeSet<String>>, change: im
 impl Compiler<'_> {
     /// Compiles one variant into the registry, through the launcher if there is one, and
     /// checks what nvcc wrote before it takes the fatbin's place. nvcc compiles a private copy
-    /// of the bytes that were hashed, which a `#line` names as the generated source.
+    /// of the bytes that were hashed ([`RegistryDir::private_sources`]).
     fn compile(&self, registry: &RegistryDir, job: &Job) -> Outcome {
         let not_own = |message: String| Failure { own: false, message };
         let target = registry.dir().join(fatbin_file(&job.entry.variant.name));
         let staging = temporary_sibling(&target);
-        let copy = registry.private_source();
-        let mut text = format!("#line 1 \"{}\"\n", job.entry.source).into_bytes();
-        text.extend_from_slice(&job.source);
-        if let Err(err) = std::fs::write(&copy, &text) {
+        let private = registry.private_sources();
+        let copy = private.join(&job.entry.source);
+        let written = copy.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&copy, &job.source));
+        if let Err(err) = written {
             let _ = std::fs::remove_file(&copy);
             return Err(not_own(format!("cannot write the source's private copy {}: {err}", copy.display())));
         }
@@ -393,8 +396,7 @@ impl Compiler<'_> {
             }
             None => Command::new(&self.nvcc.path),
         };
-        let output =
-            command.current_dir(&self.project.root).args(&job.flags).arg("-o").arg(&staging).args(["-x", "cu"]).arg(&copy).output();
+        let output = command.current_dir(&private).args(&job.flags).arg("-o").arg(&staging).arg(&job.entry.source).output();
         let _ = std::fs::remove_file(&copy);
         let output = match output {
             Ok(output) => output,

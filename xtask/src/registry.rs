@@ -17,6 +17,9 @@ use tilesmith_spec::{Built, Entry, Manifest, Registry, Resources};
 /// Held by the build that writes the registry.
 const LOCK_FILE: &str = ".lock";
 
+/// The folder of private source copies inside the registry ([`RegistryDir::private_sources`]).
+const PRIVATE_SOURCES: &str = ".sources";
+
 /// Where an unreadable index is moved by `build --repair`.
 const SET_ASIDE: &str = "manifest.json.corrupt";
 
@@ -43,6 +46,7 @@ impl RegistryDir {
 
     /// No other build runs while the lock is held, so every temporary file is a leftover.
     fn remove_temporaries(&self) -> Result<()> {
+        self.clear_private_sources()?;
         for path in self.files()? {
             let name = file_name(&path);
             if name.starts_with('.') && name.ends_with(".tmp") {
@@ -135,12 +139,22 @@ impl RegistryDir {
         Ok(built)
     }
 
-    /// A private file for a copy of a source that nvcc compiles; a short name, since nvcc
-    /// makes longer ones from it.
-    pub fn private_source(&self) -> PathBuf {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        self.dir.join(format!(".source.{}.{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)))
+    /// The folder nvcc runs in: it holds private copies of the sources being compiled at the
+    /// same relative paths as in the project (`generated/<name>.cu`), so that what nvcc reads
+    /// is what was hashed, and what it embeds (the path, in messages, line info and internal
+    /// symbols) is what it embedded when compiling generated/ itself. Only the build holding
+    /// the lock uses it.
+    pub fn private_sources(&self) -> PathBuf {
+        self.dir.join(PRIVATE_SOURCES)
+    }
+
+    /// Removes the private copies, which no other build can be using.
+    pub fn clear_private_sources(&self) -> Result<()> {
+        let dir = self.private_sources();
+        match std::fs::remove_dir_all(&dir) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err).with_context(|| format!("cannot remove {}", dir.display())),
+            _ => Ok(()),
+        }
     }
 
     /// Removes a variant's fatbin and record.
