@@ -488,6 +488,143 @@ __global__ void __launch_bounds__(THREADS) row_copy_direct(const T* __restrict__
     for (int i = s.head + s.nvec * V + threadIdx.x; i < cols; i += THREADS) y[i] = x[i];
 }
 
+// Controls for the wide-row gap: the whole array copied as one flat buffer with a grid-stride
+// loop (as cudaMemcpy would), and rows copied by C consecutive blocks that take turns over the
+// row's 16-byte vectors THREADS at a time (fewer, faster row streams).
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) flat_copy(const uint4* __restrict__ X, uint4* __restrict__ Y, long nvec) {
+    for (long v = blockIdx.x * long(THREADS) + threadIdx.x; v < nvec; v += long(gridDim.x) * THREADS) __stcs(&Y[v], __ldcs(&X[v]));
+}
+
+template <typename T, int THREADS, int C>
+__global__ void __launch_bounds__(THREADS) row_copy_interleaved(const T* __restrict__ X, T* __restrict__ Y, int rows, int cols, long ldx, long ldy) {
+    constexpr int V = 16 / sizeof(T);
+    const int r = blockIdx.x / C, k = blockIdx.x % C;
+    const T* x = X + r * ldx;
+    T* y = Y + r * ldy;
+    const Split<T> s(x, cols);
+    if (k == 0) {
+        for (int i = threadIdx.x; i < s.head; i += THREADS) y[i] = x[i];
+        for (int i = s.head + s.nvec * V + threadIdx.x; i < cols; i += THREADS) y[i] = x[i];
+    }
+    const uint4* vx = reinterpret_cast<const uint4*>(x + s.head);
+    uint4* vy = reinterpret_cast<uint4*>(y + s.head);
+    constexpr int U = 4;
+    for (int base = k * THREADS; base < s.nvec; base += U * C * THREADS) {
+        uint4 raw[U];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int v = base + u * C * THREADS + threadIdx.x;
+            if (v < s.nvec) raw[u] = __ldcs(&vx[v]);
+        }
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int v = base + u * C * THREADS + threadIdx.x;
+            if (v < s.nvec) __stcs(&vy[v], raw[u]);
+        }
+    }
+}
+
+// v7: a cluster of C blocks per row taking turns over the row's vectors, THREADS at a time (the
+// interleaved copy control's access pattern), each block caching its turns in shared memory;
+// the row's statistics are combined over the cluster through distributed shared memory.
+template <typename T, int THREADS, int C, bool SOFTMAX>
+__global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(THREADS) rows_interleaved(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, long ldx, long ldy, float eps, int unused) {
+    constexpr int V = 16 / sizeof(T);
+    constexpr int U = 4;
+    extern __shared__ __align__(16) uint4 cache[];
+    __shared__ float scratch[32];
+    __shared__ float partial[2];
+    __shared__ T ends[2 * V];
+    const unsigned k = cluster_rank();
+    const int r = blockIdx.x / C;
+    const T* x = X + r * ldx;
+    T* y = Y + r * ldy;
+    const Split<T> s(x, cols);
+    const int tail0 = s.head + s.nvec * V, tail = cols - tail0;
+    const uint4* vx = reinterpret_cast<const uint4*>(x + s.head);
+    uint4* vy = reinterpret_cast<uint4*>(y + s.head);
+    // Turn q of this block covers vectors (q * C + k) * THREADS + threadIdx.x.
+    const int turns = s.nvec > int(k) * THREADS ? (s.nvec - int(k) * THREADS + C * THREADS - 1) / (C * THREADS) : 0;
+    auto vec_of = [&](int q) { return (q * C + int(k)) * THREADS + int(threadIdx.x); };
+    float acc = SOFTMAX ? -INFINITY : 0.f;
+    auto take = [&](float v) { acc = SOFTMAX ? fmaxf(acc, v) : fmaf(v, v, acc); };
+    for (int q = 0; q < turns; q += U) {
+        uint4 raw[U];
+        #pragma unroll
+        for (int u = 0; u < U; ++u) if (q + u < turns && vec_of(q + u) < s.nvec) raw[u] = __ldcs(&vx[vec_of(q + u)]);
+        #pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (q + u < turns && vec_of(q + u) < s.nvec) {
+                cache[(q + u) * THREADS + threadIdx.x] = raw[u];
+                const T* e = reinterpret_cast<const T*>(&raw[u]);
+                #pragma unroll
+                for (int j = 0; j < V; ++j) take(to_f(e[j]));
+            }
+        }
+    }
+    if (k == 0 && threadIdx.x < s.head) { ends[threadIdx.x] = x[threadIdx.x]; take(to_f(ends[threadIdx.x])); }
+    if (k == 0 && threadIdx.x < tail) { ends[V + threadIdx.x] = x[tail0 + threadIdx.x]; take(to_f(ends[V + threadIdx.x])); }
+    acc = block_reduce<THREADS, SOFTMAX>(acc, scratch);
+    if (threadIdx.x == 0) partial[0] = acc;
+    cluster_arrive();
+    cluster_wait();
+    float stat = SOFTMAX ? -INFINITY : 0.f;
+    #pragma unroll
+    for (unsigned c = 0; c < C; ++c) { const float p = remote_load(&partial[0], c); stat = SOFTMAX ? fmaxf(stat, p) : stat + p; }
+    float mul;
+    const float shift = stat * 1.4426950408889634f;
+    if (SOFTMAX) {
+        float sum = 0.f;
+        for (int q = 0; q < turns; ++q) {
+            if (vec_of(q) >= s.nvec) break;
+            uint4 raw = cache[q * THREADS + threadIdx.x];
+            T* e = reinterpret_cast<T*>(&raw);
+            #pragma unroll
+            for (int j = 0; j < V; ++j) { const float v = exp2f(fmaf(to_f(e[j]), 1.4426950408889634f, -shift)); e[j] = from_f<T>(v); sum += v; }
+            cache[q * THREADS + threadIdx.x] = raw;
+        }
+        if (k == 0 && threadIdx.x < s.head) { const float v = exp2f(fmaf(to_f(ends[threadIdx.x]), 1.4426950408889634f, -shift)); ends[threadIdx.x] = from_f<T>(v); sum += v; }
+        if (k == 0 && threadIdx.x < tail) { const float v = exp2f(fmaf(to_f(ends[V + threadIdx.x]), 1.4426950408889634f, -shift)); ends[V + threadIdx.x] = from_f<T>(v); sum += v; }
+        sum = block_reduce<THREADS, false>(sum, scratch);
+        if (threadIdx.x == 0) partial[1] = sum;
+        cluster_arrive();
+        cluster_wait();
+        float total = 0.f;
+        #pragma unroll
+        for (unsigned c = 0; c < C; ++c) total += remote_load(&partial[1], c);
+        mul = 1.f / total;
+    } else {
+        mul = rsqrtf(stat / cols + eps);
+    }
+    // Every block has read the others' partials before any leaves.
+    cluster_arrive();
+    const bool w_aligned = s.head % V == 0;
+    for (int q = 0; q < turns; ++q) {
+        const int v = vec_of(q);
+        if (v >= s.nvec) break;
+        uint4 raw = cache[q * THREADS + threadIdx.x], out;
+        const T* e = reinterpret_cast<const T*>(&raw);
+        T* o = reinterpret_cast<T*>(&out);
+        if (SOFTMAX) {
+            #pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = from_f<T>(to_f(e[j]) * mul);
+        } else if (w_aligned) {
+            const uint4 wv = __ldg(reinterpret_cast<const uint4*>(W + s.head) + v);
+            const T* we = reinterpret_cast<const T*>(&wv);
+            #pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = from_f<T>(to_f(e[j]) * mul * to_f(we[j]));
+        } else {
+            #pragma unroll
+            for (int j = 0; j < V; ++j) o[j] = from_f<T>(to_f(e[j]) * mul * to_f(__ldg(&W[s.head + v * V + j])));
+        }
+        __stcs(&vy[v], out);
+    }
+    if (k == 0 && threadIdx.x < s.head) y[threadIdx.x] = from_f<T>(to_f(ends[threadIdx.x]) * mul * (SOFTMAX ? 1.f : to_f(W[threadIdx.x])));
+    if (k == 0 && threadIdx.x < tail) y[tail0 + threadIdx.x] = from_f<T>(to_f(ends[V + threadIdx.x]) * mul * (SOFTMAX ? 1.f : to_f(W[tail0 + threadIdx.x])));
+    cluster_wait();
+}
+
 template <typename T> float host_to_f(T v);
 template <> float host_to_f<float>(float v) { return v; }
 template <> float host_to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -499,7 +636,7 @@ struct Case { const char* op; const char* dtype; int rows, cols; };
 
 static float median(std::vector<float> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
-enum Kind { BLOCK, CLUSTER, WARP, STREAM, COPY_SMEM, COPY_DIRECT };
+enum Kind { BLOCK, CLUSTER, WARP, STREAM, COPY_SMEM, COPY_DIRECT, COPY_FLAT, COPY_INTERLEAVED, INTERLEAVED };
 
 template <typename T, int THREADS, Kind KIND = BLOCK, int C = 1>
 void run(const Case& c, int smem_cap_bytes, FILE* log) {
@@ -526,7 +663,11 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     constexpr int V = 16 / sizeof(T);
     const int slice_cols = ((c.cols + C - 1) / C + V - 1) / V * V;
     const int buf_elems = (slice_cols + 2 * V + 63) / 64 * 64;
-    const int smem = KIND == WARP ? 0 : KIND == STREAM ? 2 * buf_elems * sizeof(T) : (slice_cols + V) * sizeof(T);
+    const int nvec_max = (c.cols + V - 1) / V;
+    const int smem = KIND == WARP ? 0
+        : KIND == STREAM ? 2 * buf_elems * sizeof(T)
+        : KIND == INTERLEAVED ? (nvec_max + C * THREADS - 1) / (C * THREADS) * THREADS * 16
+        : (slice_cols + V) * sizeof(T);
     const int cache_cols = c.cols;
     if (smem > smem_cap_bytes) { printf("%s %s %dx%d: the row does not fit shared memory\n", c.op, c.dtype, c.rows, c.cols); return; }
     const bool soft = c.op[0] == 's';
@@ -534,6 +675,10 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     constexpr int WARPS = THREADS / 32, VPL = 1024 * 2 / 16 / 32 * (sizeof(T) == 4 ? 2 : 1);  // rows of 1024 elements
     if (KIND == WARP && c.cols > 32 * VPL * V) { printf("row too wide for the warp kernel\n"); return; }
     const int max_smem = 232448 - 1024;
+    if (KIND == INTERLEAVED) {
+        if (soft) CHECK(cudaFuncSetAttribute(rows_interleaved<T, THREADS, C, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+        else CHECK(cudaFuncSetAttribute(rows_interleaved<T, THREADS, C, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    }
     if (KIND == COPY_SMEM) CHECK(cudaFuncSetAttribute(row_copy_smem<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     if (KIND == BLOCK) {
         if (soft) CHECK(cudaFuncSetAttribute(softmax<T, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
@@ -546,7 +691,14 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
         else CHECK(cudaFuncSetAttribute(rmsnorm_cluster<T, THREADS, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
     }
     auto launch = [&](int i) {
-        if (KIND == COPY_SMEM) {
+        if (KIND == INTERLEAVED) {
+            if (soft) rows_interleaved<T, THREADS, C, true><<<c.rows * C, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, 0);
+            else rows_interleaved<T, THREADS, C, false><<<c.rows * C, THREADS, smem>>>(xs[i], w, ys[i], c.rows, c.cols, ld, ld, 1e-6f, 0);
+        } else if (KIND == COPY_FLAT) {
+            flat_copy<T, THREADS><<<132 * 4, THREADS>>>(reinterpret_cast<const uint4*>(xs[i]), reinterpret_cast<uint4*>(ys[i]), long(bytes / 16));
+        } else if (KIND == COPY_INTERLEAVED) {
+            row_copy_interleaved<T, THREADS, C><<<c.rows * C, THREADS>>>(xs[i], ys[i], c.rows, c.cols, ld, ld);
+        } else if (KIND == COPY_SMEM) {
             row_copy_smem<T, THREADS><<<c.rows, THREADS, smem>>>(xs[i], ys[i], c.rows, c.cols, ld, ld);
         } else if (KIND == COPY_DIRECT) {
             row_copy_direct<T, THREADS><<<c.rows, THREADS>>>(xs[i], ys[i], c.rows, c.cols, ld, ld);
@@ -619,20 +771,23 @@ void run(const Case& c, int smem_cap_bytes, FILE* log) {
     const float copy_ms = time([&](int i) { CHECK(cudaMemcpyAsync(ys[i], xs[i], bytes, cudaMemcpyDeviceToDevice)); });
     const double moved = 2.0 * bytes;
     printf("%-8s %-5s %6d x %-6d %s%d t%-4d | %8.3f ms %7.0f GB/s | copy %8.3f ms %7.0f GB/s | ratio %.3f | err %.2e unwritten %ld\n",
-           c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : KIND == STREAM ? "stream" : KIND == COPY_SMEM ? "copysmem" : KIND == COPY_DIRECT ? "copydirect" : "warp", C, THREADS, kernel_ms, moved / kernel_ms / 1e6, copy_ms, moved / copy_ms / 1e6, copy_ms / kernel_ms, rel, unwritten);
-    fprintf(log, "%s,%s,%d,%d,%s%d,%d,%.4f,%.4f,%.4f,%.3e\n", c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : KIND == STREAM ? "stream" : KIND == COPY_SMEM ? "copysmem" : KIND == COPY_DIRECT ? "copydirect" : "warp", C, THREADS, kernel_ms, copy_ms, copy_ms / kernel_ms, rel);
+           c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : KIND == STREAM ? "stream" : KIND == COPY_SMEM ? "copysmem" : KIND == COPY_DIRECT ? "copydirect" : KIND == COPY_FLAT ? "copyflat" : KIND == COPY_INTERLEAVED ? "copyinter" : KIND == INTERLEAVED ? "interleaved" : "warp", C, THREADS, kernel_ms, moved / kernel_ms / 1e6, copy_ms, moved / copy_ms / 1e6, copy_ms / kernel_ms, rel, unwritten);
+    fprintf(log, "%s,%s,%d,%d,%s%d,%d,%.4f,%.4f,%.4f,%.3e\n", c.op, c.dtype, c.rows, c.cols, KIND == BLOCK ? "block" : KIND == CLUSTER ? "cluster" : KIND == STREAM ? "stream" : KIND == COPY_SMEM ? "copysmem" : KIND == COPY_DIRECT ? "copydirect" : KIND == COPY_FLAT ? "copyflat" : KIND == COPY_INTERLEAVED ? "copyinter" : KIND == INTERLEAVED ? "interleaved" : "warp", C, THREADS, kernel_ms, copy_ms, copy_ms / kernel_ms, rel);
     for (int i = 0; i < sets; ++i) { cudaFree(xs[i]); cudaFree(ys[i]); }
     cudaFree(w);
 }
 
 template <typename T>
 void sweep(const char* dtype, int cap, FILE* log) {
-    for (int cols : {50257, 32768, 8192}) {
-        const int rows = cols == 50257 ? 4096 : cols == 32768 ? 1024 : 8192;
-        run<T, 512, COPY_SMEM>({"copy", dtype, rows, cols}, cap, log);
-        run<T, 256, COPY_SMEM>({"copy", dtype, rows, cols}, cap, log);
-        run<T, 512, COPY_DIRECT>({"copy", dtype, rows, cols}, cap, log);
-        run<T, 256, COPY_DIRECT>({"copy", dtype, rows, cols}, cap, log);
+    for (const char* op : {"softmax", "rmsnorm"}) {
+        for (int rows_cols : {0, 1, 2, 3}) {
+            const Case c = rows_cols == 0 ? Case{op, dtype, 4096, 50257} : rows_cols == 1 ? Case{op, dtype, 1024, 32768}
+                         : rows_cols == 2 ? Case{op, dtype, 32768, 4096} : Case{op, dtype, 8192, 8192};
+            run<T, 512, INTERLEAVED, 4>(c, cap, log);
+            run<T, 256, INTERLEAVED, 4>(c, cap, log);
+            run<T, 512, INTERLEAVED, 2>(c, cap, log);
+            if (rows_cols >= 2) run<T, 256, INTERLEAVED, 1>(c, cap, log);
+        }
     }
 }
 
