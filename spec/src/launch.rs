@@ -256,8 +256,10 @@ impl LaunchSpec {
         }
         if let Some(side) = (0..3).find(|&i| self.block[i] > MAX_BLOCK_DIMS[i]) {
             return Err(format!(
-                "block {:?}: CUDA allows at most {:?} threads along x, y and z (side {side} is over)",
-                self.block, MAX_BLOCK_DIMS
+                "block {:?}: CUDA allows at most {:?} threads along x, y and z ({} is over)",
+                self.block,
+                MAX_BLOCK_DIMS,
+                ["x", "y", "z"][side]
             ));
         }
         let cluster_blocks: u64 = self.cluster.iter().map(|&c| u64::from(c)).product();
