@@ -490,9 +490,7 @@ const RESERVED: &[&str] = &[
 /// A parameter name is a C identifier that is neither a keyword nor a name the templates or
 /// the compiler use.
 pub fn check_param_name(name: &str) -> Result<(), String> {
-    let identifier =
-        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !identifier {
+    if !crate::variant::is_c_identifier(name) {
         return Err(format!("parameter name `{name}` is not a C identifier"));
     }
     let compilers = name.starts_with("__") || (name.starts_with('_') && name[1..].starts_with(|c: char| c.is_ascii_uppercase()));

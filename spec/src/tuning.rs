@@ -105,7 +105,7 @@ impl Key {
 }
 
 /// Whether a time in milliseconds is one a table may hold: finite and above zero.
-fn valid_ms(ms: f64) -> bool {
+pub fn valid_ms(ms: f64) -> bool {
     ms.is_finite() && ms > 0.0
 }
 

@@ -159,6 +159,11 @@ impl Variant {
     }
 }
 
+/// Letters, digits and `_`, not starting with a digit.
+pub fn is_c_identifier(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A variant name names a kernel symbol and files: a C identifier of at most [`MAX_NAME_LEN`]
 /// characters.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -168,9 +173,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
             name.len()
         ));
     }
-    let identifier =
-        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !identifier {
+    if !is_c_identifier(name) {
         return Err(format!("name `{name}` is not a C identifier (letters, digits and `_`, not starting with a digit)"));
     }
     Ok(())

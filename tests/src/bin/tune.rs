@@ -233,19 +233,21 @@ fn measure<T: tilesmith_runtime::Element>(
         return Ok(None);
     }
     let mut case = GemmCase::<T>::new(gpu, shape)?;
+    let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
-    if !(cublas_ms.is_finite() && cublas_ms > 0.0) {
-        return Err(format!("cuBLAS timed {cublas_ms} ms on {}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout));
+    if !tuning::valid_ms(cublas_ms) {
+        return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
     }
     let mut workspace = Workspace::new();
     let mut measured: Vec<Candidate> = Vec::new();
     let mut best = f64::INFINITY;
     for (kernel, strategy) in candidates {
         let choice = Choice::forced(kernel, strategy, transpose.clone());
+        let warn = |what: String| bar.println(format!("warning: {} on {problem}: {what}", choice.label()));
         let first = match case.time_choice(gpu, &choice, &mut workspace, 1, 1) {
             Ok(ms) => ms,
             Err(err) => {
-                bar.println(format!("warning: {} on {}x{}x{} {dtype} {}: {err}", choice.label(), shape.m, shape.n, shape.k, shape.layout));
+                warn(err);
                 continue;
             }
         };
@@ -255,27 +257,13 @@ fn measure<T: tilesmith_runtime::Element>(
             match case.time_choice(gpu, &choice, &mut workspace, WARMUP, RUNS) {
                 Ok(ms) => ms,
                 Err(err) => {
-                    bar.println(format!(
-                        "warning: {} on {}x{}x{} {dtype} {}: {err}",
-                        choice.label(),
-                        shape.m,
-                        shape.n,
-                        shape.k,
-                        shape.layout
-                    ));
+                    warn(err);
                     continue;
                 }
             }
         };
-        if !(ms.is_finite() && ms > 0.0) {
-            bar.println(format!(
-                "warning: {} on {}x{}x{} {dtype} {}: timed {ms} ms; left out",
-                choice.label(),
-                shape.m,
-                shape.n,
-                shape.k,
-                shape.layout
-            ));
+        if !tuning::valid_ms(ms) {
+            warn(format!("timed {ms} ms; left out"));
             continue;
         }
         best = best.min(ms);
