@@ -1,7 +1,8 @@
-//! The generated per-variant trials: for every variant in the manifest,
-//! `<family>::<variant>::correctness` and `<family>::<variant>::perf` (ignored unless asked for,
-//! with `--include-ignored` or `--ignored`), and `dispatch::...` trials of the registry's `gemm`
-//! call, which picks the variant itself. Listing makes no CUDA call.
+//! The generated per-variant trials: for every variant in the manifest but its family's
+//! reference variants, `<family>::<variant>::correctness` and `<family>::<variant>::perf`
+//! (ignored unless asked for, with `--include-ignored` or `--ignored`), made from the family's
+//! declaration, and `dispatch::...` trials of the registry's `gemm` call, which picks the
+//! variant itself. Listing makes no CUDA call.
 //!
 //! Where the CUDA driver library cannot be loaded, every GPU trial is listed as ignored, so that
 //! both `cargo test` and nextest show it skipped, and the reason is printed once; run anyway
@@ -10,9 +11,9 @@
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::Path;
 use std::process::ExitCode;
-use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout};
+use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
-use tilesmith_spec::{Entry, Manifest, Registry};
+use tilesmith_spec::{Entry, Manifest};
 use tilesmith_tests::host::{read_region, relative_error, Operands};
 use tilesmith_tests::{device, report, trials, with_element};
 
@@ -21,7 +22,7 @@ use tilesmith_tests::{device, report, trials, with_element};
 fn entries() -> Result<Vec<Entry>, String> {
     match std::env::var_os("TILESMITH_REGISTRY").filter(|v| !v.is_empty()) {
         Some(dir) => {
-            let registry: Registry = manifest::read(&Path::new(&dir).join(MANIFEST_FILE)).map_err(|err| err.to_string())?;
+            let registry: tilesmith_spec::Registry = manifest::read(&Path::new(&dir).join(MANIFEST_FILE)).map_err(|err| err.to_string())?;
             Ok(registry.variants.into_iter().map(|built| built.entry).collect())
         }
         None => {
@@ -32,21 +33,22 @@ fn entries() -> Result<Vec<Entry>, String> {
 }
 
 /// A GPU trial: ignored with the reason where there is no GPU, failed on any error.
-fn gpu_trial(name: String, variant: String, run: fn(&Gpu, &Kernel) -> Result<String, String>) -> Trial {
+fn gpu_trial(name: String, variant: String, run: fn(&Gpu, &Registry, &Kernel) -> Result<String, String>) -> Trial {
     Trial::ignorable_test(name, move || {
         let gpu = match device::gpu() {
             Ok(gpu) => gpu,
             Err(reason) => return Ok(Completion::ignored_with(reason)),
         };
-        let kernel = device::registry()?.kernel(&variant).map_err(|err| err.to_string())?;
-        let summary = run(gpu, &kernel)?;
+        let registry = device::registry()?;
+        let kernel = registry.kernel(&variant).map_err(|err| err.to_string())?;
+        let summary = run(gpu, registry, &kernel)?;
         println!("{summary}");
         Ok(Completion::Completed)
     })
 }
 
-fn perf(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
-    let record = trials::performance(gpu, kernel)?;
+fn perf(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
+    let record = trials::performance(gpu, registry, kernel)?;
     let path = report::write(&record)?;
     Ok(format!("{} -> {}", record.summary(), path.display()))
 }
@@ -132,7 +134,11 @@ fn main() -> ExitCode {
     }
     let mut all = cpu_trials();
     for entry in entries {
-        let family = entry.variant.family();
+        // A family's reference variants are the yardstick of its trials, not tried themselves.
+        if entry.declaration.reference.backend.as_deref() == Some(entry.variant.backend.as_str()) {
+            continue;
+        }
+        let family = entry.variant.family;
         let name = entry.variant.name;
         all.push(gpu_trial(format!("{family}::{name}::correctness"), name.clone(), trials::correctness).with_ignored_flag(!driver));
         all.push(gpu_trial(format!("{family}::{name}::perf"), name, perf).with_ignored_flag(true));

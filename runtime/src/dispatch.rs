@@ -9,7 +9,7 @@ use crate::plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Buffer, G
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use tilesmith_spec::tuning::{Alignment, Device, Strategy, TuningTable};
-use tilesmith_spec::{Built, Dtype, GridRule, Kind, Layout};
+use tilesmith_spec::{Built, Dtype, GridRule, Layout};
 
 /// Rows of the operands the padded strategy moves start 128 bytes apart at least, a whole
 /// number of 128-byte lines, which TMA reads best.
@@ -194,7 +194,8 @@ pub fn transposer<'k>(kernels: impl IntoIterator<Item = &'k Kernel>, device: &De
             let v = k.variant();
             v.dtype == dtype
                 && v.is_checked()
-                && matches!(v.kind, Kind::Transpose { .. })
+                && v.family == "transpose"
+                && !k.is_reference()
                 && runs_on(&k.info().entry.targets, (device.capability[0], device.capability[1]))
         })
         .min_by(|a, b| a.name().cmp(b.name()))
@@ -266,7 +267,7 @@ pub fn choose<'k>(
     let all: Vec<&Kernel> = kernels.into_iter().collect();
     let transpose = transposer(all.iter().copied(), device, dtype);
     let gemms: Vec<&Kernel> =
-        all.into_iter().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
+        all.into_iter().filter(|k| k.variant().dtype == dtype && k.variant().family == "gemm" && !k.is_reference()).collect();
     let class = alignment(dtype, shape, &buffers);
     let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
     let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
@@ -338,7 +339,7 @@ pub fn heuristic<'k>(
 /// The heuristic's estimate for one candidate, in seconds.
 pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> f64 {
     let variant = &built.entry.variant;
-    let Kind::Gemm { tile: [tm, tn, _], split_k, .. } = variant.kind else { return f64::INFINITY };
+    let (&[tm, tn, _], Some(split_k)) = (variant.tile(), variant.count("split_k")) else { return f64::INFINITY };
     let (tm, tn, split) = (f64::from(tm), f64::from(tn), u64::from(split_k.max(1)));
     // The padded strategy's GEMM (M and N swapped where C is computed transposed) and the
     // bytes its moves read and write.

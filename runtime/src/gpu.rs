@@ -110,14 +110,15 @@ impl Gpu {
                 minor: self.capability.1,
             });
         }
-        // ptxas's static bytes count against the same per-block limit.
-        let static_smem = info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0);
-        if entry.launch.dynamic_smem_bytes.saturating_add(static_smem) > self.smem_opt_in {
+        let static_smem = static_smem(info);
+        // Shared memory that follows the call's quantities is checked at each launch.
+        let fixed = entry.launch.dynamic_smem_bytes.as_constant().unwrap_or(0);
+        if fixed.saturating_add(u64::from(static_smem)) > u64::from(self.smem_opt_in) {
             return Err(Error::Refused {
                 name: name.to_string(),
                 rule: format!(
-                    "it needs {} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
-                    entry.launch.dynamic_smem_bytes, self.name, self.smem_opt_in
+                    "it needs {fixed} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
+                    self.name, self.smem_opt_in
                 ),
             });
         }
@@ -140,12 +141,13 @@ impl Gpu {
         let what = format!("loading {} from {}", name, fatbin.display());
         let module = self.ctx.load_module(Ptx::from_binary(bytes)).during(&what)?;
         let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, fatbin.display()))?;
-        if entry.launch.dynamic_smem_bytes > DEFAULT_SMEM_LIMIT {
+        // Opting in to what the GPU allows a block, where the kernel may need more than the
+        // default: the attribute allows, it reserves nothing.
+        let may_need = entry.launch.dynamic_smem_bytes.as_constant().unwrap_or(u64::MAX);
+        if may_need > u64::from(DEFAULT_SMEM_LIMIT) {
+            let allowed = u64::from(self.smem_opt_in - static_smem.min(self.smem_opt_in)).min(may_need);
             function
-                .set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    entry.launch.dynamic_smem_bytes as i32,
-                )
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed as i32)
                 .during(&format!("raising {}'s shared-memory limit", name))?;
         }
         loaded.insert(hash, function.clone());
@@ -156,6 +158,16 @@ impl Gpu {
     pub(crate) fn launch(&self, info: &Built, fatbin: &Path, launch: Launch) -> Result<()> {
         let function = self.load(info, fatbin)?;
         let name = info.entry.variant.name.as_str();
+        let static_smem = static_smem(info);
+        if u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem) > u64::from(self.smem_opt_in) {
+            return Err(Error::Refused {
+                name: name.to_string(),
+                rule: format!(
+                    "this call needs {} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
+                    launch.dynamic_smem_bytes, self.name, self.smem_opt_in
+                ),
+            });
+        }
         let what = format!("launching {name}");
         let values = launch
             .args
@@ -163,6 +175,9 @@ impl Gpu {
             .map(|arg| match *arg {
                 Arg::Pointer(addr) => Ok(Value::Pointer(addr)),
                 Arg::I32(value) => Ok(Value::I32(value)),
+                Arg::U32(value) => Ok(Value::U32(value)),
+                Arg::F32(value) => Ok(Value::F32(value)),
+                Arg::F64(value) => Ok(Value::F64(value)),
                 Arg::TensorMap(map) => encode(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
             })
             .collect::<std::result::Result<Vec<_>, _>>()
@@ -175,6 +190,9 @@ impl Gpu {
             match value {
                 Value::Pointer(addr) => builder.arg(addr),
                 Value::I32(value) => builder.arg(value),
+                Value::U32(value) => builder.arg(value),
+                Value::F32(value) => builder.arg(value),
+                Value::F64(value) => builder.arg(value),
                 Value::TensorMap(map) => builder.arg(map),
             };
         }
@@ -194,6 +212,9 @@ impl Gpu {
             .map(|value| match value {
                 Value::Pointer(addr) => addr as *const u64 as *mut c_void,
                 Value::I32(value) => value as *const i32 as *mut c_void,
+                Value::U32(value) => value as *const u32 as *mut c_void,
+                Value::F32(value) => value as *const f32 as *mut c_void,
+                Value::F64(value) => value as *const f64 as *mut c_void,
                 Value::TensorMap(map) => map as *const TensorMap as *mut c_void,
             })
             .collect();
@@ -233,7 +254,15 @@ impl Gpu {
 enum Value {
     Pointer(u64),
     I32(i32),
+    U32(u32),
+    F32(f32),
+    F64(f64),
     TensorMap(TensorMap),
+}
+
+/// ptxas's static shared memory, which counts against the same per-block limit as the dynamic.
+fn static_smem(info: &Built) -> u32 {
+    info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0)
 }
 
 /// A tensor map as a kernel argument, passed by value.

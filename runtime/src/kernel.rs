@@ -2,12 +2,12 @@
 
 use crate::error::Error;
 use crate::gpu::Gpu;
-use crate::plan::{plan_gemm, plan_transpose, Buffer, GemmShape, TransposeShape};
+use crate::plan::{plan_call, plan_gemm, plan_transpose, Buffer, Call, GemmShape, TransposeShape};
 use crate::Result;
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tilesmith_spec::{Built, Dtype, Kind, Layout, Variant};
+use tilesmith_spec::{Built, Dtype, Layout, Variant};
 
 /// An element type the kernels take.
 pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + std::fmt::Debug + 'static {
@@ -109,20 +109,54 @@ impl Kernel {
         &self.built.entry.variant
     }
 
+    /// Whether it is one of its family's reference variants (the trials' yardstick, never
+    /// picked by a dispatcher).
+    pub fn is_reference(&self) -> bool {
+        self.built.entry.declaration.reference.backend.as_deref() == Some(self.variant().backend.as_str())
+    }
+
     pub fn fatbin(&self) -> &Path {
         &self.fatbin
     }
 
     /// The GEMM layout this kernel computes.
     pub fn layout(&self) -> Result<Layout> {
-        match self.variant().kind {
-            Kind::Gemm { layout, .. } => Ok(layout),
-            Kind::Transpose { .. } => Err(self.refused("it is a transpose kernel and has no GEMM layout".into())),
+        match self.variant().word("layout").and_then(Layout::parse) {
+            Some(layout) if self.variant().family == "gemm" => Ok(layout),
+            _ => Err(self.refused(format!("it is a {} kernel and has no GEMM layout", self.variant().family))),
         }
+    }
+
+    /// A call of this kernel with arguments bound by name, as its family declares them:
+    ///
+    /// ```no_run
+    /// # fn f(gpu: &tilesmith_runtime::Gpu, kernel: &tilesmith_runtime::Kernel,
+    /// #      x: &cudarc::driver::CudaSlice<f32>, w: &cudarc::driver::CudaSlice<f32>,
+    /// #      y: &mut cudarc::driver::CudaSlice<f32>) -> tilesmith_runtime::Result<()> {
+    /// kernel.call(gpu)
+    ///     .operand("x", x).operand("w", w).operand_mut("y", y)
+    ///     .quantity("rows", 4096).quantity("cols", 50257).quantity("ldx", 50257).quantity("ldy", 50257)
+    ///     .scalar("eps", 1e-6)
+    ///     .launch()
+    /// # }
+    /// ```
+    ///
+    /// Every name, size, leading dimension, alignment and range is checked against the
+    /// declaration before anything is enqueued.
+    pub fn call<'a>(&'a self, gpu: &'a Gpu) -> CallBuilder<'a> {
+        CallBuilder { kernel: self, gpu, call: Call::default(), _guards: Vec::new() }
     }
 
     fn refused(&self, rule: String) -> Error {
         Error::Refused { name: self.name().to_string(), rule }
+    }
+
+    /// Enqueues a planned call on the GPU's stream.
+    pub(crate) fn call_buffers(&self, gpu: &Gpu, call: &Call) -> Result<()> {
+        match plan_call(&self.built, call, gpu.sms()).map_err(|rule| self.refused(rule))? {
+            Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
+            None => Ok(()),
+        }
     }
 
     /// Enqueues C = A·B on the GPU's stream, after checking every argument against the manifest.
@@ -160,5 +194,54 @@ impl Kernel {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
+    }
+}
+
+/// A call being bound: see [`Kernel::call`]. The buffers stay borrowed, and ordered on the
+/// GPU's stream, until the launch is enqueued.
+pub struct CallBuilder<'a> {
+    kernel: &'a Kernel,
+    gpu: &'a Gpu,
+    call: Call,
+    _guards: Vec<SyncOnDrop<'a>>,
+}
+
+impl<'a> CallBuilder<'a> {
+    /// An operand the kernel reads.
+    pub fn operand<T: Element>(mut self, name: &str, slice: &'a CudaSlice<T>) -> Self {
+        let (addr, guard) = slice.device_ptr(self.gpu.stream());
+        self._guards.push(guard);
+        self.call = self.call.operand(name, T::DTYPE, Buffer { len: slice.len(), addr });
+        self
+    }
+
+    /// An operand the kernel writes.
+    pub fn operand_mut<T: Element>(mut self, name: &str, slice: &'a mut CudaSlice<T>) -> Self {
+        let len = slice.len();
+        let (addr, guard) = slice.device_ptr_mut(self.gpu.stream());
+        self._guards.push(guard);
+        self.call = self.call.operand(name, T::DTYPE, Buffer { len, addr });
+        self
+    }
+
+    pub fn quantity(mut self, name: &str, value: usize) -> Self {
+        self.call = self.call.quantity(name, value as u64);
+        self
+    }
+
+    /// A scalar, converted to the type the family declares for it after its range is checked.
+    pub fn scalar(mut self, name: &str, value: f64) -> Self {
+        self.call = self.call.scalar(name, value);
+        self
+    }
+
+    /// The call as bound so far, for planning without a launch.
+    pub fn arguments(&self) -> &Call {
+        &self.call
+    }
+
+    /// Checks the call and enqueues it on the GPU's stream.
+    pub fn launch(self) -> Result<()> {
+        self.kernel.call_buffers(self.gpu, &self.call)
     }
 }

@@ -28,9 +28,11 @@ mod registry;
 pub use dispatch::{Choice, Workspace};
 pub use error::Error;
 pub use gpu::Gpu;
-pub use kernel::{Element, GemmArgs, Kernel, TransposeArgs};
-pub use plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, GemmShape, Launch, TensorMapArg, TransposeShape};
+pub use kernel::{CallBuilder, Element, GemmArgs, Kernel, TransposeArgs};
+pub use plan::{
+    check_gemm_call, plan_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, Call, GemmShape, Launch, TensorMapArg, TransposeShape,
+};
 pub use registry::Registry;
-pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Kind, Layout, Variant};
+pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Layout, Variant};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

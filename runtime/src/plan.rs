@@ -1,8 +1,10 @@
 //! The checks that stand between a call and a launch, as pure functions of the manifest data,
 //! the shape and the buffers, so that they are tested without a GPU.
 
+use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
-use tilesmith_spec::{Built, Dtype, GridRule, Kind, Layout, Operand, ParamKind, Quantity, Targets};
+use tilesmith_spec::family::{ScalarType, SMS};
+use tilesmith_spec::{Access, Built, Dtype, GridRule, Layout, ParamKind, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,8 +68,34 @@ impl TransposeShape {
     }
 }
 
+/// One call's arguments, bound by name: operands (element type and buffer), quantities and
+/// scalars, as the family's declaration names them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Call {
+    pub operands: Vec<(String, Dtype, Buffer)>,
+    pub quantities: Vec<(String, u64)>,
+    pub scalars: Vec<(String, f64)>,
+}
+
+impl Call {
+    pub fn operand(mut self, name: &str, dtype: Dtype, buffer: Buffer) -> Call {
+        self.operands.push((name.to_string(), dtype, buffer));
+        self
+    }
+
+    pub fn quantity(mut self, name: &str, value: u64) -> Call {
+        self.quantities.push((name.to_string(), value));
+        self
+    }
+
+    pub fn scalar(mut self, name: &str, value: f64) -> Call {
+        self.scalars.push((name.to_string(), value));
+        self
+    }
+}
+
 /// A launch the checks allowed, with its arguments.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -82,10 +110,13 @@ pub struct Launch {
 }
 
 /// A kernel argument, as the kernel's parameter takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg {
     Pointer(u64),
     I32(i32),
+    U32(u32),
+    F32(f32),
+    F64(f64),
     /// Encoded into a `CUtensorMap` just before the launch, which needs the driver.
     TensorMap(TensorMapArg),
 }
@@ -101,15 +132,6 @@ pub struct TensorMapArg {
     /// [elements along a row, rows] copied at a time.
     pub box_: [u32; 2],
     pub swizzle_bytes: u32,
-}
-
-/// One operand of a call as its kernel parameters may take it.
-struct OperandArg {
-    operand: Operand,
-    addr: u64,
-    rows: usize,
-    cols: usize,
-    ld: usize,
 }
 
 /// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
@@ -128,21 +150,25 @@ fn order(row_major: bool) -> &'static str {
     }
 }
 
-/// One operand as the checks see it.
-struct Stored<'a> {
-    name: &'a str,
-    ld_name: &'a str,
+/// One operand as stored: rows of `cols` elements, `ld` apart.
+#[derive(Clone, Debug)]
+struct Stored {
+    name: String,
+    ld_name: String,
     buffer: Buffer,
     rows: usize,
     cols: usize,
     ld: usize,
-    layout: &'a str,
+    /// How it is stored, for messages: `row-major`, `column-major, layout nn`.
+    layout: String,
+    dtype: Dtype,
 }
 
 /// The rules every call meets, whatever the kernel: rows no longer than their leading
 /// dimension, and a buffer that holds what the matrix spans.
-fn check_stored(op: &Stored<'_>) -> Result<(), String> {
-    let Stored { name, ld_name, buffer, rows, cols, ld, layout } = *op;
+fn check_stored(op: &Stored) -> Result<(), String> {
+    let Stored { name, ld_name, buffer, rows, cols, ld, layout, .. } = op;
+    let (rows, cols, ld) = (*rows, *cols, *ld);
     // An empty matrix is never read or written, whatever its leading dimension.
     if rows > 0 && cols > 0 && ld < cols {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
@@ -154,92 +180,213 @@ fn check_stored(op: &Stored<'_>) -> Result<(), String> {
     Ok(())
 }
 
-fn check_operand(built: &Built, dtype: Dtype, op: &Stored<'_>) -> Result<(), String> {
-    check_stored(op)?;
-    let Stored { name, ld_name, buffer, ld, .. } = *op;
-    let requires = &built.entry.requires;
-    if ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
-        return Err(format!(
-            "{ld_name} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
-            requires.ld_multiple, built.entry.variant.bounds
-        ));
+/// Declared names for a message, or "none".
+fn known_list<'a>(known: impl Iterator<Item = &'a str>) -> String {
+    let known: Vec<&str> = known.collect();
+    if known.is_empty() {
+        "none".into()
+    } else {
+        known.join(", ")
     }
-    let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()));
-    if buffer.addr % align != 0 {
-        return Err(format!("{name} starts at {:#x}, which is not {align}-byte aligned", buffer.addr));
-    }
-    Ok(())
 }
 
-fn check_dims(dims: &[(&str, usize, u32)], bounds: &str) -> Result<(), String> {
-    for &(dim, value, multiple) in dims {
-        if value.checked_rem(multiple as usize) != Some(0) {
+/// Checks a call against the kernel's family declaration and manifest entry, and makes its
+/// launch: every name bound once and declared, every quantity and scalar given and in range,
+/// each operand's element type, span within its buffer, leading dimension and alignment, an
+/// unchecked variant's multiples; then the arguments from the parameter list, the grid and the
+/// shared memory. `None` when no output has an element to write.
+pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>, String> {
+    let entry = &built.entry;
+    let family = &entry.declaration;
+    let variant = &entry.variant;
+    let all = family.all_quantities();
+
+    let mut quantities: BTreeMap<&str, u64> = BTreeMap::new();
+    for (name, value) in &call.quantities {
+        if !all.contains(&name.as_str()) {
             return Err(format!(
-                "{dim} = {value} is not a multiple of {multiple}: {bounds} variants take tile multiples only; use a checked variant"
+                "the call gives quantity `{name}`, which a {} call does not take (it takes {})",
+                variant.family,
+                all.join(", ")
+            ));
+        }
+        if quantities.insert(name, *value).is_some() {
+            return Err(format!("the call gives quantity `{name}` twice"));
+        }
+    }
+    if let Some(missing) = all.iter().find(|q| !quantities.contains_key(*q)) {
+        return Err(format!("the call does not give quantity `{missing}` (a {} call gives {})", variant.family, all.join(", ")));
+    }
+    let mut operands: BTreeMap<&str, (Dtype, Buffer)> = BTreeMap::new();
+    for (name, dtype, buffer) in &call.operands {
+        if family.operand(name).is_none() {
+            return Err(format!(
+                "the call passes operand `{name}`, which a {} call does not take (it takes {})",
+                variant.family,
+                known_list(family.operands.iter().map(|o| o.name.as_str()))
+            ));
+        }
+        if operands.insert(name, (*dtype, *buffer)).is_some() {
+            return Err(format!("the call passes operand `{name}` twice"));
+        }
+    }
+    if let Some(missing) = family.operands.iter().find(|o| !operands.contains_key(o.name.as_str())) {
+        return Err(format!("the call does not pass operand `{}`", missing.name));
+    }
+    let mut scalars: BTreeMap<&str, f64> = BTreeMap::new();
+    for (name, value) in &call.scalars {
+        let Some(decl) = family.scalar(name) else {
+            return Err(format!(
+                "the call passes scalar `{name}`, which a {} call does not take (it takes {})",
+                variant.family,
+                known_list(family.scalars.iter().map(|s| s.name.as_str()))
+            ));
+        };
+        if scalars.insert(name, *value).is_some() {
+            return Err(format!("the call passes scalar `{name}` twice"));
+        }
+        let (lo, hi) = decl.bounds();
+        let integral = matches!(decl.ty, ScalarType::I32 | ScalarType::U32);
+        if !value.is_finite() || !(lo..=hi).contains(value) || (integral && value.fract() != 0.0) {
+            return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
+        }
+    }
+    if let Some(missing) = family.scalars.iter().find(|s| !scalars.contains_key(s.name.as_str())) {
+        return Err(format!("the call does not pass scalar `{}`", missing.name));
+    }
+
+    let requires = &entry.requires;
+    for (quantity, &multiple) in &requires.multiples {
+        let Some(&value) = quantities.get(quantity.as_str()) else {
+            return Err(format!("it requires a multiple of `{quantity}`, which a call does not give"));
+        };
+        if value.checked_rem(u64::from(multiple)) != Some(0) {
+            return Err(format!(
+                "{quantity} = {value} is not a multiple of {multiple}: {} variants take tile multiples only; use a checked variant",
+                variant.bounds
             ));
         }
     }
-    Ok(())
-}
 
-fn check_kernel(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
-    let variant = &built.entry.variant;
-    if variant.family().as_str() != family {
-        return Err(format!("it is a {} kernel, not a {family} kernel", variant.family()));
+    let env = |name: &str| quantities.get(name).copied();
+    let mut stored: BTreeMap<&str, Stored> = BTreeMap::new();
+    for decl in &family.operands {
+        let Some(&(dtype, buffer)) = operands.get(decl.name.as_str()) else { continue };
+        let expected = decl.dtype.unwrap_or(variant.dtype);
+        if dtype != expected {
+            return Err(format!("it takes {expected} elements for {}, but the buffer holds {dtype}", decl.name));
+        }
+        let dims = decl.dims.iter().map(|d| d.eval(&env)).collect::<Result<Vec<u64>, String>>()?;
+        let size = |v: u64| usize::try_from(v).map_err(|_| format!("{} has a side of {v} elements, more than an address holds", decl.name));
+        let (logical_rows, logical_cols) = match dims[..] {
+            [rows, cols] => (size(rows)?, size(cols)?),
+            [len] => (1, size(len)?),
+            _ => return Err(format!("operand `{}` has {} dims", decl.name, dims.len())),
+        };
+        let (row_major, layout) = match decl.order.as_deref().map(|o| family.order_axis(o)) {
+            Some(Ok((axis, index))) => {
+                let word = variant.word(&axis.name).unwrap_or_default();
+                let row_major = word.as_bytes().get(index) == Some(&b't');
+                (row_major, format!("{}, {} {word}", order(row_major), axis.name))
+            }
+            _ => (true, "row-major".to_string()),
+        };
+        let (rows, cols) = if row_major { (logical_rows, logical_cols) } else { (logical_cols, logical_rows) };
+        let (ld_name, ld) = match &decl.ld {
+            Some(ld) => (ld.clone(), size(quantities.get(ld.as_str()).copied().unwrap_or(0))?),
+            None => ("its length".to_string(), cols),
+        };
+        let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype };
+        check_stored(&op)?;
+        if decl.ld.is_some() && ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
+            return Err(format!(
+                "{} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
+                op.ld_name, requires.ld_multiple, variant.bounds
+            ));
+        }
+        let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()).max(decl.align.unwrap_or(1)));
+        if buffer.addr % align != 0 {
+            return Err(format!("{} starts at {:#x}, which is not {align}-byte aligned", decl.name, buffer.addr));
+        }
+        stored.insert(&decl.name, op);
     }
-    if variant.dtype != dtype {
-        return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));
-    }
-    Ok(())
-}
 
-/// The kernel's arguments, made by walking its parameter list: each pointer parameter gets its
-/// operand's address, each tensor map its operand's layout, each integer its quantity,
-/// refused when it does not fit the parameter.
-fn arguments(built: &Built, dtype: Dtype, operands: &[OperandArg], quantities: &[(Quantity, usize)]) -> Result<Vec<Arg>, String> {
-    let find = |name: &str, operand: Operand| {
-        operands
-            .iter()
-            .find(|o| o.operand == operand)
-            .ok_or(format!("its parameter `{name}` wants operand {}, which this call does not pass", operand.as_str()))
-    };
-    built
-        .entry
+    // Entries are checked when read; a parameter naming what the family lacks is refused anyway.
+    let missing = |param: &str, what: &str| format!("its parameter `{param}` wants {what}, which this call does not give");
+    let args = entry
         .launch
         .params
         .iter()
-        .map(|param| match param.kind {
-            ParamKind::Pointer { operand, .. } => find(&param.name, operand).map(|o| Arg::Pointer(o.addr)),
+        .map(|param| match &param.kind {
+            ParamKind::Pointer { operand, .. } => {
+                stored.get(operand.as_str()).map(|o| Arg::Pointer(o.buffer.addr)).ok_or_else(|| missing(&param.name, operand))
+            }
             ParamKind::TensorMap { operand, box_, swizzle } => {
-                tensor_map(find(&param.name, operand)?, dtype, box_, swizzle).map(Arg::TensorMap)
+                tensor_map(stored.get(operand.as_str()).ok_or_else(|| missing(&param.name, operand))?, *box_, *swizzle).map(Arg::TensorMap)
             }
             ParamKind::I32 { value } => {
-                let &(_, given) = quantities.iter().find(|(q, _)| *q == value).ok_or(format!(
-                    "its parameter `{}` wants {}, which this call does not give",
-                    param.name,
-                    value.as_str()
-                ))?;
+                let given = *quantities.get(value.as_str()).ok_or_else(|| missing(&param.name, value))?;
                 i32::try_from(given).map(Arg::I32).map_err(|_| {
-                    format!(
-                        "{} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})",
-                        value.as_str(),
-                        param.name,
-                        i32::MAX
-                    )
+                    format!("{value} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})", param.name, i32::MAX)
+                })
+            }
+            ParamKind::Scalar { scalar } => {
+                let value = *scalars.get(scalar.as_str()).ok_or_else(|| missing(&param.name, scalar))?;
+                Ok(match family.scalar(scalar).map(|s| s.ty) {
+                    Some(ScalarType::F64) => Arg::F64(value),
+                    Some(ScalarType::I32) => Arg::I32(value as i32),
+                    Some(ScalarType::U32) => Arg::U32(value as u32),
+                    _ => Arg::F32(value as f32),
                 })
             }
         })
-        .collect()
+        .collect::<Result<Vec<Arg>, String>>()?;
+
+    let writes_nothing =
+        stored.values().filter(|s| family.operand(&s.name).is_some_and(|o| o.access == Access::Write)).all(|s| s.rows == 0 || s.cols == 0);
+    if writes_nothing {
+        return Ok(None);
+    }
+    let spec = &entry.launch;
+    let grid = match &spec.grid {
+        GridRule::Expr { x, y, z } => {
+            let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { quantities.get(name).copied() };
+            let [x, y, z] = [x, y, z].map(|e| e.eval(&env));
+            let (x, y, z) = (x?, y?, z?);
+            let fits = x <= i32::MAX as u64 && y <= 65_535 && z <= 65_535 && x > 0 && y > 0 && z > 0;
+            let whole = (0..3).all(|i| [x, y, z][i] % u64::from(spec.cluster[i].max(1)) == 0);
+            if !fits || !whole {
+                return Err(format!(
+                    "its grid rule gives a grid of [{x}, {y}, {z}] blocks, which CUDA cannot launch in clusters of {:?} (sides from 1 to [2^31-1, 65535, 65535], whole clusters)",
+                    spec.cluster
+                ));
+            }
+            [x as u32, y as u32, z as u32]
+        }
+        rule => {
+            let along = |i: usize| family.tile.get(i).and_then(|q| quantities.get(q.as_str()).copied()).unwrap_or(1);
+            let (m, n) = (along(0), along(1));
+            rule.grid(m, n, sms, spec.cluster).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?
+        }
+    };
+    let dynamic_smem_bytes = spec
+        .dynamic_smem_bytes
+        .eval(&env)
+        .and_then(|b| u32::try_from(b).map_err(|_| format!("{b} bytes of shared memory")))
+        .map_err(|rule| format!("its shared memory: {rule}"))?;
+    let persistent = matches!(spec.grid, GridRule::Persistent { .. });
+    Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args }))
 }
 
 /// TMA's rules for a 2D tensor: a 16-byte-aligned start, rows a multiple of 16 bytes apart and
 /// less than 2^40 bytes, at most 2^32 elements along each side.
-fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
-    let name = o.operand.as_str();
-    if !o.addr.is_multiple_of(16) {
-        return Err(format!("{name} starts at {:#x}; TMA needs 16-byte-aligned operands", o.addr));
+fn tensor_map(o: &Stored, box_: [u32; 2], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
+    let name = &o.name;
+    let addr = o.buffer.addr;
+    if !addr.is_multiple_of(16) {
+        return Err(format!("{name} starts at {addr:#x}; TMA needs 16-byte-aligned operands"));
     }
-    let row_stride_bytes = (o.ld as u64).saturating_mul(u64::from(dtype.size_bytes()));
+    let row_stride_bytes = (o.ld as u64).saturating_mul(u64::from(o.dtype.size_bytes()));
     if row_stride_bytes % 16 != 0 || row_stride_bytes >= 1 << 40 {
         return Err(format!("the rows of {name} are {row_stride_bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
     }
@@ -248,87 +395,75 @@ fn tensor_map(o: &OperandArg, dtype: Dtype, box_: [u32; 2], swizzle_bytes: u32) 
         return Err(format!("{name} is {} x {} as stored; TMA takes at most 2^32 - 1 elements a side", o.rows, o.cols));
     }
     // An empty side is never read (the kernel issues no loads then), but TMA wants at least 1.
-    Ok(TensorMapArg { addr: o.addr, dtype, dims: dims.map(|d| d.max(1)), row_stride_bytes: row_stride_bytes.max(16), box_, swizzle_bytes })
+    Ok(TensorMapArg { addr, dtype: o.dtype, dims: dims.map(|d| d.max(1)), row_stride_bytes: row_stride_bytes.max(16), box_, swizzle_bytes })
 }
 
-fn launch(built: &Built, m: usize, n: usize, sms: u32, args: Vec<Arg>) -> Result<Launch, String> {
-    let spec = &built.entry.launch;
-    let grid = spec
-        .grid
-        .grid(m as u64, n as u64, sms, spec.cluster)
-        .ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?;
-    let persistent = matches!(spec.grid, GridRule::Persistent { .. });
-    Ok(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes: spec.dynamic_smem_bytes, args })
-}
-
-/// A, B and C of a GEMM call as the checks see them.
-fn gemm_operands<'a>(shape: &GemmShape, [a, b, c]: [Buffer; 3], layouts: &'a [String; 2]) -> [Stored<'a>; 3] {
-    let [sa, sb, sc] = shape.stored();
-    [
-        Stored { name: "A", ld_name: "lda", buffer: a, rows: sa.0, cols: sa.1, ld: shape.lda, layout: &layouts[0] },
-        Stored { name: "B", ld_name: "ldb", buffer: b, rows: sb.0, cols: sb.1, ld: shape.ldb, layout: &layouts[1] },
-        Stored { name: "C", ld_name: "ldc", buffer: c, rows: sc.0, cols: sc.1, ld: shape.ldc, layout: "row-major" },
-    ]
-}
-
-fn operand_layouts(layout: Layout) -> [String; 2] {
-    let letters = layout.as_str();
-    [format!("{}, layout {letters}", order(layout.a_row_major())), format!("{}, layout {letters}", order(layout.b_row_major()))]
+fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
+    let variant = &built.entry.variant;
+    if variant.family != family {
+        return Err(format!("it is a {} kernel, not a {family} kernel", variant.family));
+    }
+    if variant.dtype != dtype {
+        return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));
+    }
+    Ok(())
 }
 
 /// Checks what any GEMM call must meet before anything reads its buffers: leading dimensions
 /// at least the stored rows' lengths, and buffers that hold what A, B and C span.
 pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), String> {
-    let layouts = operand_layouts(shape.layout);
-    gemm_operands(shape, buffers, &layouts).iter().try_for_each(check_stored)
+    let letters = shape.layout.as_str();
+    let stored = shape.stored();
+    let lds = [shape.lda, shape.ldb, shape.ldc];
+    let layouts = [
+        format!("{}, layout {letters}", order(shape.layout.a_row_major())),
+        format!("{}, layout {letters}", order(shape.layout.b_row_major())),
+        "row-major".to_string(),
+    ];
+    (0..3).try_for_each(|i| {
+        check_stored(&Stored {
+            name: ["a", "b", "c"][i].into(),
+            ld_name: ["lda", "ldb", "ldc"][i].into(),
+            buffer: buffers[i],
+            rows: stored[i].0,
+            cols: stored[i].1,
+            ld: lds[i],
+            layout: layouts[i].clone(),
+            dtype: Dtype::F32,
+        })
+    })
 }
 
-/// Checks a GEMM call for a GPU with `sms` multiprocessors; `None` when there is nothing to
-/// compute (M or N is 0); K = 0 with M and N above 0 is refused.
+/// The GEMM wrapper over [`plan_call`], for a GPU with `sms` multiprocessors; `None` when there
+/// is nothing to compute (M or N is 0); K = 0 with M and N above 0 is refused.
 pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
-    check_kernel(built, dtype, "gemm")?;
-    let Kind::Gemm { layout, .. } = built.entry.variant.kind else { unreachable!("checked family") };
-    if shape.layout != layout {
+    check_family(built, dtype, "gemm")?;
+    let layout = built.entry.variant.word("layout").unwrap_or_default();
+    if shape.layout.as_str() != layout {
         return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
     }
-    let multiple = built.entry.requires.shape_multiple;
-    let bounds = built.entry.variant.bounds.as_str();
-    check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1]), ("K", shape.k, multiple[2])], bounds)?;
-    let [sa, sb, sc] = shape.stored();
-    let layouts = operand_layouts(layout);
-    for operand in &gemm_operands(shape, [a, b, c], &layouts) {
-        check_operand(built, dtype, operand)?;
-    }
     let s = shape;
-    let stored = [(Operand::A, a, sa, s.lda), (Operand::B, b, sb, s.ldb), (Operand::C, c, sc, s.ldc)]
-        .map(|(operand, buffer, (rows, cols), ld)| OperandArg { operand, addr: buffer.addr, rows, cols, ld });
-    let args = arguments(
-        built,
-        dtype,
-        &stored,
-        &[
-            (Quantity::M, s.m),
-            (Quantity::N, s.n),
-            (Quantity::K, s.k),
-            (Quantity::Lda, s.lda),
-            (Quantity::Ldb, s.ldb),
-            (Quantity::Ldc, s.ldc),
-        ],
-    )?;
-    if shape.m == 0 || shape.n == 0 {
-        return Ok(None);
-    }
-    if shape.k == 0 {
+    let call = Call::default()
+        .operand("a", dtype, a)
+        .operand("b", dtype, b)
+        .operand("c", dtype, c)
+        .quantity("m", s.m as u64)
+        .quantity("n", s.n as u64)
+        .quantity("k", s.k as u64)
+        .quantity("lda", s.lda as u64)
+        .quantity("ldb", s.ldb as u64)
+        .quantity("ldc", s.ldc as u64);
+    let launch = plan_call(built, &call, sms)?;
+    if launch.is_some() && shape.k == 0 {
         return Err(format!(
             "K = 0 makes C = A·B all zeros ({}x{}), which no GEMM kernel computes: fill C with zeros instead",
             shape.m, shape.n
         ));
     }
-    launch(built, shape.m, shape.n, sms, args).map(Some)
+    Ok(launch)
 }
 
-/// Checks a transpose call for a GPU with `sms` multiprocessors; `None` when there is nothing
-/// to move.
+/// The transpose wrapper over [`plan_call`]; `None` when there is nothing to move.
 pub fn plan_transpose(
     built: &Built,
     dtype: Dtype,
@@ -336,27 +471,16 @@ pub fn plan_transpose(
     [x, y]: [Buffer; 2],
     sms: u32,
 ) -> Result<Option<Launch>, String> {
-    check_kernel(built, dtype, "transpose")?;
-    let multiple = built.entry.requires.shape_multiple;
-    let bounds = built.entry.variant.bounds.as_str();
-    check_dims(&[("M", shape.m, multiple[0]), ("N", shape.n, multiple[1])], bounds)?;
-    let operands = [
-        Stored { name: "X", ld_name: "ldx", buffer: x, rows: shape.m, cols: shape.n, ld: shape.ldx, layout: "row-major" },
-        Stored { name: "Y", ld_name: "ldy", buffer: y, rows: shape.n, cols: shape.m, ld: shape.ldy, layout: "row-major" },
-    ];
-    for operand in &operands {
-        check_operand(built, dtype, operand)?;
-    }
+    check_family(built, dtype, "transpose")?;
     let s = shape;
-    let stored = [
-        OperandArg { operand: Operand::X, addr: x.addr, rows: s.m, cols: s.n, ld: s.ldx },
-        OperandArg { operand: Operand::Y, addr: y.addr, rows: s.n, cols: s.m, ld: s.ldy },
-    ];
-    let args = arguments(built, dtype, &stored, &[(Quantity::M, s.m), (Quantity::N, s.n), (Quantity::Ldx, s.ldx), (Quantity::Ldy, s.ldy)])?;
-    if shape.m == 0 || shape.n == 0 {
-        return Ok(None);
-    }
-    launch(built, shape.m, shape.n, sms, args).map(Some)
+    let call = Call::default()
+        .operand("x", dtype, x)
+        .operand("y", dtype, y)
+        .quantity("m", s.m as u64)
+        .quantity("n", s.n as u64)
+        .quantity("ldx", s.ldx as u64)
+        .quantity("ldy", s.ldy as u64);
+    plan_call(built, &call, sms)
 }
 
 /// Whether a fatbin with these targets runs on a GPU of compute capability `device`: SASS of

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use tilesmith_runtime::{runs_on, Arg, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
-use tilesmith_spec::{Built, Dtype, Manifest, Param, ParamKind, Quantity, Targets};
+use tilesmith_spec::{Built, Dtype, Manifest, Param, ParamKind, Targets};
 
 fn built(name: &str) -> Built {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
@@ -48,20 +48,20 @@ fn gemm_refusals_name_the_rule() {
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape { lda: 255, ..tn }).unwrap_err(),
-        "lda = 255 is less than 256, the length of a stored row of A (row-major, layout tn)"
+        "lda = 255 is less than 256, the length of a stored row of a (row-major, layout tn)"
     );
     let nn = GemmShape::packed(256, 128, 64, Layout::Nn);
     assert_eq!(
         gemm("gemm_nn_128x128x32", Dtype::Bf16, GemmShape { lda: 200, ..nn }).unwrap_err(),
-        "lda = 200 is less than 256, the length of a stored row of A (column-major, layout nn)"
+        "lda = 200 is less than 256, the length of a stored row of a (column-major, layout nn)"
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape::packed(200, 256, 256, Layout::Tn)).unwrap_err(),
-        "M = 200 is not a multiple of 128: unchecked variants take tile multiples only; use a checked variant"
+        "m = 200 is not a multiple of 128: unchecked variants take tile multiples only; use a checked variant"
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape::packed(256, 256, 48, Layout::Tn)).unwrap_err(),
-        "K = 48 is not a multiple of 32: unchecked variants take tile multiples only; use a checked variant"
+        "k = 48 is not a multiple of 32: unchecked variants take tile multiples only; use a checked variant"
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32_unchecked", Dtype::Bf16, GemmShape { ldc: 260, ..tn }).unwrap_err(),
@@ -69,7 +69,7 @@ fn gemm_refusals_name_the_rule() {
     );
     assert_eq!(
         gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(3_000_000_000, 1, 1, Layout::Tn)).unwrap_err(),
-        "M = 3000000000 does not fit the kernel's 32-bit parameter `M` (at most 2147483647)"
+        "m = 3000000000 does not fit the kernel's 32-bit parameter `M` (at most 2147483647)"
     );
 }
 
@@ -82,10 +82,10 @@ fn arguments_follow_the_parameter_list() {
 
     // A parameter added to the contract is passed, and checked, with no change to the runtime.
     let mut built = built("gemm_tn_128x128x32");
-    built.entry.launch.params.insert(0, Param { name: "ldc_again".into(), kind: ParamKind::I32 { value: Quantity::Ldc } });
+    built.entry.launch.params.insert(0, Param { name: "ldc_again".into(), kind: ParamKind::I32 { value: "ldc".into() } });
     let planned = tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape), 132).unwrap().unwrap();
     assert_eq!(planned.args[0], Arg::I32(200));
-    built.entry.launch.params.push(Param { name: "rows".into(), kind: ParamKind::I32 { value: Quantity::Ldx } });
+    built.entry.launch.params.push(Param { name: "rows".into(), kind: ParamKind::I32 { value: "ldx".into() } });
     assert_eq!(
         tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, buffers(&shape), 132).unwrap_err(),
         "its parameter `rows` wants ldx, which this call does not give"
@@ -128,12 +128,12 @@ fn short_or_misaligned_buffers_are_refused() {
     let short = Buffer { len: a.len - 1, ..a };
     assert_eq!(
         tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [short, b, c], 132).unwrap_err(),
-        "A holds 4095 elements, but 128 rows of 32 with lda = 32 span 4096"
+        "a holds 4095 elements, but 128 rows of 32 with lda = 32 span 4096"
     );
     let shifted = Buffer { addr: ALIGNED + 2, ..c };
     assert_eq!(
         tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, shifted], 132).unwrap_err(),
-        format!("C starts at {:#x}, which is not 16-byte aligned", ALIGNED + 2)
+        format!("c starts at {:#x}, which is not 16-byte aligned", ALIGNED + 2)
     );
     // A checked variant takes any element-aligned address and odd leading dimensions.
     let checked = built_checked_odd();
@@ -158,15 +158,15 @@ fn transpose_checks() {
     assert_eq!(plan("transpose_64x64_f32", shape, [7000, 7000]).unwrap().unwrap().grid, [2, 2, 1]);
     assert_eq!(
         plan("transpose_64x64_f32", TransposeShape { ldy: 99, ..shape }, [7000, 7000]).unwrap_err(),
-        "ldy = 99 is less than 100, the length of a stored row of Y (row-major)"
+        "ldy = 99 is less than 100, the length of a stored row of y (row-major)"
     );
     assert_eq!(
         plan("transpose_64x64_f32", shape, [7000, 6999]).unwrap_err(),
-        "Y holds 6999 elements, but 70 rows of 100 with ldy = 100 span 7000"
+        "y holds 6999 elements, but 70 rows of 100 with ldy = 100 span 7000"
     );
     assert_eq!(
         plan("transpose_64x64_f32_unchecked", shape, [7000, 7000]).unwrap_err(),
-        "M = 100 is not a multiple of 64: unchecked variants take tile multiples only; use a checked variant"
+        "m = 100 is not a multiple of 64: unchecked variants take tile multiples only; use a checked variant"
     );
     assert_eq!(plan("gemm_tn_128x128x32_f32_simt_w8_s2", shape, [7000, 7000]).unwrap_err(), "it is a gemm kernel, not a transpose kernel");
 }
@@ -281,7 +281,7 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
     );
     std::fs::write(&path, r#"{"format": 99, "variants": []}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
-    assert!(err.ends_with("has format 99, but this version of tilesmith reads format 2"), "{err}");
+    assert!(err.ends_with("has format 99, but this version of tilesmith reads format 3"), "{err}");
 }
 
 #[test]
@@ -301,6 +301,7 @@ fn a_split_k_gemm_launches_a_cluster_per_tile_whole() {
             Arg::Pointer(_) => "pointer",
             Arg::I32(_) => "i32",
             Arg::TensorMap(_) => "map",
+            Arg::U32(_) | Arg::F32(_) | Arg::F64(_) => "scalar",
         })
         .collect();
     assert_eq!(kinds, ["map", "map", "pointer", "i32", "i32", "i32", "i32"]);

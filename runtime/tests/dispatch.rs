@@ -134,7 +134,7 @@ fn a_call_no_variant_can_take_is_an_error_naming_the_rule() {
     let mut short = buffers(&shape);
     short[2].len -= 1;
     let err = choose(registry.kernels(), registry.tables(), &h200(), Dtype::Bf16, &shape, short).unwrap_err();
-    assert!(err.contains("C holds 4095 elements"), "{err}");
+    assert!(err.contains("c holds 4095 elements"), "{err}");
     let err = choose(registry.kernels(), registry.tables(), &Device { capability: [7, 0], ..h200() }, Dtype::Bf16, &shape, buffers(&shape))
         .unwrap_err();
     assert!(err.contains("no bf16 tn variant in the registry runs on NVIDIA H200"), "{err}");

@@ -152,13 +152,15 @@ proptest! {
         let entry = &mut built.entry;
         match field {
             0 => entry.requires.ld_multiple = value,
-            1 => entry.requires.shape_multiple[(value % 3) as usize] = value / 3,
+            1 => {
+                entry.requires.multiples.insert(["m", "n", "k"][(value % 3) as usize].into(), value / 3);
+            }
             2 => entry.requires.ptr_align_bytes = value,
             3 => entry.launch.block[(value % 3) as usize] = value / 3,
             4 => entry.launch.cluster[0] = value,
             5 => entry.launch.grid = GridRule::TilesMn { tm: value, tn: value / 2 },
             6 => entry.launch.grid = GridRule::Persistent { tm: value, tn: 128 },
-            7 => entry.launch.dynamic_smem_bytes = value,
+            7 => entry.launch.dynamic_smem_bytes = tilesmith_spec::Expr::constant(u64::from(value)),
             _ => entry.variant.warps = value,
         }
         let spans = shape.spans();
@@ -208,8 +210,8 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
 
 #[test]
 fn packed_shapes_with_a_zero_are_nothing_to_do_in_every_layout() {
-    for built in shipped().iter().filter(|b| b.entry.variant.family() == tilesmith_spec::Family::Gemm && b.entry.variant.is_checked()) {
-        let tilesmith_spec::Kind::Gemm { layout, .. } = built.entry.variant.kind else { unreachable!() };
+    for built in shipped().iter().filter(|b| b.entry.variant.family == "gemm" && b.entry.variant.is_checked()) {
+        let layout = built.entry.variant.word("layout").and_then(Layout::parse).expect("a GEMM has a layout");
         for (m, n) in [(0, 64), (64, 0), (0, 0)] {
             let shape = GemmShape::packed(m, n, 64, layout);
             let buffers = shape.spans().map(|len| Buffer { len, addr: 0x7f00_0000_0000 });

@@ -30,12 +30,7 @@ macro_rules! axis_enum {
 }
 
 axis_enum! {
-    /// A kernel family: one problem, many variants.
-    Family { Gemm => "gemm", Transpose => "transpose" }
-}
-
-axis_enum! {
-    /// Storage order of GEMM operands, CUTLASS/cuBLAS style: one letter per operand, A first;
+    /// Storage order of GEMM operands (its `layout` axis), CUTLASS/cuBLAS style: one letter per operand, A first;
     /// `t` is row-major and `n` column-major. A is M×K, B is K×N, C is always M×N row-major.
     Layout { Nn => "nn", Nt => "nt", Tn => "tn", Tt => "tt" }
 }
@@ -81,66 +76,41 @@ impl Dtype {
 }
 
 /// What values an axis takes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Domain {
-    Layout,
-    Dtype,
-    Bounds,
+    /// One of these words.
+    Words(Vec<String>),
     /// A backend declared in the family's `[<family>.backends]`.
     Backend,
     Count {
         min: u32,
         max: u32,
     },
-    /// A tile of this many edges.
-    Tile(usize),
+    /// A tile: an edge along each of these quantities.
+    Tile(Vec<String>),
 }
 
 /// How a variant's name shows an axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Naming {
     /// Always, as the value (`tn`, `128x128x32`).
     Always,
-    /// As the value, where it differs from the family's default (`f16`, `wgmma`).
-    IfNotDefault,
-    /// As this prefix and the value, where it differs from the default (`w8`, `s3`).
-    Prefixed(&'static str),
+    /// As this prefix and the value, where it differs from the family's default (`f16`, `w8`).
+    IfNotDefault { prefix: String },
 }
 
-/// One axis: the single declaration that parsing, defaults, naming, headers, the templates'
-/// context and `xtask list` all follow.
-#[derive(Clone, Copy, Debug)]
+/// One axis of a family (see [`crate::family::Family::axes`]): the single declaration that
+/// parsing, defaults, naming, headers, the templates' context and `xtask list` all follow.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Axis {
-    pub name: &'static str,
+    pub name: String,
     pub domain: Domain,
     pub naming: Naming,
-    pub families: &'static [Family],
-}
-
-const BOTH: &[Family] = &[Family::Gemm, Family::Transpose];
-const GEMM: &[Family] = &[Family::Gemm];
-
-/// Every axis, in the order names show them and groups expand them.
-pub const AXES: &[Axis] = &[
-    Axis { name: "layout", domain: Domain::Layout, naming: Naming::Always, families: GEMM },
-    Axis { name: "tile", domain: Domain::Tile(3), naming: Naming::Always, families: GEMM },
-    Axis { name: "tile", domain: Domain::Tile(2), naming: Naming::Always, families: &[Family::Transpose] },
-    Axis { name: "dtype", domain: Domain::Dtype, naming: Naming::IfNotDefault, families: BOTH },
-    Axis { name: "backend", domain: Domain::Backend, naming: Naming::IfNotDefault, families: BOTH },
-    Axis { name: "warps", domain: Domain::Count { min: 1, max: 32 }, naming: Naming::Prefixed("w"), families: BOTH },
-    Axis { name: "stages", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("s"), families: GEMM },
-    Axis { name: "cluster", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("c"), families: GEMM },
-    Axis { name: "split_k", domain: Domain::Count { min: 1, max: 8 }, naming: Naming::Prefixed("splitk"), families: GEMM },
-    Axis { name: "bounds", domain: Domain::Bounds, naming: Naming::IfNotDefault, families: BOTH },
-];
-
-/// The axes of a family, in order.
-pub fn of(family: Family) -> impl Iterator<Item = &'static Axis> {
-    AXES.iter().filter(move |axis| axis.families.contains(&family))
 }
 
 /// One axis value, checked against its domain.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
 pub enum Value {
     Word(String),
     Count(u32),

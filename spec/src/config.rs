@@ -17,12 +17,14 @@
 //! ```
 
 use crate::arch;
-use crate::axes::{self, Axis, Bounds, Domain, Dtype, Family, Layout, Value};
+use crate::axes::{Axis, Domain, Value};
+use crate::family::Family;
 use crate::variant::Variant;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
@@ -69,12 +71,14 @@ pub struct Backend {
 }
 
 /// A variant as declared: its axes, where it came from, and its backend's build data.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Declared {
     pub variant: Variant,
     /// The line of the group that produced it.
     pub line: usize,
     pub backend: Backend,
+    /// Its family's declaration.
+    pub family: Arc<Family>,
 }
 
 /// The parsed and expanded `variants.toml`.
@@ -111,25 +115,15 @@ impl Config {
 
 type AxisTable = BTreeMap<String, Spanned<toml::Value>>;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileDecl {
-    gemm: Option<Spanned<FamilyDecl>>,
-    transpose: Option<Spanned<FamilyDecl>>,
-}
-
+/// A family as variants.toml writes it: `[<name>.family]`, `.defaults`, `.backends`, `.groups`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FamilyDecl {
+    family: Option<Spanned<Family>>,
     defaults: Spanned<AxisTable>,
     backends: BTreeMap<String, Spanned<Backend>>,
     #[serde(default)]
     groups: Vec<Spanned<AxisTable>>,
-}
-
-/// The axes a family's groups may set, in the order they expand.
-pub fn family_axes(family: Family) -> Vec<&'static str> {
-    axes::of(family).map(|axis| axis.name).collect()
 }
 
 /// Largest tile edge accepted; templates may set tighter rules.
@@ -160,7 +154,7 @@ impl Parser<'_> {
     }
 
     fn parse(&mut self) -> Vec<Declared> {
-        let file: FileDecl = match toml::from_str(self.text) {
+        let file: BTreeMap<String, Spanned<FamilyDecl>> = match toml::from_str(self.text) {
             Ok(file) => file,
             Err(err) => {
                 let offset = err.span().map_or(0, |span| span.start);
@@ -169,24 +163,58 @@ impl Parser<'_> {
             }
         };
         let mut variants = Vec::new();
-        let families = [(Family::Gemm, file.gemm), (Family::Transpose, file.transpose)];
-        for (family, decl) in families {
-            if let Some(decl) = decl {
-                variants.extend(self.family(family, decl));
+        // In the order the file declares them.
+        let mut families: Vec<(String, Spanned<FamilyDecl>)> = file.into_iter().collect();
+        families.sort_by_key(|(_, decl)| decl.span().start);
+        for (name, decl) in families {
+            if !is_identifier(&name) {
+                let at = decl.span().start;
+                self.report(at, None, format!("family name `{name}` must be lowercase letters, digits and `_`, starting with a letter"));
+                continue;
             }
+            variants.extend(self.family(&name, decl));
         }
         if variants.is_empty() && self.diagnostics.is_empty() {
-            self.report(0, None, "declares no variants: add a [[gemm.groups]] or [[transpose.groups]] table".into());
+            self.report(
+                0,
+                None,
+                "declares no variants: add a family with [<family>.family], .defaults, .backends and [[<family>.groups]]".into(),
+            );
         }
         self.check_unique(&variants);
         variants
     }
 
-    fn family(&mut self, family: Family, decl: Spanned<FamilyDecl>) -> Vec<Declared> {
+    fn family(&mut self, family: &str, decl: Spanned<FamilyDecl>) -> Vec<Declared> {
         let family_offset = decl.span().start;
         let decl = decl.into_inner();
+        let Some(family_decl) = decl.family else {
+            self.report(
+                family_offset,
+                None,
+                format!("family `{family}` has no declaration: add [{family}.family] (README.md, \"Adding a family\")"),
+            );
+            return Vec::new();
+        };
+        let declaration_offset = family_decl.span().start;
+        let declaration = Arc::new(family_decl.into_inner());
+        let problems = declaration.check();
+        for problem in &problems {
+            self.report(declaration_offset, None, format!("[{family}.family]: {problem}"));
+        }
         let backends = self.backends(family, &decl.backends);
-        let Some(defaults) = self.defaults(family, &decl.defaults, &backends) else {
+        if let Some(backend) = declaration.reference.backend.as_ref().filter(|b| !backends.contains_key(*b)) {
+            self.report(
+                declaration_offset,
+                None,
+                format!("[{family}.family]: reference backend `{backend}` is not declared: add [{family}.backends.{backend}]"),
+            );
+        }
+        if !problems.is_empty() {
+            return Vec::new();
+        }
+        let axes = declaration.axes();
+        let Some(defaults) = self.defaults(family, &axes, &decl.defaults, &backends) else {
             return Vec::new();
         };
         if decl.groups.is_empty() {
@@ -194,12 +222,20 @@ impl Parser<'_> {
         }
         let mut declared = Vec::new();
         for group in &decl.groups {
-            declared.extend(self.group(family, group, &defaults, &backends));
+            declared.extend(self.group(family, &axes, group, &defaults, &backends, &declaration));
+        }
+        let tolerance = &declaration.reference.tolerance;
+        if let Some(missing) = declared.iter().map(|d| d.variant.dtype).find(|dtype| !tolerance.contains_key(dtype)) {
+            self.report(
+                declaration_offset,
+                None,
+                format!("[{family}.family]: reference.tolerance has no entry for {missing}, which variants of the family use"),
+            );
         }
         declared
     }
 
-    fn backends(&mut self, family: Family, decls: &BTreeMap<String, Spanned<Backend>>) -> BTreeMap<String, Backend> {
+    fn backends(&mut self, family: &str, decls: &BTreeMap<String, Spanned<Backend>>) -> BTreeMap<String, Backend> {
         let mut backends = BTreeMap::new();
         for (name, decl) in decls {
             let offset = decl.span().start;
@@ -243,16 +279,22 @@ impl Parser<'_> {
         backends
     }
 
-    fn defaults(&mut self, family: Family, table: &Spanned<AxisTable>, backends: &BTreeMap<String, Backend>) -> Option<Variant> {
+    fn defaults(
+        &mut self,
+        family: &str,
+        axes: &[Axis],
+        table: &Spanned<AxisTable>,
+        backends: &BTreeMap<String, Backend>,
+    ) -> Option<Variant> {
         let before = self.diagnostics.len();
-        self.unknown_axes(family, table.get_ref(), &[]);
+        self.unknown_axes(family, axes, table.get_ref(), &[]);
         let mut values = BTreeMap::new();
-        for &Axis { name: axis, domain, .. } in axes::of(family) {
+        for Axis { name: axis, domain, .. } in axes {
             match table.get_ref().get(axis) {
                 None => self.report(table.span().start, None, format!("[{family}.defaults] must set axis `{axis}`")),
                 Some(raw) => {
                     if let Some(value) = self.value(family, axis, domain, raw, backends) {
-                        values.insert(axis, value);
+                        values.insert(axis.as_str(), value);
                     }
                 }
             }
@@ -260,42 +302,44 @@ impl Parser<'_> {
         if self.diagnostics.len() != before {
             return None;
         }
-        Variant::from_values(family, &values)
+        Variant::from_values(family, axes, &values)
     }
 
-    fn unknown_axes(&mut self, family: Family, table: &AxisTable, extra: &[&str]) {
-        let axes = family_axes(family);
+    fn unknown_axes(&mut self, family: &str, axes: &[Axis], table: &AxisTable, extra: &[&str]) {
+        let names: Vec<&str> = axes.iter().map(|axis| axis.name.as_str()).collect();
         for (key, value) in table {
-            if !axes.contains(&key.as_str()) && !extra.contains(&key.as_str()) {
-                let mut known = axes.clone();
+            if !names.contains(&key.as_str()) && !extra.contains(&key.as_str()) {
+                let mut known = names.clone();
                 known.extend_from_slice(extra);
                 self.report(value.span().start, None, format!("unknown {family} axis `{key}` (known: {})", known.join(", ")));
             }
         }
     }
 
-    fn group(
+    fn group<'a>(
         &mut self,
-        family: Family,
+        family: &str,
+        axes: &'a [Axis],
         group: &Spanned<AxisTable>,
         defaults: &Variant,
         backends: &BTreeMap<String, Backend>,
+        declaration: &Arc<Family>,
     ) -> Vec<Declared> {
         let line = self.line_of(group.span().start);
         let table = group.get_ref();
         let before = self.diagnostics.len();
-        self.unknown_axes(family, table, &["exclude"]);
+        self.unknown_axes(family, axes, table, &["exclude"]);
 
         // Per axis, the values this group expands over (a default when the group is silent).
-        let mut choices: Vec<(&'static str, Vec<Value>)> = Vec::new();
-        for &Axis { name: axis, domain, .. } in axes::of(family) {
+        let mut choices: Vec<(&'a str, Vec<Value>)> = Vec::new();
+        for Axis { name: axis, domain, .. } in axes {
             let values = match table.get(axis) {
                 Some(raw) => self.values(family, axis, domain, raw, backends),
                 None => defaults.value(axis).into_iter().collect(),
             };
-            choices.push((axis, values));
+            choices.push((axis.as_str(), values));
         }
-        let excludes = table.get("exclude").map(|raw| self.excludes(family, raw, backends)).unwrap_or_default();
+        let excludes = table.get("exclude").map(|raw| self.excludes(family, axes, raw, backends)).unwrap_or_default();
         if self.diagnostics.len() != before {
             return Vec::new();
         }
@@ -314,10 +358,10 @@ impl Parser<'_> {
                 continue;
             }
             // Every value was checked against its axis's domain above.
-            let Some(mut variant) = Variant::from_values(family, &combination) else { continue };
-            variant.name = variant.derive_name(defaults);
+            let Some(mut variant) = Variant::from_values(family, axes, &combination) else { continue };
+            variant.name = variant.derive_name(axes, defaults);
             let backend = backends[&variant.backend].clone();
-            declared.push(Declared { variant, line, backend });
+            declared.push(Declared { variant, line, backend, family: Arc::clone(declaration) });
         }
         if let Some(raw) = table.get("exclude") {
             for (index, _) in used.iter().enumerate().filter(|(_, used)| !**used) {
@@ -328,12 +372,13 @@ impl Parser<'_> {
         declared
     }
 
-    fn excludes(
+    fn excludes<'a>(
         &mut self,
-        family: Family,
+        family: &str,
+        axes: &'a [Axis],
         raw: &Spanned<toml::Value>,
         backends: &BTreeMap<String, Backend>,
-    ) -> Vec<BTreeMap<&'static str, Value>> {
+    ) -> Vec<BTreeMap<&'a str, Value>> {
         let offset = raw.span().start;
         let Some(entries) = raw.get_ref().as_array() else {
             self.report(offset, None, "`exclude` must be an array of tables such as [{ layout = \"nn\" }]".into());
@@ -348,13 +393,13 @@ impl Parser<'_> {
             };
             let mut exclude = BTreeMap::new();
             for (key, value) in table {
-                let Some(&Axis { name: axis, domain, .. }) = axes::of(family).find(|axis| axis.name == key) else {
+                let Some(Axis { name: axis, domain, .. }) = axes.iter().find(|axis| axis.name == *key) else {
                     self.report(at, None, format!("exclude #{}: unknown {family} axis `{key}`", index + 1));
                     continue;
                 };
                 let spanned = Spanned::new(at..at, value.clone());
                 if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
-                    exclude.insert(axis, value);
+                    exclude.insert(axis.as_str(), value);
                 }
             }
             excludes.push(exclude);
@@ -365,9 +410,9 @@ impl Parser<'_> {
     /// The values an axis takes in a group: a single value or a list of them.
     fn values(
         &mut self,
-        family: Family,
+        family: &str,
         axis: &str,
-        domain: Domain,
+        domain: &Domain,
         raw: &Spanned<toml::Value>,
         backends: &BTreeMap<String, Backend>,
     ) -> Vec<Value> {
@@ -400,9 +445,9 @@ impl Parser<'_> {
 
     fn value(
         &mut self,
-        family: Family,
+        family: &str,
         axis: &str,
-        domain: Domain,
+        domain: &Domain,
         raw: &Spanned<toml::Value>,
         backends: &BTreeMap<String, Backend>,
     ) -> Option<Value> {
@@ -412,13 +457,11 @@ impl Parser<'_> {
             None
         };
         match domain {
-            Domain::Layout | Domain::Dtype | Domain::Bounds | Domain::Backend => {
+            Domain::Words(_) | Domain::Backend => {
                 // Listed only for an error message: a project may declare thousands of backends.
                 let known = || -> Vec<String> {
                     match domain {
-                        Domain::Layout => Layout::ALL.iter().map(|v| v.to_string()).collect(),
-                        Domain::Dtype => Dtype::ALL.iter().map(|v| v.to_string()).collect(),
-                        Domain::Bounds => Bounds::ALL.iter().map(|v| v.to_string()).collect(),
+                        Domain::Words(words) => words.clone(),
                         _ => backends.keys().cloned().collect(),
                     }
                 };
@@ -437,15 +480,16 @@ impl Parser<'_> {
                     fail(self, format!("unknown value `{word}` (expected one of {})", known().join(", ")))
                 }
             }
-            Domain::Count { min, max } => match raw.get_ref().as_integer() {
+            &Domain::Count { min, max } => match raw.get_ref().as_integer() {
                 Some(n) if (i64::from(min)..=i64::from(max)).contains(&n) => Some(Value::Count(n as u32)),
                 Some(n) => fail(self, format!("{n} is out of range {min}..={max}")),
                 None => fail(self, format!("expected an integer in {min}..={max}")),
             },
-            Domain::Tile(len) => {
+            Domain::Tile(quantities) => {
+                let len = quantities.len();
                 let edges: Option<Vec<i64>> =
                     raw.get_ref().as_array().map(|items| items.iter().filter_map(toml::Value::as_integer).collect());
-                let shape = if len == 3 { "[TM, TN, TK]" } else { "[TM, TN]" };
+                let shape = format!("[{}] (an edge along each)", quantities.join(", "));
                 match edges {
                     Some(edges) if edges.len() == len && raw.get_ref().as_array().is_some_and(|a| a.len() == len) => {
                         if edges.iter().all(|e| (1..=MAX_TILE_EDGE).contains(e)) {
@@ -522,7 +566,7 @@ fn show(value: &Value) -> String {
 }
 
 /// Every combination of one value per axis, the last axis varying fastest.
-fn cartesian(choices: &[(&'static str, Vec<Value>)]) -> Vec<BTreeMap<&'static str, Value>> {
+fn cartesian<'a>(choices: &[(&'a str, Vec<Value>)]) -> Vec<BTreeMap<&'a str, Value>> {
     let mut combinations = vec![BTreeMap::new()];
     for (axis, values) in choices {
         combinations = combinations

@@ -3,8 +3,9 @@
 //! kernel's signature from it, and the runtime builds each launch's arguments from it.
 
 use crate::arch;
-use crate::axes::Family;
-use crate::variant::{Kind, Variant};
+use crate::expr::Expr;
+use crate::family::{Family, SMS};
+use crate::variant::Variant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
@@ -23,13 +24,16 @@ pub struct LaunchSpec {
     pub grid: GridRule,
     /// Thread-block cluster, [x, y, z] blocks; [1, 1, 1] launches without clusters.
     pub cluster: [u32; 3],
-    pub dynamic_smem_bytes: u32,
+    /// Dynamic shared memory: bytes, or an expression of the call's quantities (a row-wise
+    /// kernel keeps a row: `cols * 4 + 16`), checked against the GPU's limit at each launch.
+    pub dynamic_smem_bytes: Expr,
     /// The kernel's parameters, in order.
     pub params: Vec<Param>,
 }
 
-/// How the launch grid follows from the problem shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// How the launch grid follows from the problem shape. The tile rules walk the quantities the
+/// family's first two tile edges tile (M and N of a GEMM).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GridRule {
     /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
@@ -42,6 +46,8 @@ pub enum GridRule {
     /// `splits` blocks per TM×TN tile, each taking a slice of K, launched as a cluster that
     /// adds up its partial sums: grid = (⌈N/TN⌉·splits, ⌈M/TM⌉, 1), clusters of [splits, 1, 1].
     SplitK { tm: u32, tn: u32, splits: u32 },
+    /// Each side an expression of the call's quantities and `sms` (`x = "cdiv(rows, 4)"`).
+    Expr { x: Expr, y: Expr, z: Expr },
 }
 
 impl GridRule {
@@ -49,6 +55,7 @@ impl GridRule {
     /// `cluster` blocks; `None` when a dimension would exceed CUDA's limits.
     pub fn grid(&self, m: u64, n: u64, sms: u32, cluster: [u32; 3]) -> Option<[u32; 3]> {
         match *self {
+            GridRule::Expr { .. } => None,
             GridRule::TilesMn { tm, tn } => GridRule::SplitK { tm, tn, splits: 1 }.grid(m, n, sms, cluster),
             GridRule::SplitK { tm, tn, splits } => {
                 let x = u32::try_from(n.div_ceil(u64::from(tn.max(1))).checked_mul(u64::from(splits.max(1)))?)
@@ -70,10 +77,11 @@ impl GridRule {
         }
     }
 
-    /// The output tile one block computes at a time.
-    pub fn tile(&self) -> [u32; 2] {
+    /// The output tile one block computes at a time, for the tile rules.
+    pub fn tile(&self) -> Option<[u32; 2]> {
         match *self {
-            GridRule::TilesMn { tm, tn } | GridRule::Persistent { tm, tn } | GridRule::SplitK { tm, tn, .. } => [tm, tn],
+            GridRule::TilesMn { tm, tn } | GridRule::Persistent { tm, tn } | GridRule::SplitK { tm, tn, .. } => Some([tm, tn]),
+            GridRule::Expr { .. } => None,
         }
     }
 }
@@ -88,34 +96,25 @@ pub struct Param {
     pub kind: ParamKind,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ParamKind {
     /// The device address of an operand's first element.
-    Pointer { operand: Operand, access: Access },
-    /// A problem quantity as a 32-bit signed `int`; the runtime refuses values outside 0..=2^31-1.
-    I32 { value: Quantity },
+    Pointer { operand: String, access: Access },
+    /// A quantity of the call as a 32-bit signed `int`; the runtime refuses values outside 0..=2^31-1.
+    I32 { value: String },
+    /// A scalar of the call, passed as the type the family declares for it.
+    Scalar { scalar: String },
     /// A TMA descriptor (`CUtensorMap`, passed by value as `const __grid_constant__`) of an
     /// operand as stored: rows × row length with its leading dimension, the variant's element
     /// type, copied in boxes of `box_` = [elements along a row, rows], with `swizzle`-byte
     /// swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros.
     TensorMap {
-        operand: Operand,
+        operand: String,
         #[serde(rename = "box")]
         box_: [u32; 2],
         swizzle: u32,
     },
-}
-
-/// A matrix a call passes: A, B, C of a GEMM, X, Y of a transpose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Operand {
-    A,
-    B,
-    C,
-    X,
-    Y,
 }
 
 /// Whether a kernel only reads an operand or writes it.
@@ -126,29 +125,16 @@ pub enum Access {
     Write,
 }
 
-/// A number of a call's shape.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Quantity {
-    M,
-    N,
-    K,
-    Lda,
-    Ldb,
-    Ldc,
-    Ldx,
-    Ldy,
-}
-
 /// A parameter as written, every field of every kind optional, none other allowed.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawParam {
     name: String,
     kind: String,
-    operand: Option<Operand>,
+    operand: Option<String>,
     access: Option<Access>,
-    value: Option<Quantity>,
+    value: Option<String>,
+    scalar: Option<String>,
     #[serde(rename = "box")]
     box_: Option<[u32; 2]>,
     swizzle: Option<u32>,
@@ -163,6 +149,7 @@ impl TryFrom<RawParam> for Param {
             ("operand", raw.operand.is_some()),
             ("access", raw.access.is_some()),
             ("value", raw.value.is_some()),
+            ("scalar", raw.scalar.is_some()),
             ("box", raw.box_.is_some()),
             ("swizzle", raw.swizzle.is_some()),
         ]
@@ -171,19 +158,21 @@ impl TryFrom<RawParam> for Param {
         .map(|(field, _)| *field)
         .collect();
         let (fields, kind): (&[&str], Option<ParamKind>) = match raw.kind.as_str() {
-            "pointer" => {
-                (&["operand", "access"], raw.operand.zip(raw.access).map(|(operand, access)| ParamKind::Pointer { operand, access }))
-            }
+            "pointer" => (
+                &["operand", "access"],
+                raw.operand.clone().zip(raw.access).map(|(operand, access)| ParamKind::Pointer { operand, access }),
+            ),
             "i32" => (&["value"], raw.value.map(|value| ParamKind::I32 { value })),
+            "scalar" => (&["scalar"], raw.scalar.map(|scalar| ParamKind::Scalar { scalar })),
             "tensor_map" => (
                 &["operand", "box", "swizzle"],
-                raw.operand.zip(raw.box_).zip(raw.swizzle).map(|((operand, box_), swizzle)| ParamKind::TensorMap {
+                raw.operand.clone().zip(raw.box_).zip(raw.swizzle).map(|((operand, box_), swizzle)| ParamKind::TensorMap {
                     operand,
                     box_,
                     swizzle,
                 }),
             ),
-            other => return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, tensor_map)")),
+            other => return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, scalar, tensor_map)")),
         };
         if let Some(extra) = given.iter().find(|field| !fields.contains(field)) {
             return Err(format!("parameter `{name}`: a {} parameter has no field `{extra}` (it takes {})", raw.kind, fields.join(", ")));
@@ -193,52 +182,12 @@ impl TryFrom<RawParam> for Param {
     }
 }
 
-impl Operand {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operand::A => "A",
-            Operand::B => "B",
-            Operand::C => "C",
-            Operand::X => "X",
-            Operand::Y => "Y",
-        }
-    }
-}
-
-impl Operand {
-    /// The quantity that holds the distance between its stored rows.
-    pub fn leading_dimension(self) -> Quantity {
-        match self {
-            Operand::A => Quantity::Lda,
-            Operand::B => Quantity::Ldb,
-            Operand::C => Quantity::Ldc,
-            Operand::X => Quantity::Ldx,
-            Operand::Y => Quantity::Ldy,
-        }
-    }
-}
-
-impl Quantity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Quantity::M => "M",
-            Quantity::N => "N",
-            Quantity::K => "K",
-            Quantity::Lda => "lda",
-            Quantity::Ldb => "ldb",
-            Quantity::Ldc => "ldc",
-            Quantity::Ldx => "ldx",
-            Quantity::Ldy => "ldy",
-        }
-    }
-}
-
 impl ParamKind {
     /// The largest value the parameter holds, for integers.
-    pub fn max_value(self) -> Option<u64> {
+    pub fn max_value(&self) -> Option<u64> {
         match self {
-            ParamKind::Pointer { .. } | ParamKind::TensorMap { .. } => None,
             ParamKind::I32 { .. } => Some(i32::MAX as u64),
+            _ => None,
         }
     }
 }
@@ -246,10 +195,11 @@ impl ParamKind {
 impl LaunchSpec {
     /// The rules a launch contract meets whatever the template, checked by xtask when it reads a
     /// template's contract and by every reader of a manifest: CUDA's limits on blocks and
-    /// clusters, shared memory within each target's limit, a grid whose tile and clusters are
-    /// the variant's, and a parameter list that passes each operand of the family once, every
-    /// pointer's leading dimension and the quantities that fix the problem's shape.
-    pub fn check(&self, variant: &Variant, sass: &[String]) -> Result<(), String> {
+    /// clusters, shared memory within each target's limit, a grid whose tile is the variant's
+    /// and whose clusters and splits are its `cluster` and `split_k` axes where it has them,
+    /// expressions over the family's quantities, and a parameter list that passes each operand
+    /// and scalar of the family, every pointer's leading dimension and every shape quantity.
+    pub fn check(&self, variant: &Variant, family: &Family, sass: &[String]) -> Result<(), String> {
         let threads: u64 = self.block.iter().map(|&b| u64::from(b)).product();
         if self.block.contains(&0) || threads > MAX_BLOCK_THREADS {
             return Err(format!("block {:?} must have 1 to {MAX_BLOCK_THREADS} threads, none of its sides 0", self.block));
@@ -266,66 +216,74 @@ impl LaunchSpec {
         if self.cluster.contains(&0) || cluster_blocks > u64::from(MAX_CLUSTER_BLOCKS) {
             return Err(format!("cluster {:?} must have 1 to {MAX_CLUSTER_BLOCKS} blocks, none of its sides 0", self.cluster));
         }
-        match self.grid {
-            GridRule::SplitK { splits, .. } if self.cluster != [splits, 1, 1] => {
+        self.check_grid(variant, family, cluster_blocks)?;
+        let quantities = family.all_quantities();
+        match self.dynamic_smem_bytes.as_constant() {
+            Some(bytes) => {
+                for target in sass {
+                    let Some(limit) = arch::smem_limit(target) else { continue };
+                    if bytes > u64::from(limit) {
+                        return Err(format!("needs {bytes} bytes of dynamic shared memory, over the {limit}-byte limit of {target}"));
+                    }
+                }
+            }
+            None => self.dynamic_smem_bytes.check_names(&quantities).map_err(|rule| format!("dynamic_smem_bytes: {rule}"))?,
+        }
+        self.check_params(variant, family)
+    }
+
+    fn check_grid(&self, variant: &Variant, family: &Family, cluster_blocks: u64) -> Result<(), String> {
+        let split_k = variant.count("split_k").unwrap_or(1);
+        match &self.grid {
+            GridRule::SplitK { splits, .. } if self.cluster != [*splits, 1, 1] => {
                 return Err(format!(
                     "cluster {:?}: the split_k grid rule launches a cluster of [{splits}, 1, 1] per tile, one block per slice of K",
                     self.cluster
                 ));
             }
+            GridRule::SplitK { splits, .. } if *splits != split_k => {
+                return Err(format!("the split_k grid rule has {splits} splits, but the variant's split_k is {split_k}"));
+            }
             GridRule::SplitK { .. } => {}
-            _ if cluster_blocks > 1 && (self.cluster[1..] != [1, 1] || !matches!(self.grid, GridRule::Persistent { .. })) => {
+            _ if split_k > 1 => {
+                return Err(format!("the variant's split_k is {split_k}, so its grid rule must be split_k with {split_k} splits"))
+            }
+            GridRule::Expr { x, y, z } => {
+                let mut known = family.all_quantities();
+                known.push(SMS);
+                for (side, expr) in [("x", x), ("y", y), ("z", z)] {
+                    expr.check_names(&known).map_err(|rule| format!("grid.{side}: {rule}"))?;
+                }
+            }
+            GridRule::TilesMn { .. } | GridRule::Persistent { .. }
+                if cluster_blocks > 1 && (self.cluster[1..] != [1, 1] || !matches!(self.grid, GridRule::Persistent { .. })) =>
+            {
                 return Err(format!("cluster {:?}: clusters run along M ([n, 1, 1]) with the persistent grid rule", self.cluster));
             }
             _ => {}
         }
-        let [tm, tn] = self.grid.tile();
-        if tm == 0 || tn == 0 {
-            return Err(format!("the grid rule needs tiles of at least 1x1, got {tm}x{tn}"));
-        }
-        let tile = variant.tile();
-        if tile.len() < 2 || [tm, tn] != tile[..2] {
-            return Err(format!(
-                "the grid rule walks {tm}x{tn} tiles, but the variant's tile is {}",
-                variant.value("tile").map(|t| t.to_string()).unwrap_or_default()
-            ));
-        }
-        match variant.kind {
-            Kind::Gemm { split_k, cluster, .. } => match self.grid {
-                GridRule::SplitK { splits, .. } if splits != split_k => {
-                    return Err(format!("the split_k grid rule has {splits} splits, but the variant's split_k is {split_k}"));
-                }
-                GridRule::SplitK { .. } => {}
-                _ if split_k > 1 => {
-                    return Err(format!("the variant's split_k is {split_k}, so its grid rule must be split_k with {split_k} splits"))
-                }
-                _ if self.cluster != [cluster, 1, 1] => {
-                    return Err(format!(
-                        "cluster {:?}, but the variant's cluster axis is {cluster}: launch [{cluster}, 1, 1]",
-                        self.cluster
-                    ));
-                }
-                _ => {}
-            },
-            Kind::Transpose { .. } if cluster_blocks > 1 => {
-                return Err(format!("cluster {:?}: transposes launch no clusters", self.cluster))
+        if let Some(cluster) = variant.count("cluster") {
+            if !matches!(self.grid, GridRule::SplitK { .. }) && self.cluster != [cluster, 1, 1] {
+                return Err(format!("cluster {:?}, but the variant's cluster axis is {cluster}: launch [{cluster}, 1, 1]", self.cluster));
             }
-            Kind::Transpose { .. } => {}
         }
-        for target in sass {
-            let Some(limit) = arch::smem_limit(target) else { continue };
-            if self.dynamic_smem_bytes > limit {
+        if let Some([tm, tn]) = self.grid.tile() {
+            if tm == 0 || tn == 0 {
+                return Err(format!("the grid rule needs tiles of at least 1x1, got {tm}x{tn}"));
+            }
+            if variant.tile.len() < 2 || [tm, tn] != variant.tile[..2] {
                 return Err(format!(
-                    "needs {} bytes of dynamic shared memory, over the {limit}-byte limit of {target}",
-                    self.dynamic_smem_bytes
+                    "the grid rule walks {tm}x{tn} tiles, but the variant's tile is {}",
+                    variant.value("tile").map(|t| t.to_string()).unwrap_or("none".into())
                 ));
             }
         }
-        self.check_params(variant)
+        Ok(())
     }
 
-    fn check_params(&self, variant: &Variant) -> Result<(), String> {
-        let family = variant.family();
+    fn check_params(&self, variant: &Variant, family: &Family) -> Result<(), String> {
+        let what = format!("a {} kernel", variant.family);
+        let quantities = family.all_quantities();
         let mut names = BTreeSet::new();
         for param in &self.params {
             let name = &param.name;
@@ -333,39 +291,50 @@ impl LaunchSpec {
             if !names.insert(name.as_str()) {
                 return Err(format!("parameter `{name}` is declared twice"));
             }
-            match param.kind {
-                ParamKind::Pointer { operand, access } => match operands(family).iter().find(|(o, _)| *o == operand) {
-                    None => {
+            let operand = |operand: &str| {
+                family.operand(operand).ok_or(format!(
+                    "parameter `{name}` takes operand `{operand}`, which {what} does not pass (its operands: {})",
+                    family.operands.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
+                ))
+            };
+            match &param.kind {
+                ParamKind::Pointer { operand: o, access } => {
+                    let decl = operand(o)?;
+                    if decl.access != *access {
                         return Err(format!(
-                            "parameter `{name}` points to operand {}, which a {family} call does not pass",
-                            operand.as_str()
-                        ))
-                    }
-                    Some((_, expected)) if *expected != access => {
-                        return Err(format!(
-                            "parameter `{name}` declares {access:?} access to {}, but a {family} kernel must {expected:?} it",
-                            operand.as_str()
-                        ))
-                    }
-                    Some(_) => {}
-                },
-                ParamKind::I32 { value } => {
-                    if !quantities(family).contains(&value) {
-                        return Err(format!("parameter `{name}` takes {}, which a {family} call does not give", value.as_str()));
+                            "parameter `{name}` declares {access:?} access to `{o}`, but {what} must {:?} it",
+                            decl.access
+                        ));
                     }
                 }
-                ParamKind::TensorMap { operand, box_, swizzle } => {
-                    if !operands(family).iter().any(|(o, _)| *o == operand) {
-                        return Err(format!("parameter `{name}` maps operand {}, which a {family} call does not pass", operand.as_str()));
+                ParamKind::I32 { value } => {
+                    if !quantities.contains(&value.as_str()) {
+                        return Err(format!(
+                            "parameter `{name}` takes `{value}`, which {what} does not give (its quantities: {})",
+                            quantities.join(", ")
+                        ));
                     }
-                    if ![32, 64, 128].contains(&swizzle) {
+                }
+                ParamKind::Scalar { scalar } => {
+                    if family.scalar(scalar).is_none() {
+                        return Err(format!(
+                            "parameter `{name}` takes scalar `{scalar}`, which {what} does not pass (its scalars: {})",
+                            family.scalars.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                }
+                ParamKind::TensorMap { operand: o, box_, swizzle } => {
+                    if operand(o)?.dims.len() != 2 {
+                        return Err(format!("parameter `{name}`: tensor maps are of matrices; `{o}` is a vector"));
+                    }
+                    if ![32, 64, 128].contains(swizzle) {
                         return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
                     }
                     if box_.iter().any(|&b| !(1..=256).contains(&b)) {
                         return Err(format!("parameter `{name}`: box sides must be 1 to 256 elements, got {box_:?}"));
                     }
                     let row_bytes = box_[0] * variant.dtype.size_bytes();
-                    if row_bytes > swizzle || !row_bytes.is_multiple_of(16) {
+                    if row_bytes > *swizzle || !row_bytes.is_multiple_of(16) {
                         return Err(format!(
                             "parameter `{name}`: a box row of {row_bytes} bytes must be a multiple of 16 and at most the {swizzle}-byte swizzle"
                         ));
@@ -373,40 +342,44 @@ impl LaunchSpec {
                 }
             }
         }
-        let gives = |quantity: Quantity| self.params.iter().any(|p| p.kind == ParamKind::I32 { value: quantity });
-        for (operand, _) in operands(family) {
+        let gives = |quantity: &str| self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } if value == quantity));
+        for decl in &family.operands {
             let count = |tensor_map: bool| {
                 self.params
                     .iter()
-                    .filter(|p| match p.kind {
-                        ParamKind::Pointer { operand: o, .. } => !tensor_map && o == *operand,
-                        ParamKind::TensorMap { operand: o, .. } => tensor_map && o == *operand,
-                        ParamKind::I32 { .. } => false,
+                    .filter(|p| match &p.kind {
+                        ParamKind::Pointer { operand, .. } => !tensor_map && *operand == decl.name,
+                        ParamKind::TensorMap { operand, .. } => tensor_map && *operand == decl.name,
+                        _ => false,
                     })
                     .count()
             };
             let (pointers, maps) = (count(false), count(true));
             if pointers + maps == 0 || pointers > 1 || maps > 1 {
                 return Err(format!(
-                    "a {family} kernel takes operand {} as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
-                    operand.as_str()
+                    "{what} takes operand `{}` as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
+                    decl.name
                 ));
             }
-            let ld = operand.leading_dimension();
-            if pointers == 1 && !gives(ld) {
+            if let Some(ld) = decl.ld.as_deref().filter(|ld| pointers == 1 && !gives(ld)) {
                 return Err(format!(
-                    "the kernel takes a pointer to {} but not its leading dimension: add an i32 parameter with value = \"{}\"",
-                    operand.as_str(),
-                    ld.as_str()
+                    "the kernel takes a pointer to `{}` but not its leading dimension: add an i32 parameter with value = \"{ld}\"",
+                    decl.name
                 ));
             }
         }
-        if let Some(missing) = shape_quantities(family).iter().find(|q| !gives(**q)) {
+        for scalar in &family.scalars {
+            if !self.params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar: s } if *s == scalar.name)) {
+                return Err(format!(
+                    "{what} takes scalar `{}`: add a parameter with kind = \"scalar\", scalar = \"{}\"",
+                    scalar.name, scalar.name
+                ));
+            }
+        }
+        if let Some(missing) = family.quantities.iter().find(|q| !gives(q)) {
             return Err(format!(
-                "a {family} kernel must take {} (the problem's shape is {}): add an i32 parameter with value = \"{}\"",
-                missing.as_str(),
-                shape_quantities(family).iter().map(|q| q.as_str()).collect::<Vec<_>>().join(", "),
-                missing.as_str().to_lowercase()
+                "{what} must take `{missing}` (the problem's shape is {}): add an i32 parameter with value = \"{missing}\"",
+                family.quantities.join(", ")
             ));
         }
         Ok(())
@@ -500,30 +473,6 @@ pub fn check_param_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The operands a call of `family` passes, with what the kernel does to each.
-pub fn operands(family: Family) -> &'static [(Operand, Access)] {
-    match family {
-        Family::Gemm => &[(Operand::A, Access::Read), (Operand::B, Access::Read), (Operand::C, Access::Write)],
-        Family::Transpose => &[(Operand::X, Access::Read), (Operand::Y, Access::Write)],
-    }
-}
-
-/// The quantities a call of `family` gives.
-pub fn quantities(family: Family) -> &'static [Quantity] {
-    match family {
-        Family::Gemm => &[Quantity::M, Quantity::N, Quantity::K, Quantity::Lda, Quantity::Ldb, Quantity::Ldc],
-        Family::Transpose => &[Quantity::M, Quantity::N, Quantity::Ldx, Quantity::Ldy],
-    }
-}
-
-/// The quantities that fix the shape of a call of `family`, which every kernel takes.
-pub fn shape_quantities(family: Family) -> &'static [Quantity] {
-    match family {
-        Family::Gemm => &[Quantity::M, Quantity::N, Quantity::K],
-        Family::Transpose => &[Quantity::M, Quantity::N],
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -561,11 +510,12 @@ mod tests {
     #[test]
     fn params_read_as_tagged_tables() {
         let json = r#"[{"name":"A","kind":"pointer","operand":"a","access":"read"},{"name":"lda","kind":"i32","value":"lda"},
-            {"name":"tmB","kind":"tensor_map","operand":"b","box":[64,256],"swizzle":128}]"#;
+            {"name":"tmB","kind":"tensor_map","operand":"b","box":[64,256],"swizzle":128},{"name":"eps","kind":"scalar","scalar":"eps"}]"#;
         let params: Vec<Param> = serde_json::from_str(json).unwrap();
-        assert_eq!(params[2].kind, ParamKind::TensorMap { operand: Operand::B, box_: [64, 256], swizzle: 128 });
-        assert_eq!(params[0].kind, ParamKind::Pointer { operand: Operand::A, access: Access::Read });
-        assert_eq!(params[1].kind, ParamKind::I32 { value: Quantity::Lda });
+        assert_eq!(params[2].kind, ParamKind::TensorMap { operand: "b".into(), box_: [64, 256], swizzle: 128 });
+        assert_eq!(params[0].kind, ParamKind::Pointer { operand: "a".into(), access: Access::Read });
+        assert_eq!(params[1].kind, ParamKind::I32 { value: "lda".into() });
+        assert_eq!(params[3].kind, ParamKind::Scalar { scalar: "eps".into() });
         assert_eq!(params[1].kind.max_value(), Some(2_147_483_647));
     }
 }

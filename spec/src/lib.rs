@@ -7,13 +7,17 @@
 pub mod arch;
 pub mod axes;
 pub mod config;
+pub mod expr;
+pub mod family;
 pub mod launch;
 pub mod manifest;
 pub mod tuning;
 pub mod variant;
 
-pub use axes::{Bounds, Dtype, Family, Layout};
+pub use axes::{Bounds, Dtype, Layout};
 pub use config::{Config, ConfigError, Declared, Diagnostic};
-pub use launch::{Access, GridRule, LaunchSpec, Operand, Param, ParamKind, Quantity};
+pub use expr::Expr;
+pub use family::Family;
+pub use launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
 pub use manifest::{Built, Entry, Manifest, Registry, Requirements, Resources, Targets};
-pub use variant::{Kind, Variant};
+pub use variant::Variant;

@@ -3,30 +3,35 @@
 //! `cargo xtask build` (that plus what the compiler made of it). Both are read through
 //! [`read`], which checks their format.
 
+use crate::family::Family;
 use crate::launch::LaunchSpec;
 use crate::variant::Variant;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever a manifest's shape changes, so readers refuse what they cannot read.
-pub const FORMAT: u32 = 2;
+pub const FORMAT: u32 = 3;
 
 /// File name of both manifests, in `generated/` and in the registry.
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// `generated/manifest.json`: one entry per variant, in `variants.toml` order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub format: u32,
     pub variants: Vec<Entry>,
 }
 
 /// What the runtime needs to know to launch one variant safely.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     #[serde(flatten)]
     pub variant: Variant,
+    /// Its family's declaration, as variants.toml states it: every entry carries the interface
+    /// the runtime checks its calls against.
+    pub declaration: Family,
     /// The template it was rendered from, relative to `kernel-templates/`.
     pub template: String,
     /// Its rendered source, relative to the workspace.
@@ -44,11 +49,11 @@ pub struct Entry {
 }
 
 /// The assumptions a variant makes of its arguments, which the runtime checks before launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Requirements {
-    /// M, N and K must be multiples of these (all 1 for a bounds-checked variant; K is 1 for
-    /// families without a K).
-    pub shape_multiple: [u32; 3],
+    /// Quantities that must be multiples of these: an unchecked variant's tile edges, and what
+    /// its template asks for.
+    pub multiples: BTreeMap<String, u32>,
     /// Leading dimensions must be multiples of this many elements.
     pub ld_multiple: u32,
     /// Base pointers must be aligned to this many bytes.
@@ -65,7 +70,7 @@ pub struct Targets {
 }
 
 /// The registry's `manifest.json`: the built variants.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Registry {
     pub format: u32,
     pub variants: Vec<Built>,
@@ -73,7 +78,7 @@ pub struct Registry {
 
 /// One compiled variant. The registry keeps one beside each fatbin (`<name>.json`, see
 /// [`record_file`]) and gathers them all into its `manifest.json`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Built {
     #[serde(flatten)]
     pub entry: Entry,
@@ -102,9 +107,12 @@ pub struct Resources {
 
 impl Requirements {
     /// Multiples of at least 1 and an alignment that is a power of two.
-    pub fn check(&self) -> Result<(), String> {
-        if self.shape_multiple.contains(&0) {
-            return Err(format!("requires.shape_multiple {:?} has a 0; multiples are at least 1", self.shape_multiple));
+    pub fn check(&self, family: &Family) -> Result<(), String> {
+        if let Some((q, _)) = self.multiples.iter().find(|(_, m)| **m == 0) {
+            return Err(format!("requires.multiples: `{q}` has a multiple of 0; multiples are at least 1"));
+        }
+        if let Some(q) = self.multiples.keys().find(|q| !family.all_quantities().contains(&q.as_str())) {
+            return Err(format!("requires.multiples names `{q}`, which is not a quantity of the family"));
         }
         if self.ld_multiple == 0 {
             return Err("ld_multiple must be at least 1".into());
@@ -123,7 +131,10 @@ impl Entry {
     /// no launch is planned from nonsense.
     pub fn check(&self) -> Result<(), String> {
         let name = &self.variant.name;
-        self.variant.check()?;
+        if let Some(problem) = self.declaration.check().into_iter().next() {
+            return Err(format!("its family's declaration: {problem}"));
+        }
+        self.variant.check(&self.declaration)?;
         if self.entry != *name {
             return Err(format!("its entry symbol `{}` is not its name", self.entry));
         }
@@ -134,8 +145,8 @@ impl Entry {
         if !self.source_sha256.is_empty() && !hex {
             return Err(format!("its source_sha256 `{}` is not a SHA-256 in hex", self.source_sha256));
         }
-        self.requires.check()?;
-        self.launch.check(&self.variant, &self.targets.sass)
+        self.requires.check(&self.declaration)?;
+        self.launch.check(&self.variant, &self.declaration, &self.targets.sass)
     }
 }
 

@@ -1,7 +1,7 @@
 //! variants.toml: parsing, expansion, naming and each validation error, message by message.
 
 use std::path::Path;
-use tilesmith_spec::{Bounds, Config, Dtype, Kind, Layout};
+use tilesmith_spec::{Bounds, Config, Dtype, Layout};
 
 const BASE: &str = r#"
 [gemm.defaults]
@@ -21,8 +21,22 @@ sass = ["sm_80", "sm_90"]
 ptx = "compute_80"
 "#;
 
+/// The shipped variants.toml's table `[header]`, from its header line to the next table's.
+fn shipped_table(header: &str) -> String {
+    let shipped = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml")).unwrap();
+    let start = shipped.find(&format!("\n[{header}]\n")).unwrap_or_else(|| panic!("variants.toml has no [{header}]"));
+    let rest = &shipped[start + 1..];
+    let end = rest[1..].find("\n[").map_or(rest.len(), |i| i + 2);
+    rest[..end].to_string()
+}
+
+/// `text` with the shipped GEMM declaration after it, so that line numbers in `text` stay.
+fn declared(text: &str) -> String {
+    format!("{text}\n{}", shipped_table("gemm.family"))
+}
+
 fn parse(groups: &str) -> Result<Config, String> {
-    Config::parse(Path::new("variants.toml"), &format!("{BASE}{groups}")).map_err(|err| err.to_string())
+    Config::parse(Path::new("variants.toml"), &declared(&format!("{BASE}{groups}"))).map_err(|err| err.to_string())
 }
 
 fn error(groups: &str) -> String {
@@ -66,7 +80,9 @@ bounds = ["checked", "unchecked"]
     let first = &config.variants[0];
     assert_eq!(first.variant.dtype, Dtype::F16);
     assert_eq!(first.variant.bounds, Bounds::Checked);
-    assert_eq!(first.variant.kind, Kind::Gemm { layout: Layout::Nn, tile: [128, 128, 32], stages: 2, cluster: 1, split_k: 1 });
+    assert_eq!(first.variant.tile, [128, 128, 32]);
+    let axes: Vec<(&str, String)> = first.variant.axes.iter().map(|(a, v)| (a.as_str(), v.to_string())).collect();
+    assert_eq!(axes, [("cluster", "1".into()), ("layout", "nn".into()), ("split_k", "1".into()), ("stages", "2".into())]);
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
     assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
 }
@@ -150,7 +166,11 @@ fn unknown_backend_says_how_to_declare_one() {
 #[test]
 fn malformed_tiles_and_counts_are_rejected() {
     let groups = "\n[[gemm.groups]]\ntile = [128, 128]\n";
-    assert!(error(groups).ends_with("axis `tile`: expected [TM, TN, TK]: 3 integers, or a list of such tiles"), "{}", error(groups));
+    assert!(
+        error(groups).ends_with("axis `tile`: expected [m, n, k] (an edge along each): 3 integers, or a list of such tiles"),
+        "{}",
+        error(groups)
+    );
     let groups = "\n[[gemm.groups]]\ntile = [0, 128, 32]\n";
     assert!(error(groups).ends_with("axis `tile`: tile edges must be in 1..=1024, got [0, 128, 32]"), "{}", error(groups));
     let groups = "\n[[gemm.groups]]\nwarps = 64\n";
@@ -179,14 +199,14 @@ fn two_variants_with_one_name_are_an_error() {
 #[test]
 fn defaults_must_set_every_axis() {
     let text = BASE.replace("stages = 2\n", "") + "[[gemm.groups]]\n";
-    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    let message = Config::parse(Path::new("v.toml"), &declared(&text)).unwrap_err().to_string();
     assert_eq!(message, "v.toml:2: [gemm.defaults] must set axis `stages`");
 }
 
 #[test]
 fn backends_must_name_known_architectures() {
     let text = BASE.replace("\"sm_90\"]", "\"sm_91\"]").replace("compute_80", "compute_81") + "[[gemm.groups]]\n";
-    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    let message = Config::parse(Path::new("v.toml"), &declared(&text)).unwrap_err().to_string();
     assert!(message.contains("backend `gemm.simt`: unknown SASS architecture `sm_91` (known: sm_80, sm_86"), "{message}");
     assert!(message.contains("backend `gemm.simt`: `compute_81` is not a known PTX architecture"), "{message}");
 }
@@ -198,12 +218,14 @@ fn toml_errors_name_the_line() {
     let message = error("\n[[gemm.groupz]]\n");
     assert!(message.contains("unknown field `groupz`"), "{message}");
     let message = error("\n[[fft.groups]]\n");
-    assert!(message.contains("unknown field `fft`, expected `gemm` or `transpose`"), "{message}");
+    assert!(message.starts_with(&format!("variants.toml:{}: missing field `defaults`", line_of("\n[[fft.groups]]\n", "fft"))), "{message}");
+    let message = error("\n[fft.defaults]\n[fft.backends]\n[[fft.groups]]\n");
+    assert!(message.contains("family `fft` has no declaration: add [fft.family]"), "{message}");
 }
 
 #[test]
 fn a_file_without_groups_declares_nothing() {
-    let message = Config::parse(Path::new("v.toml"), BASE).unwrap_err().to_string();
+    let message = Config::parse(Path::new("v.toml"), &declared(BASE)).unwrap_err().to_string();
     assert!(message.contains("family `gemm` has no [[gemm.groups]]"), "{message}");
 }
 
@@ -228,7 +250,8 @@ fn the_shipped_variants_file_parses() {
                 assert!(
                     config.variants.iter().any(|d| d.variant.dtype == *dtype
                         && d.variant.bounds == *bounds
-                        && matches!(d.variant.kind, Kind::Gemm { layout: l, .. } if l == *layout)),
+                        && d.variant.family == "gemm"
+                        && d.variant.word("layout") == Some(layout.as_str())),
                     "no simt GEMM for {layout} {dtype} {bounds}"
                 );
             }
@@ -239,7 +262,7 @@ fn the_shipped_variants_file_parses() {
             assert!(config
                 .variants
                 .iter()
-                .any(|d| d.variant.dtype == *dtype && d.variant.bounds == *bounds && matches!(d.variant.kind, Kind::Transpose { .. })));
+                .any(|d| d.variant.dtype == *dtype && d.variant.bounds == *bounds && d.variant.family == "transpose"));
         }
     }
 }
@@ -272,9 +295,13 @@ fn excludes_are_reported_at_their_own_line() {
 #[test]
 fn a_backend_with_a_bad_architecture_gets_that_error_alone() {
     let text = BASE.replace("\"sm_90\"]", "\"sm_91\"]") + "[[gemm.groups]]\nbackend = \"simt\"\n";
-    let message = Config::parse(Path::new("v.toml"), &text).unwrap_err().to_string();
+    let message = Config::parse(Path::new("v.toml"), &declared(&text)).unwrap_err().to_string();
     assert_eq!(message.lines().count(), 1, "{message}");
     assert!(message.contains("backend `gemm.simt`: unknown SASS architecture `sm_91`"), "{message}");
+}
+
+fn leak(text: String) -> &'static str {
+    Box::leak(text.into_boxed_str())
 }
 
 /// Kernel names are API: users write them in their code. These shipped names must keep
@@ -286,7 +313,7 @@ fn shipped_names_keep_their_axes() {
     type Axes = std::collections::BTreeMap<&'static str, String>;
     let axes = |name: &str| -> Axes {
         let declared = config.variants.iter().find(|d| d.variant.name == name).unwrap_or_else(|| panic!("`{name}` is no longer shipped"));
-        declared.variant.axes().into_iter().collect()
+        declared.variant.axis_values(&declared.family.axes()).into_iter().map(|(a, v)| (leak(a), v)).collect()
     };
     let expect = |pairs: &[(&'static str, &str)]| -> Axes { pairs.iter().map(|(a, v)| (*a, v.to_string())).collect() };
     let gemm = |layout, dtype, tile, backend, warps, stages, bounds| {
@@ -344,7 +371,6 @@ fn the_readmes_variants_toml_examples_validate() {
         .split("```toml\n")
         .skip(1)
         .filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block))
-        .filter(|block| block.contains("[gemm.") || block.contains("[transpose."))
         .collect();
     assert!(!examples.is_empty(), "the README shows a variants.toml example");
     for example in examples {

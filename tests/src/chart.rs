@@ -19,10 +19,7 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
     for r in records {
         let x = shapes.iter().position(|s| *s == shape_label(r)).expect("shape listed");
         add_point(&mut series, &r.variant, (x, r.kernel));
-        let baseline = match &r.layout {
-            Some(layout) => format!("{} {layout}", r.baseline_name),
-            None => r.baseline_name.clone(),
-        };
+        let baseline = if r.group.is_empty() { r.baseline_name.clone() } else { format!("{} {}", r.baseline_name, r.group) };
         if !baselines.iter().any(|(name, points)| *name == baseline && points.iter().any(|(bx, _)| *bx == x)) {
             add_point(&mut baselines, &baseline, (x, r.baseline));
         }

@@ -1,7 +1,7 @@
 //! Host-side inputs and float64 references.
 
 use rand::Rng;
-use tilesmith_runtime::{Dtype, Element, GemmShape};
+use tilesmith_runtime::{Element, GemmShape};
 
 /// `len` random elements, uniform in [-1, 1): fresh on every call, never all zeros.
 pub fn random<T: Element>(len: usize) -> Vec<T> {
@@ -21,15 +21,6 @@ pub fn relative_error(out: &[f64], reference: &[f64]) -> f64 {
         return diff.sqrt();
     }
     (diff / norm).sqrt()
-}
-
-/// Largest accepted relative error for a GEMM whose output is stored in `dtype`.
-pub fn gemm_tolerance(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::Bf16 => 1e-2,
-        Dtype::F16 => 2e-3,
-        Dtype::F32 => 1e-5,
-    }
 }
 
 /// Element (i, k) of A and (k, j) of B as stored in `shape`'s layout.

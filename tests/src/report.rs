@@ -13,8 +13,10 @@ pub struct Record {
     pub variant: String,
     pub family: String,
     pub dtype: String,
-    /// The GEMM layout; none for transposes.
-    pub layout: Option<String>,
+    /// The values of the family's axes that names show always (a GEMM's layout), joined by
+    /// `_`: variants that share them share a baseline. Empty for families without such axes.
+    #[serde(default)]
+    pub group: String,
     pub shape: Vec<usize>,
     pub device: String,
     /// "TFLOP/s" or "GB/s".
@@ -48,12 +50,9 @@ impl Record {
         let variant = kernel.variant();
         Record {
             variant: variant.name.clone(),
-            family: variant.family().to_string(),
+            family: variant.family.clone(),
             dtype: variant.dtype.to_string(),
-            layout: match variant.kind {
-                tilesmith_runtime::Kind::Gemm { layout, .. } => Some(layout.to_string()),
-                tilesmith_runtime::Kind::Transpose { .. } => None,
-            },
+            group: group(kernel),
             shape,
             device: gpu.name().to_string(),
             unit: unit.to_string(),
@@ -75,6 +74,12 @@ impl Record {
             self.variant, self.kernel, self.unit, self.kernel_ms, self.baseline_name, self.baseline, self.baseline_ms, self.ratio
         )
     }
+}
+
+/// The values of `kernel`'s axes that its family's names show always, joined by `_`.
+pub fn group(kernel: &Kernel) -> String {
+    let always = kernel.info().entry.declaration.axes.iter().filter(|a| a.show == tilesmith_spec::family::Show::Always);
+    always.filter_map(|a| kernel.variant().value(&a.name)).map(|v| v.to_string()).collect::<Vec<_>>().join("_")
 }
 
 /// Where records go: `$TILESMITH_PERF_DIR`, else this workspace's `target/tilesmith-perf/`.

@@ -3,11 +3,11 @@
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
 use crate::device::{download, median_ms, rotation, upload, Cublas};
-use crate::host::{gemm_tolerance, random, relative_error, Operands};
+use crate::host::{random, relative_error, Operands};
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
 use rand::Rng;
-use tilesmith_runtime::{Choice, Element, GemmArgs, GemmShape, Gpu, Kernel, Registry, TransposeArgs, TransposeShape, Workspace};
+use tilesmith_runtime::{Choice, Element, GemmArgs, GemmShape, Gpu, Kernel, Registry, Workspace};
 
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
@@ -20,10 +20,12 @@ pub struct GemmCase<T: Element> {
     inputs: Vec<(CudaSlice<T>, CudaSlice<T>)>,
     outputs: Vec<CudaSlice<T>>,
     cublas: Option<Cublas>,
+    /// Largest relative error the spot check allows: the family's declared tolerance.
+    tolerance: f64,
 }
 
 impl<T: Element> GemmCase<T> {
-    pub fn new(gpu: &Gpu, shape: GemmShape) -> Result<Self, String> {
+    pub fn new(gpu: &Gpu, shape: GemmShape, tolerance: f64) -> Result<Self, String> {
         let [a_len, b_len, c_len] = shape.spans();
         let (a, b) = (random::<T>(a_len), random::<T>(b_len));
         let sets = rotation(gpu, (a_len + b_len + c_len) * T::DTYPE.size_bytes() as usize)?;
@@ -33,7 +35,7 @@ impl<T: Element> GemmCase<T> {
             inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
             outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
         }
-        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None })
+        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None, tolerance })
     }
 
     fn flops(&self) -> f64 {
@@ -111,7 +113,7 @@ impl<T: Element> GemmCase<T> {
             want.push(operands.c(i, j));
         }
         let error = relative_error(&got, &want);
-        let tolerance = gemm_tolerance(T::DTYPE);
+        let tolerance = self.tolerance;
         if error > tolerance {
             return Err(format!("the timed result is wrong: relative error {error:.3e} on 256 sampled elements (allowed {tolerance:.0e})"));
         }
@@ -148,7 +150,7 @@ impl<T: Element> GemmCase<T> {
         );
         record.variant = format!("dispatch:{}", choice.label());
         // The call's layout: a padded pick's kernel may run in another.
-        record.layout = Some(s.layout.to_string());
+        record.group = s.layout.to_string();
         Ok(record)
     }
 
@@ -167,79 +169,6 @@ impl<T: Element> GemmCase<T> {
             "cuBLAS",
             baseline_ms,
             tera(baseline_ms),
-            self.inputs.len(),
-        ))
-    }
-}
-
-/// One transpose problem, ready to time.
-pub struct TransposeCase<T: Element> {
-    pub shape: TransposeShape,
-    x: Vec<T>,
-    inputs: Vec<CudaSlice<T>>,
-    outputs: Vec<CudaSlice<T>>,
-}
-
-impl<T: Element> TransposeCase<T> {
-    pub fn new(gpu: &Gpu, shape: TransposeShape) -> Result<Self, String> {
-        let [x_len, y_len] = shape.spans();
-        let x = random::<T>(x_len);
-        let sets = rotation(gpu, (x_len + y_len) * T::DTYPE.size_bytes() as usize)?;
-        let mut inputs = Vec::with_capacity(sets);
-        let mut outputs = Vec::with_capacity(sets);
-        for _ in 0..sets {
-            inputs.push(upload(gpu, &x)?);
-            outputs.push(upload(gpu, &vec![T::NAN; y_len.max(x_len)])?);
-        }
-        Ok(TransposeCase { shape, x, inputs, outputs })
-    }
-
-    fn bytes(&self) -> f64 {
-        2.0 * (self.shape.m * self.shape.n * T::DTYPE.size_bytes() as usize) as f64
-    }
-
-    pub fn time_kernel(&mut self, gpu: &Gpu, kernel: &Kernel) -> Result<f64, String> {
-        let (shape, sets) = (self.shape, self.inputs.len());
-        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
-            kernel.transpose(gpu, TransposeArgs { x: &inputs[i % sets], y: &mut outputs[i % sets], shape }).map_err(|err| err.to_string())
-        })?;
-        let y = download(gpu, &self.outputs[0])?;
-        let mut rng = rand::rng();
-        for _ in 0..4096 {
-            let (i, j) = (rng.random_range(0..shape.m), rng.random_range(0..shape.n));
-            if y[j * shape.ldy + i].to_f64() != self.x[i * shape.ldx + j].to_f64() {
-                return Err(format!("the timed result is wrong at Y[{j}][{i}]"));
-            }
-        }
-        Ok(ms)
-    }
-
-    /// Median milliseconds of a device-to-device copy of X's bytes.
-    pub fn time_copy(&mut self, gpu: &Gpu) -> Result<f64, String> {
-        let sets = self.inputs.len();
-        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
-            let dst = &mut outputs[i % sets];
-            let mut view = dst.slice_mut(..inputs[i % sets].len());
-            gpu.stream().memcpy_dtod(&inputs[i % sets], &mut view).map_err(|err| format!("device-to-device copy: {err}"))
-        })
-    }
-
-    pub fn record(&mut self, gpu: &Gpu, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
-        let kernel_ms = self.time_kernel(gpu, kernel)?;
-        let giga = |ms: f64| self.bytes() / (ms * 1e-3) / 1e9;
-        let s = self.shape;
-        Ok(Record::new(
-            kernel,
-            gpu,
-            vec![s.m, s.n],
-            "GB/s",
-            kernel_ms,
-            giga(kernel_ms),
-            "device copy",
-            baseline_ms,
-            giga(baseline_ms),
             self.inputs.len(),
         ))
     }

@@ -1,13 +1,14 @@
 //! The two trials every variant gets: correctness on shapes chosen for its bounds mode, and
-//! performance at a large shape beside its baseline.
+//! performance at a large shape beside its baseline. A family's declaration says which: its
+//! reference variant and a copy (`declared`), or cuBLAS and a float64 host product (GEMM).
 
+use crate::declared::{self, Case};
 use crate::device::{download, upload};
-use crate::host::{gemm_tolerance, random, read_region, relative_error, Operands};
+use crate::host::{random, read_region, relative_error, Operands};
 use crate::report::Record;
-use crate::timing::{GemmCase, TransposeCase};
-use tilesmith_runtime::{
-    Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeArgs, TransposeShape, Workspace,
-};
+use crate::timing::GemmCase;
+use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
+use tilesmith_spec::family::{Baseline, Library};
 use tilesmith_spec::GridRule;
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
@@ -37,7 +38,7 @@ macro_rules! with_element {
 /// also gets more tiles than an H200 has multiprocessors, so that blocks take several, and a
 /// split-K variant a long K.
 pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
-    let Kind::Gemm { layout, tile: [tm, tn, tk], .. } = kernel.variant().kind else { return Vec::new() };
+    let (Ok(layout), &[tm, tn, tk]) = (kernel.layout(), kernel.variant().tile()) else { return Vec::new() };
     let [tm, tn, tk] = [tm, tn, tk].map(|t| t as usize);
     let step = kernel.info().entry.requires.ld_multiple as usize;
     let aligned = |shape: GemmShape| GemmShape {
@@ -73,41 +74,23 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     // Variants that need 16-byte rows anyway get the rows_16 shape twice.
     shapes.dedup();
     let odd = usize::from(kernel.variant().is_checked());
-    match kernel.info().entry.launch.grid {
+    match &kernel.info().entry.launch.grid {
         GridRule::Persistent { .. } => shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd)),
         // A long K in slices of unequal length (the shapes above leave some slices empty).
-        GridRule::SplitK { splits, .. } => shapes.push(packed(tm + 3 * odd, 3 * tn + 5 * odd, 9 * tk * splits as usize + 11 * odd)),
-        GridRule::TilesMn { .. } => {}
+        GridRule::SplitK { splits, .. } => shapes.push(packed(tm + 3 * odd, 3 * tn + 5 * odd, 9 * tk * *splits as usize + 11 * odd)),
+        GridRule::TilesMn { .. } | GridRule::Expr { .. } => {}
     }
     shapes
 }
 
-/// The transpose shapes (M, N, ldx, ldy) a variant is tried on.
-pub fn transpose_shapes(kernel: &Kernel) -> Vec<TransposeShape> {
-    let Kind::Transpose { tile: [tm, tn] } = kernel.variant().kind else { return Vec::new() };
-    let [tm, tn] = [tm, tn].map(|t| t as usize);
-    let packed = TransposeShape::packed;
-    if kernel.variant().is_checked() {
-        vec![
-            packed(2 * tm + 3, 3 * tn + 5),
-            packed(1, tn + 1),
-            packed(tm + 1, 1),
-            TransposeShape { m: tm + 7, n: tn + 9, ldx: tn + 9 + 13, ldy: tm + 7 + 11 },
-        ]
-    } else {
-        let step = kernel.info().entry.requires.ld_multiple as usize;
-        vec![packed(2 * tm, 3 * tn), TransposeShape { m: tm, n: tn, ldx: tn + 2 * step, ldy: tm + 2 * step }]
+/// Correctness: fresh random inputs, NaN-poisoned outputs, every element of the result checked
+/// written and nothing outside it touched, compared with the family's reference; then a call
+/// the variant cannot take must be refused. Returns a one-line summary.
+pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
+    match kernel.info().entry.declaration.reference.library {
+        Some(Library::CublasGemm) => with_element!(kernel.variant().dtype, T => gemm_correctness::<T>(gpu, kernel)),
+        None => declared::correctness(gpu, registry, kernel),
     }
-}
-
-/// Correctness: fresh random inputs, NaN-poisoned output, every element of the result checked
-/// written and nothing outside it touched, compared with a float64 reference; then a shape the
-/// variant cannot take must be refused. Returns a one-line summary.
-pub fn correctness(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
-    with_element!(kernel.variant().dtype, T => match kernel.variant().kind {
-        Kind::Gemm { .. } => gemm_correctness::<T>(gpu, kernel),
-        Kind::Transpose { .. } => transpose_correctness::<T>(gpu, kernel),
-    })
 }
 
 /// NaN elements past the end of an output, 64 rows and a bit: a write past the last row, or a
@@ -117,7 +100,8 @@ fn guard(ld: usize) -> usize {
 }
 
 fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<f64, String> {
-    gemm_checked::<T>(gpu, shape, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+    let tolerance = declared_tolerance(kernel);
+    gemm_checked::<T>(gpu, shape, tolerance, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
 }
 
 /// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows,
@@ -125,6 +109,7 @@ fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result
 fn gemm_checked<T: Element>(
     gpu: &Gpu,
     shape: GemmShape,
+    tolerance: f64,
     launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>,
 ) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
@@ -143,7 +128,6 @@ fn gemm_checked<T: Element>(
         return Err(format!("{what}: {outside} elements written outside C's {}x{} region", shape.m, shape.n));
     }
     let error = relative_error(&region, &Operands { shape, a: &a, b: &b }.product());
-    let tolerance = gemm_tolerance(T::DTYPE);
     if error > tolerance {
         return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
     }
@@ -177,7 +161,7 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
 pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
-    let error = gemm_checked::<T>(gpu, shape, |args| {
+    let error = gemm_checked::<T>(gpu, shape, gemm_tolerance(registry, T::DTYPE)?, |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
@@ -222,69 +206,39 @@ fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
     }
 }
 
-fn transpose_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
-    let shapes = transpose_shapes(kernel);
-    for shape in &shapes {
-        let [x_len, y_len] = shape.spans();
-        let x = random::<T>(x_len);
-        let dx = upload(gpu, &x)?;
-        let mut dy = upload(gpu, &vec![T::NAN; y_len + guard(shape.ldy)])?;
-        kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape: *shape }).map_err(|err| err.to_string())?;
-        gpu.synchronize().map_err(|err| err.to_string())?;
-        let y = download(gpu, &dy)?;
-        let (region, unwritten, outside) = read_region(&y, shape.n, shape.m, shape.ldy);
-        let what = format!("{}x{} (ldx {}, ldy {})", shape.m, shape.n, shape.ldx, shape.ldy);
-        if unwritten > 0 || outside > 0 {
-            return Err(format!("{what}: {unwritten} outputs unwritten, {outside} written outside Y"));
-        }
-        let wrong = (0..shape.n)
-            .flat_map(|j| (0..shape.m).map(move |i| (i, j)))
-            .filter(|&(i, j)| region[j * shape.m + i] != x[i * shape.ldx + j].to_f64())
-            .count();
-        if wrong > 0 {
-            return Err(format!("{what}: {wrong} elements differ from X's transpose"));
-        }
-    }
-    let shape = shapes[0];
-    let rule = if kernel.variant().is_checked() {
-        let [x_len, y_len] = shape.spans();
-        let dx = upload(gpu, &random::<T>(x_len))?;
-        let mut dy = upload(gpu, &vec![T::NAN; y_len - 1])?;
-        expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape }))?
-    } else {
-        let bad = TransposeShape::packed(shape.m + 1, shape.n);
-        let [x_len, y_len] = bad.spans();
-        let dx = upload(gpu, &random::<T>(x_len))?;
-        let mut dy = upload(gpu, &vec![T::NAN; y_len])?;
-        expect_refusal(kernel.transpose(gpu, TransposeArgs { x: &dx, y: &mut dy, shape: bad }))?
-    };
-    Ok(format!("{} shapes, exact; refused as it must: {rule}", shapes.len()))
-}
-
-fn expect_refusal(result: Result<(), Error>) -> Result<String, String> {
-    match result {
-        Err(Error::Refused { rule, .. }) => Ok(rule),
-        Err(other) => Err(format!("expected a refusal, got: {other}")),
-        Ok(()) => Err("a call that breaks the variant's requirements was launched".into()),
-    }
-}
-
-/// Edge of the square GEMM and transpose problems the performance trials time.
+/// Edge of the square GEMM problem the performance trials time.
 pub const GEMM_PERF_EDGE: usize = 4096;
-pub const TRANSPOSE_PERF_EDGE: usize = 16384;
 
-/// Performance: the kernel and its baseline timed side by side on one shared set of inputs.
-pub fn performance(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
-    with_element!(kernel.variant().dtype, T => match kernel.variant().kind {
-        Kind::Gemm { layout, .. } => {
-            let mut case = GemmCase::<T>::new(gpu, GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout))?;
+/// Performance: the kernel and its family's baseline timed side by side on one shared set of
+/// inputs.
+pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String> {
+    match kernel.info().entry.declaration.baseline {
+        Baseline::CublasGemm => with_element!(kernel.variant().dtype, T => {
+            let layout = kernel.layout().map_err(|e| e.to_string())?;
+            let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
+            let mut case = GemmCase::<T>::new(gpu, shape, declared_tolerance(kernel))?;
             let baseline_ms = case.time_cublas(gpu)?;
             case.record(gpu, kernel, baseline_ms)
-        }
-        Kind::Transpose { .. } => {
-            let mut case = TransposeCase::<T>::new(gpu, TransposeShape::packed(TRANSPOSE_PERF_EDGE, TRANSPOSE_PERF_EDGE))?;
+        }),
+        Baseline::Copy => {
+            let mut case = Case::new(gpu, kernel, declared::perf_shape(kernel)?)?;
             let baseline_ms = case.time_copy(gpu)?;
-            case.record(gpu, kernel, baseline_ms)
+            case.record(gpu, registry, kernel, baseline_ms)
         }
-    })
+    }
+}
+
+/// The largest relative error `kernel`'s results may have, as its family declares for its dtype
+/// (the declaration was checked to have one for every dtype its variants use).
+pub fn declared_tolerance(kernel: &Kernel) -> f64 {
+    kernel.info().entry.declaration.reference.tolerance.get(&kernel.variant().dtype).copied().unwrap_or(0.0)
+}
+
+/// The GEMM family's declared tolerance for `dtype`, for calls the dispatcher makes.
+pub fn gemm_tolerance(registry: &Registry, dtype: Dtype) -> Result<f64, String> {
+    registry
+        .kernels()
+        .find(|k| k.variant().family == "gemm" && k.variant().dtype == dtype)
+        .map(declared_tolerance)
+        .ok_or(format!("the registry has no {dtype} GEMM variant"))
 }

@@ -432,11 +432,12 @@ impl Compiler<'_> {
 
 /// Checks the shared memory a block needs, the template's dynamic bytes and the static bytes
 /// ptxas reports, against each architecture's limit: the template could only check the first.
+/// Dynamic bytes that follow the call's quantities are checked at each launch instead.
 fn check_smem(entry: &Entry, resources: &[Resources]) -> Result<(), String> {
-    let dynamic = entry.launch.dynamic_smem_bytes;
+    let dynamic = entry.launch.dynamic_smem_bytes.as_constant().unwrap_or(0);
     for r in resources {
         let Some(limit) = arch::smem_limit(&r.arch) else { continue };
-        if dynamic + r.static_smem_bytes > limit {
+        if dynamic + u64::from(r.static_smem_bytes) > u64::from(limit) {
             return Err(format!(
                 "the kernel needs {dynamic} bytes of dynamic and {} of static shared memory, over the {limit}-byte limit of {}",
                 r.static_smem_bytes, r.arch

@@ -6,7 +6,7 @@ use crate::select::Selection;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
-use tilesmith_spec::{axes, Built, Registry};
+use tilesmith_spec::{Built, Registry};
 
 pub fn run(project: &Project, selection: &Selection) -> Result<()> {
     let rendered = expand(project)?;
@@ -17,15 +17,18 @@ pub fn run(project: &Project, selection: &Selection) -> Result<()> {
         Err(err) => bail!("{err}\n`cargo xtask build --repair` rebuilds it from the per-variant records"),
     };
 
-    // One column per axis name, in declaration order; "-" where a family lacks the axis.
-    let mut columns: Vec<&str> = Vec::new();
-    for axis in axes::AXES {
-        if !columns.contains(&axis.name) {
-            columns.push(axis.name);
+    // One column per axis name, in the order of the families' declarations; "-" where a
+    // family lacks the axis.
+    let mut columns: Vec<String> = Vec::new();
+    for r in &rendered {
+        for axis in r.entry.declaration.axes() {
+            if !columns.contains(&axis.name) {
+                columns.push(axis.name);
+            }
         }
     }
     let mut header = vec!["variant"];
-    header.extend(&columns);
+    header.extend(columns.iter().map(String::as_str));
     header.extend(["smem", "regs", "spills"]);
     let mut rows = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
     for r in rendered.iter().filter(|r| selection.matches(&r.entry.variant.name)) {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use tera::{Context, Tera};
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
-use tilesmith_spec::{axes, Declared, Diagnostic, Entry, Kind, Requirements, Targets};
+use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -62,13 +62,17 @@ impl Renderer {
         let decl: LaunchDecl = toml::from_str(&declaration).map_err(|err| {
             fail(format!("template {template}: its launch contract (emit = \"launch\") {}", toml_problem(&declaration, &err)))
         })?;
-        let shape_multiple = match (variant.is_checked(), &variant.kind) {
-            (true, _) => [1, 1, 1],
-            (false, Kind::Gemm { tile, .. }) => *tile,
-            (false, Kind::Transpose { tile }) => [tile[0], tile[1], 1],
-        };
+        // An unchecked variant takes whole tiles only; a template may ask for more.
+        let mut multiples = decl.multiples.clone();
+        if !variant.is_checked() {
+            for (quantity, edge) in declared.family.tile.iter().zip(&variant.tile) {
+                let multiple = multiples.entry(quantity.clone()).or_insert(1);
+                *multiple = lcm(*multiple, *edge);
+            }
+        }
         let entry = Entry {
             variant: variant.clone(),
+            declaration: (*declared.family).clone(),
             template: template.clone(),
             source: format!("generated/{}.cu", variant.name),
             source_sha256: String::new(),
@@ -80,13 +84,13 @@ impl Renderer {
                 dynamic_smem_bytes: decl.dynamic_smem_bytes,
                 params: decl.params,
             },
-            requires: Requirements { shape_multiple, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
+            requires: Requirements { multiples, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
         };
         // The contract is checked before the source is rendered from it.
         entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;
         ctx.insert("emit", "source");
-        ctx.insert("signature", &signature(&entry.launch.params));
+        ctx.insert("signature", &signature(&entry.launch.params, &declared.family));
         let source = tidy(&render(&ctx)?);
         let entry = Entry { source_sha256: sha256_hex(source.as_bytes()), ..entry };
         Ok(Rendered { entry, source })
@@ -101,7 +105,10 @@ struct LaunchDecl {
     grid: GridRule,
     #[serde(default = "no_cluster")]
     cluster: [u32; 3],
-    dynamic_smem_bytes: u32,
+    dynamic_smem_bytes: Expr,
+    /// Quantities that must be multiples of these, beyond an unchecked variant's tiles.
+    #[serde(default)]
+    multiples: BTreeMap<String, u32>,
     /// Leading dimensions must be multiples of this many elements.
     ld_multiple: u32,
     /// Base pointers must be aligned to this many bytes.
@@ -113,18 +120,38 @@ fn no_cluster() -> [u32; 3] {
     [1, 1, 1]
 }
 
-/// The kernel's parameter declarations, in the contract's order.
-fn signature(params: &[Param]) -> String {
+/// The kernel's parameter declarations, in the contract's order: operands of the variant's
+/// dtype as `T`, of a fixed one as its type, scalars as their declared type.
+fn signature(params: &[Param], family: &Family) -> String {
     let declarations: Vec<String> = params
         .iter()
-        .map(|param| match param.kind {
-            ParamKind::Pointer { access: Access::Read, .. } => format!("const T* __restrict__ {}", param.name),
-            ParamKind::Pointer { access: Access::Write, .. } => format!("T* __restrict__ {}", param.name),
+        .map(|param| match &param.kind {
+            ParamKind::Pointer { operand, access } => {
+                let element = family.operand(operand).and_then(|o| o.dtype).map_or("T", |dtype| dtype.cuda_type());
+                let constness = if *access == Access::Read { "const " } else { "" };
+                format!("{constness}{element}* __restrict__ {}", param.name)
+            }
             ParamKind::I32 { .. } => format!("int {}", param.name),
+            ParamKind::Scalar { scalar } => {
+                let ty = family.scalar(scalar).map_or("float", |s| s.ty.cuda_type());
+                format!("{ty} {}", param.name)
+            }
             ParamKind::TensorMap { .. } => format!("const __grid_constant__ CUtensorMap {}", param.name),
         })
         .collect();
     declarations.join(", ")
+}
+
+fn lcm(a: u32, b: u32) -> u32 {
+    fn gcd(a: u32, b: u32) -> u32 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let g = gcd(a, b).max(1);
+    (a / g).saturating_mul(b)
 }
 
 /// A TOML error with the line of the declaration it points at.
@@ -164,13 +191,15 @@ fn context(declared: &Declared) -> Context {
     let mut ctx = Context::new();
     ctx.insert("template", &declared.backend.template);
     ctx.insert("variant", &variant.name);
+    let family = &declared.family;
+    let axes = family.axes();
     let params: Vec<BTreeMap<&str, String>> =
-        variant.axes().into_iter().map(|(axis, value)| BTreeMap::from([("axis", axis.to_string()), ("value", value)])).collect();
+        variant.axis_values(&axes).into_iter().map(|(axis, value)| BTreeMap::from([("axis", axis), ("value", value)])).collect();
     ctx.insert("params", &params);
-    ctx.insert("family", variant.family().as_str());
-    for axis in axes::of(variant.family()) {
-        if let Some(value) = variant.value(axis.name) {
-            ctx.insert(axis.name, &value.to_json());
+    ctx.insert("family", &variant.family);
+    for axis in &axes {
+        if let Some(value) = variant.value(&axis.name) {
+            ctx.insert(&axis.name, &value.to_json());
         }
     }
     ctx.insert("ctype", variant.dtype.cuda_type());
@@ -179,12 +208,16 @@ fn context(declared: &Declared) -> Context {
     ctx.insert("checked", &variant.is_checked());
     ctx.insert("sass", &declared.backend.sass);
     ctx.insert("ptx", &declared.backend.ptx);
-    for (name, edge) in ["tm", "tn", "tk"].iter().zip(variant.tile()) {
-        ctx.insert(*name, edge);
+    // Tile edges by the quantity they tile: `tm`, `tn`, `tk` for a tile over m, n and k.
+    for (quantity, edge) in family.tile.iter().zip(variant.tile()) {
+        ctx.insert(format!("t{quantity}"), edge);
     }
-    if let Kind::Gemm { layout, .. } = variant.kind {
-        ctx.insert("a_row_major", &layout.a_row_major());
-        ctx.insert("b_row_major", &layout.b_row_major());
+    // `<operand>_row_major` for operands whose order follows an axis (GEMM's `a_row_major`).
+    for operand in &family.operands {
+        if let Some(Ok((axis, index))) = operand.order.as_deref().map(|order| family.order_axis(order)) {
+            let row_major = variant.word(&axis.name).is_some_and(|word| word.as_bytes().get(index) == Some(&b't'));
+            ctx.insert(format!("{}_row_major", operand.name), &row_major);
+        }
     }
     ctx
 }

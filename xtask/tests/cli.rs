@@ -69,12 +69,37 @@ sass = ["sm_80", "sm_90"]
 ptx = "compute_80"
 "#;
 
-/// A scratch project: the shipped templates and the given variants.toml.
+/// A scratch project: the shipped templates and the given variants.toml, with the shipped
+/// declarations of the families it uses appended where it has none of its own (appended, so
+/// that its line numbers stay).
 fn scratch(variants: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&workspace().join("kernel-templates"), &dir.path().join("kernel-templates"));
-    std::fs::write(dir.path().join("variants.toml"), variants).unwrap();
+    std::fs::write(dir.path().join("variants.toml"), with_declarations(variants)).unwrap();
     dir
+}
+
+/// The shipped variants.toml's table `[header]`, from its header line to the next table's.
+fn shipped_table(header: &str) -> String {
+    let shipped = std::fs::read_to_string(workspace().join("variants.toml")).unwrap();
+    let start = shipped.find(&format!("\n[{header}]\n")).unwrap_or_else(|| panic!("variants.toml has no [{header}]"));
+    let rest = &shipped[start + 1..];
+    let end = rest[1..].find("\n[").map_or(rest.len(), |i| i + 2);
+    rest[..end].to_string()
+}
+
+fn with_declarations(variants: &str) -> String {
+    let mut text = variants.to_string();
+    for family in ["gemm", "transpose"] {
+        if variants.contains(&format!("[{family}.defaults]")) && !variants.contains(&format!("[{family}.family]")) {
+            text.push('\n');
+            text.push_str(&shipped_table(&format!("{family}.family")));
+            if family == "transpose" && !variants.contains("[transpose.backends.reference]") {
+                text.push_str(&shipped_table("transpose.backends.reference"));
+            }
+        }
+    }
+    text
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -145,9 +170,9 @@ fn manifest_records_launch_data_and_requirements() {
     let params: Vec<&str> = checked.launch.params.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(params, ["X", "Y", "M", "N", "ldx", "ldy"]);
     assert_eq!(checked.entry, "transpose_64x64");
-    assert_eq!(checked.requires.shape_multiple, [1, 1, 1]);
+    assert!(checked.requires.multiples.is_empty());
     assert_eq!(checked.requires.ld_multiple, 1);
-    assert_eq!(unchecked.requires.shape_multiple, [64, 64, 1]);
+    assert_eq!(unchecked.requires.multiples, [("m".to_string(), 64), ("n".to_string(), 64)].into());
     assert_eq!(unchecked.requires.ld_multiple, 4);
     assert_eq!(unchecked.requires.ptr_align_bytes, 16);
     assert_eq!(checked.targets.sass, ["sm_80"]);
@@ -253,7 +278,7 @@ fn make_executable(path: &Path) {
 fn list_shows_the_selected_variants() {
     let out = succeeds(None, &["list", "transpose_*"]);
     assert!(out.contains("transpose_64x64_f32_unchecked"), "{out}");
-    assert!(out.contains("6 variant(s)"), "{out}");
+    assert!(out.contains("9 variant(s)"), "{out}");
     assert!(!out.contains("gemm_"), "{out}");
 }
 
@@ -554,7 +579,7 @@ fn a_selection_limits_what_is_compiled_never_what_is_kept() {
     // Only a variant removed from variants.toml loses its fatbin.
     std::fs::write(
         project.path().join("variants.toml"),
-        TRANSPOSE_ONLY.replace("bounds = [\"checked\", \"unchecked\"]", "bounds = \"checked\""),
+        with_declarations(&TRANSPOSE_ONLY.replace("bounds = [\"checked\", \"unchecked\"]", "bounds = \"checked\"")),
     )
     .unwrap();
     succeeds(root, &["gen"]);
@@ -670,7 +695,11 @@ ptx = "compute_90a"
     let project = generated(variants);
     let manifest: Manifest =
         serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
-    assert_eq!(manifest.variants[0].launch.dynamic_smem_bytes, 232_448, "the whole sm_90a limit, which the template accepts");
+    assert_eq!(
+        manifest.variants[0].launch.dynamic_smem_bytes.as_constant(),
+        Some(232_448),
+        "the whole sm_90a limit, which the template accepts"
+    );
     let out = fails(Some(project.path()), &["build"]);
     assert!(
         out.contains("the kernel needs 232448 bytes of dynamic and 1024 of static shared memory, over the 232448-byte limit of sm_90a (from template kernel-templates/gemm_wgmma.cu.tera)"),
@@ -1008,7 +1037,7 @@ params = [
         (m, r#"{ name = "T", kind = "i32", value = "m" },"#, "parameter name `T` is reserved"),
         (m, r#"{ name = "M", kind = "i32", value = "m", operand = "x" },"#, "parameter `M`: a i32 parameter has no field `operand`"),
         (m, r#"{ name = "M", kind = "i32", value = "m", colour = 1 },"#, "unknown field `colour`"),
-        (m, "", "a transpose kernel must take M"),
+        (m, "", "a transpose kernel must take `m`"),
     ];
     for (from, to, rule) in cases {
         std::fs::write(&template, original.replacen(calls, &literal.replacen(from, to, 1), 1)).unwrap();

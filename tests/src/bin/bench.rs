@@ -1,22 +1,18 @@
-//! Benchmarks variants against their baseline (cuBLAS for GEMM, a device-to-device copy for
-//! transpose) side by side in one process, over a set of shapes; prints a table and writes
+//! Benchmarks variants against their family's declared baseline (cuBLAS for GEMM, a
+//! device-to-device copy of the bytes moved for the others) side by side in one process, over
+//! the shapes each family declares (`trials.bench`) or those given; prints a table and writes
 //! bench.json and one SVG chart per family and dtype. `cargo xtask bench` runs it; so does a bundle.
 
 use clap::Parser;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tilesmith_runtime::{
-    plan_gemm, plan_transpose, Buffer, Dtype, Family, GemmShape, Gpu, Kernel, Kind, Layout, Registry, TransposeShape, Workspace,
-};
+use tilesmith_runtime::{plan_gemm, Buffer, Dtype, GemmShape, Gpu, Kernel, Registry, Workspace};
+use tilesmith_spec::family::{Baseline, Family};
+use tilesmith_tests::declared::{self, Case, Shape};
 use tilesmith_tests::report::{self, Record};
-use tilesmith_tests::timing::{GemmCase, TransposeCase};
-use tilesmith_tests::{chart, with_element};
-
-const DEFAULT_SHAPES: &str =
-    "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,4095x4097x4099,\
-16x4096x4096,128x8192x8192,3000x3000x3000,\
-4096x4096,8192x8192,16384x16384,4000x4000,4095x4097";
+use tilesmith_tests::timing::GemmCase;
+use tilesmith_tests::{chart, trials, with_element};
 
 #[derive(Parser)]
 #[command(about = "tilesmith kernels against cuBLAS and a device copy, side by side")]
@@ -24,10 +20,12 @@ struct Args {
     /// Only variants whose names match this glob (repeatable).
     #[arg(long = "kernels", value_name = "GLOB")]
     kernels: Vec<String>,
-    /// Comma-separated shapes: MxNxK for GEMM, MxN for transpose. A variant is run on the
-    /// shapes it accepts (unchecked variants skip shapes off their tile).
-    #[arg(long, default_value = DEFAULT_SHAPES)]
-    shapes: String,
+    /// Comma-separated shapes, each its family's quantities in declared order joined by `x`
+    /// (MxNxK for gemm, MxN for transpose); a shape applies to every
+    /// family with that many quantities. Default: each family's `trials.bench`. A variant is
+    /// run on the shapes it accepts (unchecked variants skip shapes off their tile).
+    #[arg(long)]
+    shapes: Option<String>,
     /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
     #[arg(long, value_name = "BENCH_JSON")]
     replot: Option<PathBuf>,
@@ -51,24 +49,40 @@ fn main() -> ExitCode {
     }
 }
 
-/// The benchmarked problem shapes, per family.
-struct Shapes {
-    gemm: Vec<[usize; 3]>,
-    transpose: Vec<[usize; 2]>,
+/// Shapes given as `AxBxC`, every size at least 1.
+fn parse_shapes(text: &str) -> Result<Vec<Vec<u64>>, String> {
+    let mut shapes = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let dims: Vec<u64> =
+            item.split('x').map(|d| d.parse().map_err(|_| format!("shape `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
+        if dims.contains(&0) {
+            return Err(format!("shape `{item}`: every size must be at least 1"));
+        }
+        shapes.push(dims);
+    }
+    Ok(shapes)
 }
 
-fn parse_shapes(text: &str) -> Result<Shapes, String> {
-    let (mut gemm, mut transpose) = (Vec::new(), Vec::new());
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let dims: Vec<usize> =
-            item.split('x').map(|d| d.parse().map_err(|_| format!("shape `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
-        match dims[..] {
-            [m, n, k] if m > 0 && n > 0 && k > 0 => gemm.push([m, n, k]),
-            [m, n] if m > 0 && n > 0 => transpose.push([m, n]),
-            _ => return Err(format!("shape `{item}` must be MxNxK (GEMM) or MxN (transpose), every size at least 1")),
-        }
+/// The shapes to time a family on: those given that have as many sizes as it has quantities,
+/// else its declared ones.
+fn family_shapes(family: &Family, given: &Option<Vec<Vec<u64>>>) -> Vec<Shape> {
+    match given {
+        Some(given) => given
+            .iter()
+            .filter(|dims| dims.len() == family.quantities.len())
+            .map(|dims| family.quantities.iter().cloned().zip(dims.iter().copied()).collect())
+            .collect(),
+        None => family
+            .trials
+            .bench
+            .iter()
+            .map(|s| s.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect())
+            .collect(),
     }
-    Ok(Shapes { gemm, transpose })
+}
+
+fn describe(shape: &Shape, family: &Family) -> String {
+    family.quantities.iter().map(|q| shape.get(q).map_or("?".into(), u64::to_string)).collect::<Vec<_>>().join("x")
 }
 
 fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
@@ -84,14 +98,15 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(from) = &args.replot {
         return replot(from, &args.out);
     }
-    let shapes = parse_shapes(&args.shapes)?;
+    let given = args.shapes.as_deref().map(parse_shapes).transpose()?;
     let mut globs = GlobSetBuilder::new();
     for pattern in &args.kernels {
         globs.add(Glob::new(pattern).map_err(|e| format!("--kernels `{pattern}`: {e}"))?);
     }
     let globs = globs.build().map_err(|e| e.to_string())?;
     let registry = Registry::open(None).map_err(|e| e.to_string())?;
-    let kernels: Vec<Kernel> = registry.kernels().filter(|k| args.kernels.is_empty() || globs.is_match(k.name())).cloned().collect();
+    let kernels: Vec<Kernel> =
+        registry.kernels().filter(|k| !k.is_reference() && (args.kernels.is_empty() || globs.is_match(k.name()))).cloned().collect();
     if kernels.is_empty() {
         return Err("no variant in the registry matches --kernels".into());
     }
@@ -107,36 +122,37 @@ fn run(args: Args) -> Result<(), String> {
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut workspace = Workspace::new();
-    // Kernels sharing dtype and layout share inputs and one baseline timing per shape.
-    let mut groups: Vec<(Family, Dtype, Option<Layout>, Vec<&Kernel>)> = Vec::new();
+    // Kernels sharing family, dtype and the axes names always show (a GEMM's layout) share
+    // inputs and one baseline timing per shape.
+    let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
-        let v = kernel.variant();
-        let layout = match v.kind {
-            Kind::Gemm { layout, .. } => Some(layout),
-            Kind::Transpose { .. } => None,
-        };
-        match groups.iter_mut().find(|g| g.0 == v.family() && g.1 == v.dtype && g.2 == layout) {
-            Some(group) => group.3.push(kernel),
-            None => groups.push((v.family(), v.dtype, layout, vec![kernel])),
+        let (v, group) = (kernel.variant(), report::group(kernel));
+        match groups.iter_mut().find(|g| g.0 == v.family && g.1 == v.dtype && g.2 == group) {
+            Some(entry) => entry.3.push(kernel),
+            None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
         }
     }
-    for (_, dtype, layout, members) in &groups {
-        with_element!(*dtype, T => match layout {
-            Some(layout) => {
-                for &[m, n, k] in &shapes.gemm {
-                    let shape = GemmShape::packed(m, n, k, *layout);
+    for (_, dtype, _, members) in &groups {
+        let family = &members[0].info().entry.declaration;
+        for shape in family_shapes(family, &given) {
+            let what = describe(&shape, family);
+            match family.baseline {
+                Baseline::CublasGemm => with_element!(*dtype, T => {
+                    let layout = members[0].layout().map_err(|e| e.to_string())?;
+                    let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
+                    let shape = GemmShape::packed(m, n, k, layout);
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
                         match plan_gemm(kernel.info(), *dtype, &shape, buffers, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
-                            Err(rule) => skipped.push(format!("{} {m}x{n}x{k}: {rule}", kernel.name())),
+                            Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
                     }
                     if runnable.is_empty() && !args.dispatch {
                         continue;
                     }
-                    let mut case = GemmCase::<T>::new(&gpu, shape)?;
+                    let mut case = GemmCase::<T>::new(&gpu, shape, trials::declared_tolerance(members[0]))?;
                     let baseline_ms = case.time_cublas(&gpu)?;
                     for kernel in runnable {
                         let record = case.record(&gpu, kernel, baseline_ms)?;
@@ -148,32 +164,37 @@ fn run(args: Args) -> Result<(), String> {
                         println!("{}", record.summary());
                         records.push(record);
                     }
-                }
-            }
-            None => {
-                for &[m, n] in &shapes.transpose {
-                    let shape = TransposeShape::packed(m, n);
+                }),
+                Baseline::Copy => {
                     let mut runnable = Vec::new();
                     for &kernel in members {
-                        let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-                        match plan_transpose(kernel.info(), *dtype, &shape, buffers, gpu.sms()) {
-                            Ok(_) => runnable.push(kernel),
-                            Err(rule) => skipped.push(format!("{} {m}x{n}: {rule}", kernel.name())),
+                        match declared::with_lds(kernel, shape.clone(), 0).and_then(|full| declared::takes(kernel, &full, gpu.sms())) {
+                            Ok(()) => runnable.push(kernel),
+                            Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
                     }
-                    if runnable.is_empty() {
-                        continue;
-                    }
-                    let mut case = TransposeCase::<T>::new(&gpu, shape)?;
-                    let baseline_ms = case.time_copy(&gpu)?;
+                    // Kernels whose leading-dimension rules give the same shape share a case and
+                    // its copy timing.
+                    let mut cases: Vec<(Shape, Case, f64)> = Vec::new();
                     for kernel in runnable {
-                        let record = case.record(&gpu, kernel, baseline_ms)?;
+                        let full = declared::with_lds(kernel, shape.clone(), 0)?;
+                        let index = match cases.iter().position(|(s, _, _)| *s == full) {
+                            Some(index) => index,
+                            None => {
+                                let mut case = Case::new(&gpu, kernel, full.clone())?;
+                                let baseline_ms = case.time_copy(&gpu)?;
+                                cases.push((full, case, baseline_ms));
+                                cases.len() - 1
+                            }
+                        };
+                        let (_, case, baseline_ms) = &mut cases[index];
+                        let record = case.record(&gpu, &registry, kernel, *baseline_ms)?;
                         println!("{}", record.summary());
                         records.push(record);
                     }
                 }
             }
-        })
+        }
     }
     write_outputs(&args.out, &records, gpu.name())?;
     if !skipped.is_empty() {
@@ -187,9 +208,11 @@ fn write_outputs(out: &std::path::Path, records: &[Record], device: &str) -> Res
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let json = serde_json::to_string_pretty(records).map_err(|e| e.to_string())?;
     std::fs::write(out.join("bench.json"), json + "\n").map_err(|e| format!("cannot write bench.json: {e}"))?;
-    for family in [Family::Gemm, Family::Transpose] {
+    let mut families: Vec<&str> = records.iter().map(|r| r.family.as_str()).collect();
+    families.dedup();
+    for family in families {
         for dtype in Dtype::ALL {
-            let mine: Vec<Record> = records.iter().filter(|r| r.family == family.as_str() && r.dtype == dtype.as_str()).cloned().collect();
+            let mine: Vec<Record> = records.iter().filter(|r| r.family == family && r.dtype == dtype.as_str()).cloned().collect();
             if !mine.is_empty() {
                 let title = format!("tilesmith {family} {dtype} on {device}: {} vs {}", mine[0].unit, mine[0].baseline_name);
                 chart::draw(&out.join(format!("{family}_{dtype}.svg")), &title, &mine)?;

@@ -9,10 +9,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tilesmith_runtime::dispatch;
-use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Kind, Layout, Registry, Workspace};
+use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
 use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_tests::timing::GemmCase;
-use tilesmith_tests::with_element;
+use tilesmith_tests::{trials, with_element};
 
 /// Sizes of M, N and K whose combinations form the default tuning set, up to 2^36
 /// multiply-adds (4096³) a problem: every fourth power of two from 16 to 16384.
@@ -209,7 +209,7 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
     let device = gpu.device();
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
     let gemms: Vec<&Kernel> =
-        registry.kernels().filter(|k| k.variant().dtype == dtype && matches!(k.variant().kind, Kind::Gemm { .. })).collect();
+        registry.kernels().filter(|k| k.variant().dtype == dtype && k.variant().family == "gemm" && !k.is_reference()).collect();
     let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, dtype, shape, &buffers)
         .into_iter()
         .map(|(kernel, strategy)| {
@@ -232,7 +232,7 @@ fn measure<T: tilesmith_runtime::Element>(
     if candidates.is_empty() {
         return Ok(None);
     }
-    let mut case = GemmCase::<T>::new(gpu, shape)?;
+    let mut case = GemmCase::<T>::new(gpu, shape, trials::gemm_tolerance(registry, dtype)?)?;
     let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
     if !tuning::valid_ms(cublas_ms) {

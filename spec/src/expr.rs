@@ -1,0 +1,292 @@
+//! Integer expressions over named quantities, as families and launch contracts write them:
+//! `2 * rows * cols * elem`, `cdiv(rows, 4)`, `min(rows, 8 * sms)`. Evaluated in u64 with
+//! checked arithmetic: an overflow, a division by zero or an unknown name is an error, never a
+//! wrap or a panic.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// A parsed expression; it reads and writes as its text.
+#[derive(Clone, Debug)]
+pub struct Expr {
+    text: String,
+    node: Node,
+}
+
+#[derive(Clone, Debug)]
+enum Node {
+    Number(u64),
+    Name(String),
+    Binary(char, Box<Node>, Box<Node>),
+    Call(Function, Vec<Node>),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Function {
+    /// ⌈a / b⌉.
+    Cdiv,
+    Min,
+    Max,
+}
+
+const FUNCTIONS: &[(&str, Function)] = &[("cdiv", Function::Cdiv), ("min", Function::Min), ("max", Function::Max)];
+
+impl PartialEq for Expr {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Expr {}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Expr {
+    /// Parses `text`: integers, names (C identifiers), `+ - * / %`, parentheses, and the
+    /// functions `cdiv(a, b)` (⌈a / b⌉), `min(a, b)` and `max(a, b)`.
+    pub fn parse(text: &str) -> Result<Expr, String> {
+        let tokens = tokenize(text)?;
+        let mut parser = Parser { tokens: &tokens, at: 0 };
+        let node = parser.sum()?;
+        match parser.peek() {
+            None => Ok(Expr { text: text.trim().to_string(), node }),
+            Some(token) => Err(format!("expression `{text}`: unexpected `{token}`")),
+        }
+    }
+
+    pub fn constant(value: u64) -> Expr {
+        Expr { text: value.to_string(), node: Node::Number(value) }
+    }
+
+    /// The names it uses.
+    pub fn names(&self) -> BTreeSet<&str> {
+        fn walk<'a>(node: &'a Node, out: &mut BTreeSet<&'a str>) {
+            match node {
+                Node::Number(_) => {}
+                Node::Name(name) => {
+                    out.insert(name);
+                }
+                Node::Binary(_, a, b) => {
+                    walk(a, out);
+                    walk(b, out);
+                }
+                Node::Call(_, args) => args.iter().for_each(|arg| walk(arg, out)),
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(&self.node, &mut out);
+        out
+    }
+
+    /// Its value where it uses no name.
+    pub fn as_constant(&self) -> Option<u64> {
+        self.eval(&|_| None).ok()
+    }
+
+    /// A name it uses that `known` does not hold, if any, with the known names for the message.
+    pub fn check_names(&self, known: &[&str]) -> Result<(), String> {
+        match self.names().into_iter().find(|name| !known.contains(name)) {
+            Some(name) => Err(format!("expression `{}` uses `{name}`, which is not one of: {}", self.text, known.join(", "))),
+            None => Ok(()),
+        }
+    }
+
+    /// Its value with names looked up in `env`.
+    pub fn eval(&self, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
+        eval(&self.node, env).map_err(|rule| format!("`{}`: {rule}", self.text))
+    }
+}
+
+fn eval(node: &Node, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
+    Ok(match node {
+        Node::Number(n) => *n,
+        Node::Name(name) => env(name).ok_or(format!("`{name}` has no value here"))?,
+        Node::Binary(op, a, b) => {
+            let (a, b) = (eval(a, env)?, eval(b, env)?);
+            let value = match op {
+                '+' => a.checked_add(b),
+                '-' => a.checked_sub(b),
+                '*' => a.checked_mul(b),
+                '/' => a.checked_div(b),
+                _ => a.checked_rem(b),
+            };
+            value.ok_or(format!("{a} {op} {b} overflows or divides by zero"))?
+        }
+        Node::Call(function, args) => {
+            let (a, b) = (eval(&args[0], env)?, eval(&args[1], env)?);
+            match function {
+                Function::Cdiv if b == 0 => return Err(format!("cdiv({a}, 0) divides by zero")),
+                Function::Cdiv => a.div_ceil(b),
+                Function::Min => a.min(b),
+                Function::Max => a.max(b),
+            }
+        }
+    })
+}
+
+fn tokenize(text: &str) -> Result<Vec<String>, String> {
+    let mut tokens = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((start, c)) = chars.next() {
+        if c.is_whitespace() {
+            continue;
+        }
+        if c.is_ascii_alphanumeric() || c == '_' {
+            let mut end = start + c.len_utf8();
+            while let Some(&(i, next)) = chars.peek() {
+                if !(next.is_ascii_alphanumeric() || next == '_') {
+                    break;
+                }
+                end = i + next.len_utf8();
+                chars.next();
+            }
+            tokens.push(text[start..end].to_string());
+        } else if "+-*/%(),".contains(c) {
+            tokens.push(c.to_string());
+        } else {
+            return Err(format!("expression `{text}`: unexpected character `{c}`"));
+        }
+    }
+    if tokens.is_empty() {
+        return Err("an expression is empty".into());
+    }
+    Ok(tokens)
+}
+
+struct Parser<'a> {
+    tokens: &'a [String],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.at).map(String::as_str)
+    }
+
+    fn next(&mut self) -> Option<&str> {
+        self.at += 1;
+        self.tokens.get(self.at - 1).map(String::as_str)
+    }
+
+    fn expect(&mut self, token: &str) -> Result<(), String> {
+        match self.next() {
+            Some(t) if t == token => Ok(()),
+            Some(t) => Err(format!("expected `{token}`, found `{t}`")),
+            None => Err(format!("expected `{token}` at the end")),
+        }
+    }
+
+    fn sum(&mut self) -> Result<Node, String> {
+        let mut node = self.product()?;
+        while let Some(op @ ("+" | "-")) = self.peek() {
+            let op = op.chars().next().unwrap_or('+');
+            self.at += 1;
+            node = Node::Binary(op, Box::new(node), Box::new(self.product()?));
+        }
+        Ok(node)
+    }
+
+    fn product(&mut self) -> Result<Node, String> {
+        let mut node = self.atom()?;
+        while let Some(op @ ("*" | "/" | "%")) = self.peek() {
+            let op = op.chars().next().unwrap_or('*');
+            self.at += 1;
+            node = Node::Binary(op, Box::new(node), Box::new(self.atom()?));
+        }
+        Ok(node)
+    }
+
+    fn atom(&mut self) -> Result<Node, String> {
+        let token = self.next().ok_or("an expression ends where a value was expected")?.to_string();
+        if token == "(" {
+            let node = self.sum()?;
+            self.expect(")")?;
+            return Ok(node);
+        }
+        if token.starts_with(|c: char| c.is_ascii_digit()) {
+            return token.parse().map(Node::Number).map_err(|_| format!("`{token}` is not an integer below 2^64"));
+        }
+        if !crate::variant::is_c_identifier(&token) {
+            return Err(format!("unexpected `{token}`"));
+        }
+        if self.peek() == Some("(") {
+            let Some(&(_, function)) = FUNCTIONS.iter().find(|(name, _)| *name == token) else {
+                return Err(format!("unknown function `{token}` (known: cdiv, min, max)"));
+            };
+            self.at += 1;
+            let first = self.sum()?;
+            self.expect(",")?;
+            let second = self.sum()?;
+            self.expect(")")?;
+            return Ok(Node::Call(function, vec![first, second]));
+        }
+        Ok(Node::Name(token))
+    }
+}
+
+impl Serialize for Expr {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Expr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Expr, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(n) => Ok(Expr::constant(n)),
+            Raw::Text(text) => Expr::parse(&text).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, env: &[(&str, u64)]) -> Result<u64, String> {
+        Expr::parse(text)?.eval(&|name| env.iter().find(|(n, _)| *n == name).map(|(_, v)| *v))
+    }
+
+    #[test]
+    fn precedence_functions_and_names() {
+        assert_eq!(value("2 + 3 * 4", &[]), Ok(14));
+        assert_eq!(value("(2 + 3) * 4 - 1", &[]), Ok(19));
+        assert_eq!(value("cdiv(rows, 4) * 4", &[("rows", 13)]), Ok(16));
+        assert_eq!(value("min(rows, 8 * sms) % 5", &[("rows", 10_000), ("sms", 132)]), Ok(1056 % 5));
+        assert_eq!(value("max(cols * elem, 16) / 2", &[("cols", 3), ("elem", 2)]), Ok(8));
+        assert_eq!(Expr::parse("2 * rows * cols").unwrap().names().into_iter().collect::<Vec<_>>(), ["cols", "rows"]);
+    }
+
+    #[test]
+    fn errors_are_values() {
+        assert!(value("1 - 2", &[]).unwrap_err().contains("overflows"));
+        assert!(value("18446744073709551615 * 2", &[]).is_err());
+        assert!(value("cdiv(1, 0)", &[]).is_err());
+        assert!(value("rows", &[]).unwrap_err().contains("`rows` has no value"));
+        for bad in ["", "1 +", "(1", "1 2", "f(1, 2)", "min(1)", "a $ b", "99999999999999999999"] {
+            assert!(Expr::parse(bad).is_err(), "{bad}");
+        }
+        let unknown = Expr::parse("rows * colz").unwrap().check_names(&["rows", "cols"]).unwrap_err();
+        assert!(unknown.contains("`colz`") && unknown.contains("rows, cols"), "{unknown}");
+    }
+
+    #[test]
+    fn reads_as_text_or_number() {
+        let e: Expr = serde_json::from_str("\"cdiv(n, 2)\"").unwrap();
+        assert_eq!(serde_json::to_string(&e).unwrap(), "\"cdiv(n, 2)\"");
+        let n: Expr = serde_json::from_str("4096").unwrap();
+        assert_eq!(n.as_constant(), Some(4096));
+        assert!(serde_json::from_str::<Expr>("\"1 +\"").is_err());
+    }
+}

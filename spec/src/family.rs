@@ -1,0 +1,406 @@
+//! A family's declaration: the interface every variant of it shares, as data. It is written as
+//! `[<family>.family]` in variants.toml, copied into every manifest entry, and read by xtask
+//! (which checks each template's launch contract against it), by the runtime (which checks each
+//! call against it) and by the trials (which make inputs, shapes, references and baselines from
+//! it).
+
+use crate::axes::{Axis, Bounds, Domain, Dtype, Naming};
+use crate::expr::Expr;
+use crate::launch::Access;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a family's calls take and compute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Family {
+    /// The numbers that fix a call's shape (`m`, `n`, `k`; `rows`, `cols`); every kernel takes
+    /// them all. Leading dimensions are quantities too, named by the operands' `ld`.
+    pub quantities: Vec<String>,
+    /// The quantity each edge of the `tile` axis tiles, in order; none: the family has no tile.
+    #[serde(default)]
+    pub tile: Vec<String>,
+    /// The family's own axes, beside the common ones (dtype, tile, backend, warps, bounds).
+    #[serde(default)]
+    pub axes: Vec<AxisDecl>,
+    pub operands: Vec<OperandDecl>,
+    #[serde(default)]
+    pub scalars: Vec<ScalarDecl>,
+    pub work: Work,
+    pub baseline: Baseline,
+    pub reference: Reference,
+    #[serde(default)]
+    pub trials: Trials,
+}
+
+/// One of the family's own axes: words from a list, or counts in a range.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AxisDecl {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[u32; 2]>,
+    /// Whether names show the axis always (`always`, before the tile) or where it differs from
+    /// the family's default (`if_not_default`, after the warps).
+    #[serde(default)]
+    pub show: Show,
+    /// Written before the value in names (`s` for stages: `s3`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Show {
+    Always,
+    #[default]
+    IfNotDefault,
+}
+
+/// A buffer a call passes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperandDecl {
+    pub name: String,
+    pub access: Access,
+    /// [rows, cols] of a matrix, or [length] of a vector, as expressions of the quantities.
+    pub dims: Vec<Expr>,
+    /// The quantity that holds the distance between stored rows (matrices only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ld: Option<String>,
+    /// `axis[i]`: the operand is row-major where letter i of that axis's value is `t`, and
+    /// column-major (stored rows are its columns) where it is `n` (BLAS's convention). None:
+    /// row-major.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    /// A fixed element type; none: the variant's dtype.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+    /// Bytes its start must be aligned to, beyond an element and the variant's own rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub align: Option<u32>,
+}
+
+/// A number a call passes by value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScalarDecl {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ScalarType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// The value trials pass; none: the middle of the range (0 where it has no range).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScalarType {
+    F32,
+    F64,
+    I32,
+    U32,
+}
+
+impl ScalarType {
+    pub fn cuda_type(self) -> &'static str {
+        match self {
+            ScalarType::F32 => "float",
+            ScalarType::F64 => "double",
+            ScalarType::I32 => "int",
+            ScalarType::U32 => "unsigned int",
+        }
+    }
+
+    /// The values the type holds exactly.
+    pub fn range(self) -> (f64, f64) {
+        match self {
+            ScalarType::F32 => (f64::from(f32::MIN), f64::from(f32::MAX)),
+            ScalarType::F64 => (f64::MIN, f64::MAX),
+            ScalarType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+            ScalarType::U32 => (0.0, f64::from(u32::MAX)),
+        }
+    }
+}
+
+impl ScalarDecl {
+    /// The range a value must lie in: the declared one within the type's.
+    pub fn bounds(&self) -> (f64, f64) {
+        let (lo, hi) = self.ty.range();
+        (self.min.unwrap_or(lo).max(lo), self.max.unwrap_or(hi).min(hi))
+    }
+
+    pub fn trial_value(&self) -> f64 {
+        let (lo, hi) = (self.min.unwrap_or(0.0), self.max.unwrap_or(0.0));
+        self.trial.unwrap_or(if self.min.is_some() && self.max.is_some() { (lo + hi) / 2.0 } else { 0.0 })
+    }
+}
+
+/// Work done by one call, for performance figures: expressions of the quantities and `elem`
+/// (the variant's element size in bytes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Work {
+    /// Bytes read and written.
+    pub bytes: Expr,
+    /// Floating-point operations; 0 for data movement.
+    #[serde(default = "zero")]
+    pub flops: Expr,
+}
+
+fn zero() -> Expr {
+    Expr::constant(0)
+}
+
+/// What a variant's speed is compared with, in the same process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Baseline {
+    /// A device-to-device copy of half the work's bytes (a copy reads and writes each byte).
+    Copy,
+    /// cuBLAS's GEMM on the same operands.
+    CublasGemm,
+}
+
+/// What a variant's results are compared with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// The family's reference variants: those of this backend (plain kernels, accumulating in
+    /// f64), run on the GPU beside the variant on the same inputs; the one of the same dtype.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// A library call instead of a reference variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<Library>,
+    /// Largest relative (Frobenius) error allowed, per dtype.
+    pub tolerance: BTreeMap<Dtype, f64>,
+    /// The length of the reductions an output element comes from; past 4096 the tolerance
+    /// grows with its square root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction: Option<Expr>,
+}
+
+/// The library references the trials know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Library {
+    /// cuBLAS, and a float64 product on the host.
+    CublasGemm,
+}
+
+/// Shapes for the trials, beside those made from the quantities and tiles.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trials {
+    /// More correctness shapes, quantity by quantity (large rows, odd widths).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<BTreeMap<String, u64>>,
+    /// The shape of the performance trial.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub perf: BTreeMap<String, u64>,
+    /// The shapes `bench` times.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bench: Vec<BTreeMap<String, u64>>,
+}
+
+/// The axes every family has, beside its own.
+pub const COMMON_AXES: &[&str] = &["tile", "dtype", "backend", "warps", "bounds"];
+
+/// The name expressions use for the element size in bytes.
+pub const ELEM: &str = "elem";
+/// The name launch expressions use for the GPU's multiprocessor count.
+pub const SMS: &str = "sms";
+
+impl Family {
+    /// Every axis of the family, in the order names show them and groups expand them: its own
+    /// axes shown always, the tile, dtype, backend and warps, its other axes, then bounds.
+    pub fn axes(&self) -> Vec<Axis> {
+        let own = |always: bool| {
+            self.axes.iter().filter(move |a| (a.show == Show::Always) == always).map(|a| Axis {
+                name: a.name.clone(),
+                domain: match a.range {
+                    Some([min, max]) => Domain::Count { min, max },
+                    None => Domain::Words(a.values.clone()),
+                },
+                naming: match a.show {
+                    Show::Always => Naming::Always,
+                    Show::IfNotDefault => Naming::IfNotDefault { prefix: a.prefix.clone() },
+                },
+            })
+        };
+        let mut axes: Vec<Axis> = own(true).collect();
+        if !self.tile.is_empty() {
+            axes.push(Axis { name: "tile".into(), domain: Domain::Tile(self.tile.clone()), naming: Naming::Always });
+        }
+        let words = |all: Vec<String>| Domain::Words(all);
+        axes.push(Axis {
+            name: "dtype".into(),
+            domain: words(Dtype::ALL.iter().map(|d| d.to_string()).collect()),
+            naming: Naming::IfNotDefault { prefix: String::new() },
+        });
+        axes.push(Axis { name: "backend".into(), domain: Domain::Backend, naming: Naming::IfNotDefault { prefix: String::new() } });
+        axes.push(Axis {
+            name: "warps".into(),
+            domain: Domain::Count { min: 1, max: 32 },
+            naming: Naming::IfNotDefault { prefix: "w".into() },
+        });
+        axes.extend(own(false));
+        axes.push(Axis {
+            name: "bounds".into(),
+            domain: words(Bounds::ALL.iter().map(|b| b.to_string()).collect()),
+            naming: Naming::IfNotDefault { prefix: String::new() },
+        });
+        axes
+    }
+
+    /// The leading-dimension quantities the operands name.
+    pub fn lds(&self) -> impl Iterator<Item = &str> {
+        self.operands.iter().filter_map(|o| o.ld.as_deref())
+    }
+
+    /// The quantities a call gives: the shape's, then the leading dimensions.
+    pub fn all_quantities(&self) -> Vec<&str> {
+        self.quantities.iter().map(String::as_str).chain(self.lds()).collect()
+    }
+
+    pub fn operand(&self, name: &str) -> Option<&OperandDecl> {
+        self.operands.iter().find(|o| o.name == name)
+    }
+
+    pub fn scalar(&self, name: &str) -> Option<&ScalarDecl> {
+        self.scalars.iter().find(|s| s.name == name)
+    }
+
+    /// Every rule a declaration meets, each broken one as a message naming the item.
+    pub fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut names = BTreeSet::new();
+        let mut name = |what: &str, name: &str, problems: &mut Vec<String>| {
+            if !crate::variant::is_c_identifier(name) {
+                problems.push(format!("{what} `{name}` is not a C identifier"));
+            } else if !names.insert(name.to_string()) || name == ELEM || name == SMS {
+                problems.push(format!("{what} `{name}`: the name is taken (by another quantity, operand, scalar, `elem` or `sms`)"));
+            }
+        };
+        if self.quantities.is_empty() {
+            problems.push("declares no quantities".into());
+        }
+        for q in &self.quantities {
+            name("quantity", q, &mut problems);
+        }
+        for edge in &self.tile {
+            if !self.quantities.contains(edge) {
+                problems.push(format!("tile edge `{edge}` is not a quantity (quantities: {})", self.quantities.join(", ")));
+            }
+        }
+        let mut axis_names = BTreeSet::new();
+        for axis in &self.axes {
+            if COMMON_AXES.contains(&axis.name.as_str()) || !crate::variant::is_c_identifier(&axis.name) || !axis_names.insert(&axis.name) {
+                problems.push(format!(
+                    "axis `{}`: axis names are C identifiers, unique, and not one of {}",
+                    axis.name,
+                    COMMON_AXES.join(", ")
+                ));
+            }
+            match (axis.values.is_empty(), axis.range) {
+                (false, None) if axis.values.iter().all(|v| crate::variant::is_c_identifier(v)) => {}
+                (true, Some([min, max])) if min <= max => {}
+                _ => problems.push(format!(
+                    "axis `{}` takes either `values` (a non-empty list of words: letters, digits, `_`) or `range = [min, max]`",
+                    axis.name
+                )),
+            }
+        }
+        let quantities: Vec<&str> = self.quantities.iter().map(String::as_str).collect();
+        if self.operands.is_empty() {
+            problems.push("declares no operands".into());
+        }
+        if !self.operands.iter().any(|o| o.access == Access::Write) {
+            problems.push("no operand is written (access = \"write\")".into());
+        }
+        for operand in &self.operands {
+            let what = format!("operand `{}`", operand.name);
+            name("operand", &operand.name, &mut problems);
+            if !(1..=2).contains(&operand.dims.len()) {
+                problems.push(format!("{what}: dims must be [rows, cols] or [length]"));
+            }
+            for dim in &operand.dims {
+                if let Err(rule) = dim.check_names(&quantities) {
+                    problems.push(format!("{what}: dims: {rule}"));
+                }
+            }
+            match (&operand.ld, operand.dims.len()) {
+                (Some(ld), 2) => name("leading dimension", ld, &mut problems),
+                (None, 2) => problems.push(format!("{what}: a matrix names its leading dimension (`ld = \"ld{}\"`)", operand.name)),
+                (Some(_), _) => problems.push(format!("{what}: a vector has no leading dimension")),
+                (None, _) => {}
+            }
+            if let Some(order) = &operand.order {
+                if let Err(rule) = self.order_axis(order) {
+                    problems.push(format!("{what}: order `{order}`: {rule}"));
+                }
+            }
+            if operand.align.is_some_and(|a| !a.is_power_of_two()) {
+                problems.push(format!("{what}: align must be a power of two"));
+            }
+        }
+        for scalar in &self.scalars {
+            name("scalar", &scalar.name, &mut problems);
+            let (lo, hi) = scalar.bounds();
+            if lo > hi || scalar.min.is_some_and(f64::is_nan) || scalar.max.is_some_and(f64::is_nan) {
+                problems.push(format!("scalar `{}`: min must not exceed max, within its type {:?}", scalar.name, scalar.ty));
+            }
+            if !(lo..=hi).contains(&scalar.trial_value()) {
+                problems.push(format!("scalar `{}`: its trial value {} is outside {lo}..={hi}", scalar.name, scalar.trial_value()));
+            }
+        }
+        let with_elem: Vec<&str> = quantities.iter().copied().chain([ELEM]).collect();
+        for (what, expr) in [("work.bytes", &self.work.bytes), ("work.flops", &self.work.flops)] {
+            if let Err(rule) = expr.check_names(&with_elem) {
+                problems.push(format!("{what}: {rule}"));
+            }
+        }
+        let reference = &self.reference;
+        match (&reference.backend, reference.library) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => problems.push(
+                "reference: name either `backend` (the family's reference variants) or `library` (\"cublas_gemm\"), not both or neither"
+                    .into(),
+            ),
+        }
+        if reference.tolerance.values().any(|t| !(t.is_finite() && *t >= 0.0)) {
+            problems.push("reference.tolerance: tolerances are finite and at least 0".into());
+        }
+        if let Some(Err(rule)) = reference.reduction.as_ref().map(|r| r.check_names(&quantities)) {
+            problems.push(format!("reference.reduction: {rule}"));
+        }
+        let all = self.all_quantities();
+        let shapes = self.trials.shapes.iter().chain(&self.trials.bench).chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
+        for shape in shapes {
+            if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
+                problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));
+            }
+        }
+        problems
+    }
+
+    /// The axis and letter index an operand's `order` names (`layout[0]`).
+    pub fn order_axis(&self, order: &str) -> Result<(&AxisDecl, usize), String> {
+        let (axis, rest) = order.split_once('[').ok_or("write it as axis[index], e.g. layout[0]")?;
+        let index: usize = rest.strip_suffix(']').and_then(|i| i.parse().ok()).ok_or("write it as axis[index], e.g. layout[0]")?;
+        let decl = self.axes.iter().find(|a| a.name == axis).ok_or(format!("`{axis}` is not one of the family's axes"))?;
+        let letters_ok =
+            !decl.values.is_empty() && decl.values.iter().all(|v| v.as_bytes().get(index).is_some_and(|c| *c == b't' || *c == b'n'));
+        if !letters_ok {
+            return Err(format!("every value of axis `{axis}` must have a letter `t` or `n` at index {index}"));
+        }
+        Ok((decl, index))
+    }
+}

@@ -1,0 +1,532 @@
+//! Trials of any family made from its declaration: shapes from its quantities and tiles,
+//! random inputs per operand, poisoned outputs with guard rows, its reference variant run on
+//! the GPU beside the variant, and its perf baseline (a device copy of the bytes it moves).
+
+use crate::device::{median_ms, rotation};
+use crate::host::relative_error;
+use crate::report::Record;
+use cudarc::driver::CudaSlice;
+use half::{bf16, f16};
+use rand::Rng;
+use std::collections::BTreeMap;
+use tilesmith_runtime::{plan_call, Buffer, Call, CallBuilder, Dtype, Error, Gpu, Kernel, Registry};
+use tilesmith_spec::family::{Family, OperandDecl, ELEM};
+use tilesmith_spec::{Access, Variant};
+
+/// A call's quantities, shape and leading dimensions, by name.
+pub type Shape = BTreeMap<String, u64>;
+
+const WARMUP: usize = 5;
+const RUNS: usize = 25;
+
+/// A device buffer of any element type the kernels take.
+pub enum Buf {
+    F32(CudaSlice<f32>),
+    F16(CudaSlice<f16>),
+    Bf16(CudaSlice<bf16>),
+}
+
+impl Buf {
+    /// `values` converted to `dtype` and copied to the GPU.
+    pub fn upload(gpu: &Gpu, dtype: Dtype, values: &[f64]) -> Result<Buf, String> {
+        let stream = gpu.stream();
+        let err = |e: cudarc::driver::DriverError| format!("copying to the GPU: {e}");
+        Ok(match dtype {
+            Dtype::F32 => Buf::F32(stream.clone_htod(&values.iter().map(|&v| v as f32).collect::<Vec<_>>()).map_err(err)?),
+            Dtype::F16 => Buf::F16(stream.clone_htod(&values.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>()).map_err(err)?),
+            Dtype::Bf16 => Buf::Bf16(stream.clone_htod(&values.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>()).map_err(err)?),
+        })
+    }
+
+    pub fn download(&self, gpu: &Gpu) -> Result<Vec<f64>, String> {
+        let stream = gpu.stream();
+        let err = |e: cudarc::driver::DriverError| format!("copying from the GPU: {e}");
+        Ok(match self {
+            Buf::F32(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
+            Buf::F16(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
+            Buf::Bf16(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
+        })
+    }
+
+    /// A copy made on the GPU.
+    pub fn copy(&self, gpu: &Gpu) -> Result<Buf, String> {
+        let stream = gpu.stream();
+        let err = |e: cudarc::driver::DriverError| format!("copying on the GPU: {e}");
+        Ok(match self {
+            Buf::F32(s) => Buf::F32(stream.clone_dtod(s).map_err(err)?),
+            Buf::F16(s) => Buf::F16(stream.clone_dtod(s).map_err(err)?),
+            Buf::Bf16(s) => Buf::Bf16(stream.clone_dtod(s).map_err(err)?),
+        })
+    }
+
+    fn bind<'a>(&'a self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
+        match self {
+            Buf::F32(s) => call.operand(name, s),
+            Buf::F16(s) => call.operand(name, s),
+            Buf::Bf16(s) => call.operand(name, s),
+        }
+    }
+
+    fn bind_mut<'a>(&'a mut self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
+        match self {
+            Buf::F32(s) => call.operand_mut(name, s),
+            Buf::F16(s) => call.operand_mut(name, s),
+            Buf::Bf16(s) => call.operand_mut(name, s),
+        }
+    }
+}
+
+/// One operand as stored for a shape.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub decl: OperandDecl,
+    pub dtype: Dtype,
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+impl Stored {
+    /// Elements it spans.
+    pub fn span(&self) -> usize {
+        if self.rows == 0 || self.cols == 0 {
+            0
+        } else {
+            (self.rows - 1) * self.ld + self.cols
+        }
+    }
+
+    /// NaN elements past the end of an output, 64 rows and a bit: a write past the last row,
+    /// or a partial row, shows up there as one outside the output.
+    fn guard(&self) -> usize {
+        64 * self.ld + 64
+    }
+}
+
+fn lookup(shape: &Shape) -> impl Fn(&str) -> Option<u64> + '_ {
+    move |name| shape.get(name).copied()
+}
+
+/// The operands of `variant` as stored for `shape` (rows of a column-major operand are its
+/// columns; a vector is one row).
+pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<Stored>, String> {
+    family
+        .operands
+        .iter()
+        .map(|decl| {
+            let dims = decl.dims.iter().map(|d| d.eval(&lookup(shape)).map(|v| v as usize)).collect::<Result<Vec<_>, _>>()?;
+            let (rows, cols) = if dims.len() == 2 { (dims[0], dims[1]) } else { (1, dims[0]) };
+            let row_major = match decl.order.as_deref().map(|o| family.order_axis(o)) {
+                Some(Ok((axis, index))) => variant.word(&axis.name).is_some_and(|w| w.as_bytes().get(index) == Some(&b't')),
+                _ => true,
+            };
+            let (rows, cols) = if row_major { (rows, cols) } else { (cols, rows) };
+            let ld = decl.ld.as_ref().map_or(cols, |ld| shape[ld] as usize);
+            Ok(Stored { decl: decl.clone(), dtype: decl.dtype.unwrap_or(variant.dtype), rows, cols, ld })
+        })
+        .collect()
+}
+
+/// `shape` completed with leading dimensions: each stored row's length plus `pad`, rounded up
+/// to the variant's multiple.
+pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, String> {
+    let family = &kernel.info().entry.declaration;
+    let step = u64::from(kernel.info().entry.requires.ld_multiple.max(1));
+    for decl in &family.operands {
+        if let Some(ld) = &decl.ld {
+            shape.insert(ld.clone(), 0);
+        }
+    }
+    for op in stored(family, kernel.variant(), &shape)? {
+        if let Some(ld) = &op.decl.ld {
+            shape.insert(ld.clone(), (op.cols as u64 + pad).max(1).next_multiple_of(step));
+        }
+    }
+    Ok(shape)
+}
+
+/// The shapes a variant is tried on, from its family's quantities and its tile: every quantity
+/// past two tiles (37 without a tile), then each at 1, a tile less one and a tile plus one, then
+/// the family's declared shapes (marked `true`: a variant may refuse those, as past its shared
+/// memory); an unchecked variant's are rounded up to its multiples. The first also comes with
+/// padded leading dimensions.
+pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
+    let entry = &kernel.info().entry;
+    let (family, variant) = (&entry.declaration, &entry.variant);
+    let checked = variant.is_checked();
+    let tile = |q: &str| family.tile.iter().position(|t| t == q).map(|i| u64::from(variant.tile[i]));
+    let base: Shape = family.quantities.iter().map(|q| (q.clone(), tile(q).map_or(37, |t| 2 * t + 3))).collect();
+    let mut raw = vec![(base.clone(), false)];
+    for q in &family.quantities {
+        let mut values = vec![1];
+        if let Some(t) = tile(q) {
+            values.extend([t.saturating_sub(1).max(1), t + 1]);
+        }
+        for v in values {
+            let mut shape = base.clone();
+            shape.insert(q.clone(), v);
+            raw.push((shape, false));
+        }
+    }
+    for declared in &family.trials.shapes {
+        let mut shape = base.clone();
+        shape.extend(declared.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)));
+        raw.push((shape, true));
+    }
+    let multiples = &entry.requires.multiples;
+    let mut out: Vec<(Shape, bool)> = Vec::new();
+    for (mut shape, declared) in raw {
+        if !checked {
+            for (q, v) in shape.iter_mut() {
+                *v = (*v).max(1).next_multiple_of(u64::from(multiples.get(q).copied().unwrap_or(1)));
+            }
+        }
+        let shape = with_lds(kernel, shape, 0)?;
+        if !out.iter().any(|(s, _)| *s == shape) {
+            out.push((shape, declared));
+        }
+    }
+    let first = out[0].0.clone();
+    let padded = with_lds(kernel, first.into_iter().filter(|(q, _)| family.quantities.contains(q)).collect(), 13)?;
+    if !out.iter().any(|(s, _)| *s == padded) {
+        out.push((padded, false));
+    }
+    Ok(out)
+}
+
+/// Buffers for one call: inputs random, outputs poisoned with guard elements.
+pub struct Buffers {
+    pub ops: Vec<Stored>,
+    pub bufs: Vec<Buf>,
+}
+
+impl Buffers {
+    pub fn new(gpu: &Gpu, ops: Vec<Stored>, inputs: &BTreeMap<String, Vec<f64>>) -> Result<Buffers, String> {
+        let bufs = ops
+            .iter()
+            .map(|op| match op.decl.access {
+                Access::Read => Buf::upload(gpu, op.dtype, &inputs[&op.decl.name]),
+                Access::Write => Buf::upload(gpu, op.dtype, &vec![f64::NAN; op.span() + op.guard()]),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Buffers { ops, bufs })
+    }
+
+    /// Fresh uniform(-1, 1) inputs for the read operands, as `dtype` holds them.
+    pub fn random_inputs(ops: &[Stored]) -> BTreeMap<String, Vec<f64>> {
+        let mut rng = rand::rng();
+        ops.iter()
+            .filter(|op| op.decl.access == Access::Read)
+            .map(|op| {
+                let values = (0..op.span()).map(|_| round(op.dtype, rng.random_range(-1.0..1.0))).collect();
+                (op.decl.name.clone(), values)
+            })
+            .collect()
+    }
+
+    /// Launches `kernel` on these buffers.
+    pub fn launch(&mut self, gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<(), Error> {
+        let family = &kernel.info().entry.declaration;
+        let mut call = kernel.call(gpu);
+        for (op, buf) in self.ops.iter().zip(self.bufs.iter_mut()) {
+            call = match op.decl.access {
+                Access::Read => buf.bind(call, &op.decl.name),
+                Access::Write => buf.bind_mut(call, &op.decl.name),
+            };
+        }
+        for (q, v) in shape {
+            call = call.quantity(q, *v as usize);
+        }
+        for scalar in &family.scalars {
+            call = call.scalar(&scalar.name, scalar.trial_value());
+        }
+        call.launch()
+    }
+
+    /// Each output's region as f64, with the count of region elements left unwritten and of
+    /// elements outside it that were written.
+    pub fn outputs(&self, gpu: &Gpu) -> Result<Vec<Output>, String> {
+        let mut out = Vec::new();
+        for (op, buf) in self.ops.iter().zip(&self.bufs) {
+            if op.decl.access == Access::Write {
+                let values = buf.download(gpu)?;
+                let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
+                for (index, value) in values.into_iter().enumerate() {
+                    if index / op.ld < op.rows && index % op.ld < op.cols {
+                        unwritten += usize::from(value.is_nan());
+                        region.push(value);
+                    } else if !value.is_nan() {
+                        outside += 1;
+                    }
+                }
+                out.push(Output { name: op.decl.name.clone(), region, unwritten, outside });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An output operand after a call: its region's values, how many of them were left unwritten
+/// (NaN), and how many elements outside the region were written.
+pub struct Output {
+    pub name: String,
+    pub region: Vec<f64>,
+    pub unwritten: usize,
+    pub outside: usize,
+}
+
+/// `x` as an element of `dtype` holds it.
+fn round(dtype: Dtype, x: f64) -> f64 {
+    match dtype {
+        Dtype::F32 => f64::from(x as f32),
+        Dtype::F16 => f64::from(f16::from_f64(x)),
+        Dtype::Bf16 => f64::from(bf16::from_f64(x)),
+    }
+}
+
+/// The family's reference variant for `kernel`: of its reference backend, the same dtype and
+/// the family's own axes, checked.
+pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kernel, String> {
+    let family = &kernel.info().entry.declaration;
+    let v = kernel.variant();
+    let backend = family.reference.backend.as_deref().ok_or("the family's reference is a library, not a variant")?;
+    registry
+        .kernels()
+        .find(|k| {
+            let r = k.variant();
+            r.family == v.family && r.backend == backend && r.dtype == v.dtype && r.is_checked() && r.axes == v.axes
+        })
+        .ok_or(format!(
+            "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {}, checked): declare one in variants.toml",
+            v.name, v.family, v.dtype
+        ))
+}
+
+/// The declared tolerance for `kernel` on `shape`, grown with the square root of the reduction
+/// length past 4096.
+pub fn tolerance(kernel: &Kernel, shape: &Shape) -> Result<f64, String> {
+    let family = &kernel.info().entry.declaration;
+    let dtype = kernel.variant().dtype;
+    let base = *family.reference.tolerance.get(&dtype).ok_or(format!("the family declares no tolerance for {dtype}"))?;
+    let length = match &family.reference.reduction {
+        Some(expr) => expr.eval(&lookup(shape))? as f64,
+        None => 1.0,
+    };
+    Ok(base * (length / 4096.0).sqrt().max(1.0))
+}
+
+fn describe(shape: &Shape) -> String {
+    shape.iter().map(|(q, v)| format!("{q} {v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Correctness from the declaration: on every shape, fresh inputs, the variant and its
+/// reference on them, every output element written, nothing outside it, the relative error
+/// within the tolerance; then a call the variant must refuse.
+pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
+    let reference = reference(registry, kernel)?;
+    let (family, variant) = (&kernel.info().entry.declaration, kernel.variant());
+    let shapes = shapes(kernel)?;
+    let mut worst: f64 = 0.0;
+    let mut refused = Vec::new();
+    for (shape, declared) in &shapes {
+        let what = describe(shape);
+        let ops = stored(family, variant, shape)?;
+        let inputs = Buffers::random_inputs(&ops);
+        let mut mine = Buffers::new(gpu, ops.clone(), &inputs)?;
+        let mut theirs = Buffers::new(gpu, stored(family, reference.variant(), shape)?, &inputs)?;
+        match mine.launch(gpu, kernel, shape) {
+            Err(Error::Refused { rule, .. }) if *declared => {
+                if mine.outputs(gpu)?.iter().any(|o| o.unwritten != o.region.len() || o.outside > 0) {
+                    return Err(format!("{what}: refused ({rule}) but an output was written"));
+                }
+                refused.push(format!("{what} ({rule})"));
+                continue;
+            }
+            other => other.map_err(|e| format!("{what}: {e}"))?,
+        }
+        theirs.launch(gpu, reference, shape).map_err(|e| format!("{what}: the reference {}: {e}", reference.name()))?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let tolerance = tolerance(kernel, shape)?;
+        for (got, want) in mine.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
+            let name = &got.name;
+            if got.unwritten > 0 || got.outside > 0 {
+                return Err(format!(
+                    "{what}: {} of {} elements of {name} left unwritten, {} written outside it",
+                    got.unwritten,
+                    got.region.len(),
+                    got.outside
+                ));
+            }
+            if want.unwritten > 0 {
+                return Err(format!("{what}: the reference {} left {} elements of {name} unwritten", reference.name(), want.unwritten));
+            }
+            let error = relative_error(&got.region, &want.region);
+            if error > tolerance {
+                return Err(format!(
+                    "{what}: {name}: relative error {error:.3e} against {} over the {tolerance:.1e} allowed",
+                    reference.name()
+                ));
+            }
+            worst = worst.max(error);
+        }
+    }
+    let refusal = refusal(gpu, kernel, &shapes[0].0)?;
+    let tried = shapes.len() - refused.len();
+    let limits = if refused.is_empty() { String::new() } else { format!("; past its limits, refused: {}", refused.join("; ")) };
+    Ok(format!("{tried} shapes against {}, worst relative error {worst:.2e}; refused as it must: {refusal}{limits}", reference.name()))
+}
+
+/// A call the variant must refuse, which must write nothing: an output one element short for
+/// a checked variant, a quantity off its multiple for an unchecked one.
+fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
+    let entry = &kernel.info().entry;
+    let (family, variant) = (&entry.declaration, &entry.variant);
+    let (shape, short) = match entry.requires.multiples.iter().find(|(_, m)| **m > 1) {
+        Some((q, _)) if !variant.is_checked() => {
+            let mut shape: Shape = good.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect();
+            *shape.get_mut(q).ok_or(format!("`{q}` is not a shape quantity"))? += 1;
+            (with_lds(kernel, shape, 0)?, 0)
+        }
+        _ => (good.clone(), 1),
+    };
+    let ops = stored(family, variant, &shape)?;
+    let output = ops.iter().position(|op| op.decl.access == Access::Write).ok_or("the family writes no operand")?;
+    let inputs = Buffers::random_inputs(&ops);
+    let span = ops[output].span();
+    let mut buffers = Buffers::new(gpu, ops.clone(), &inputs)?;
+    // Exactly the span, less `short`: no guard rows to hide an out-of-bounds write in.
+    buffers.bufs[output] = Buf::upload(gpu, ops[output].dtype, &vec![f64::NAN; span - short])?;
+    match buffers.launch(gpu, kernel, &shape) {
+        Err(Error::Refused { rule, .. }) => {
+            if buffers.bufs[output].download(gpu)?.iter().all(|x| x.is_nan()) {
+                Ok(rule)
+            } else {
+                Err(format!("refused ({rule}) but {} was written", ops[output].decl.name))
+            }
+        }
+        Err(other) => Err(format!("expected a refusal, got: {other}")),
+        Ok(()) => Err(format!("a call with {} launched; it should have been refused", describe(&shape))),
+    }
+}
+
+/// One problem of a family with a copy baseline, ready to time: input sets rotated past the L2.
+pub struct Case {
+    pub shape: Shape,
+    sets: Vec<Buffers>,
+    copies: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
+    bytes: u64,
+}
+
+impl Case {
+    pub fn new(gpu: &Gpu, kernel: &Kernel, shape: Shape) -> Result<Case, String> {
+        let entry = &kernel.info().entry;
+        let (family, variant) = (&entry.declaration, &entry.variant);
+        let ops = stored(family, variant, &shape)?;
+        let elem = u64::from(variant.dtype.size_bytes());
+        let bytes = family.work.bytes.eval(&|name| if name == ELEM { Some(elem) } else { shape.get(name).copied() })?;
+        let per_set: usize = ops.iter().map(|op| op.span() * op.dtype.size_bytes() as usize).sum();
+        let count = rotation(gpu, per_set)?;
+        let inputs = Buffers::random_inputs(&ops);
+        let sets = (0..count).map(|_| Buffers::new(gpu, ops.clone(), &inputs)).collect::<Result<Vec<_>, _>>()?;
+        let half = (bytes / 2).max(1) as usize;
+        let copies = (0..rotation(gpu, 2 * half)?)
+            .map(|_| {
+                let src = gpu.stream().alloc_zeros::<u8>(half).map_err(|e| format!("allocating: {e}"))?;
+                let dst = gpu.stream().alloc_zeros::<u8>(half).map_err(|e| format!("allocating: {e}"))?;
+                Ok((src, dst))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Case { shape, sets, copies, bytes })
+    }
+
+    /// Median milliseconds of the kernel; its last result on the first set is then compared
+    /// with the reference's on the same inputs.
+    pub fn time_kernel(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<f64, String> {
+        let (shape, count) = (&self.shape, self.sets.len());
+        let sets = &mut self.sets;
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()))?;
+        // Every set holds the same inputs; the first's output is compared with the reference's
+        // on copies of its inputs made on the GPU.
+        let reference = reference(registry, kernel)?;
+        let family = &kernel.info().entry.declaration;
+        let first = &self.sets[0];
+        let ops = stored(family, reference.variant(), shape)?;
+        let bufs = ops
+            .iter()
+            .zip(&first.bufs)
+            .map(|(op, buf)| match op.decl.access {
+                Access::Read => buf.copy(gpu),
+                Access::Write => Buf::upload(gpu, op.dtype, &vec![f64::NAN; op.span() + op.guard()]),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut theirs = Buffers { ops, bufs };
+        theirs.launch(gpu, reference, shape).map_err(|e| e.to_string())?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let tolerance = tolerance(kernel, shape)?;
+        for (got, want) in first.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
+            let error = relative_error(&got.region, &want.region);
+            if got.unwritten > 0 || error > tolerance {
+                return Err(format!("the timed result is wrong: {} has {} unwritten, relative error {error:.3e}", got.name, got.unwritten));
+            }
+        }
+        Ok(ms)
+    }
+
+    /// Median milliseconds of a device-to-device copy of half the bytes the call moves (a copy
+    /// reads and writes each byte).
+    pub fn time_copy(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        let count = self.copies.len();
+        let copies = &mut self.copies;
+        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            let (src, dst) = &mut copies[i % count];
+            gpu.stream().memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
+        })
+    }
+
+    /// Times the kernel and reports it beside the copy's `baseline_ms`.
+    pub fn record(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
+        let kernel_ms = self.time_kernel(gpu, registry, kernel)?;
+        let giga = |ms: f64| self.bytes as f64 / (ms * 1e-3) / 1e9;
+        let family = &kernel.info().entry.declaration;
+        let shape = family.quantities.iter().map(|q| self.shape[q] as usize).collect();
+        Ok(Record::new(
+            kernel,
+            gpu,
+            shape,
+            "GB/s",
+            kernel_ms,
+            giga(kernel_ms),
+            "device copy",
+            baseline_ms,
+            giga(baseline_ms),
+            self.sets.len(),
+        ))
+    }
+}
+
+/// Whether `kernel` takes `shape` (its multiples, sizes and limits), planned on buffers that hold
+/// exactly what the operands span: no GPU needed.
+pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32) -> Result<(), String> {
+    let entry = &kernel.info().entry;
+    let mut call = Call::default();
+    for op in stored(&entry.declaration, &entry.variant, shape)? {
+        call = call.operand(&op.decl.name, op.dtype, Buffer { len: op.span(), addr: 0 });
+    }
+    for (q, v) in shape {
+        call = call.quantity(q, *v);
+    }
+    for scalar in &entry.declaration.scalars {
+        call = call.scalar(&scalar.name, scalar.trial_value());
+    }
+    plan_call(kernel.info(), &call, sms).map(drop)
+}
+
+/// The declared perf shape, with packed leading dimensions.
+pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
+    let family = &kernel.info().entry.declaration;
+    if family.trials.perf.is_empty() {
+        return Err(format!("family {} declares no trials.perf shape", kernel.variant().family));
+    }
+    let shape: Shape = family.trials.perf.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect();
+    with_lds(kernel, shape, 0)
+}
