@@ -134,14 +134,10 @@ fn main() -> ExitCode {
     }
     let mut all = cpu_trials();
     for entry in entries {
-        // A family's reference variants are the yardstick of its trials, not tried themselves.
-        if entry.declaration.reference.backend.as_deref() == Some(entry.variant.backend.as_str()) {
-            continue;
-        }
-        let family = entry.variant.family;
+        let Some([correctness, perf_name]) = trials::names(&entry) else { continue };
         let name = entry.variant.name;
-        all.push(gpu_trial(format!("{family}::{name}::correctness"), name.clone(), trials::correctness).with_ignored_flag(!driver));
-        all.push(gpu_trial(format!("{family}::{name}::perf"), name, perf).with_ignored_flag(true));
+        all.push(gpu_trial(correctness, name.clone(), trials::correctness).with_ignored_flag(!driver));
+        all.push(gpu_trial(perf_name, name, perf).with_ignored_flag(true));
     }
     all.extend(dispatch_trials(driver));
     libtest_mimic::run(&args, all).exit_code()

@@ -367,11 +367,8 @@ fn shipped_names_keep_their_axes() {
 #[test]
 fn the_readmes_variants_toml_examples_validate() {
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let examples: Vec<&str> = readme
-        .split("```toml\n")
-        .skip(1)
-        .filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block))
-        .collect();
+    let examples: Vec<&str> =
+        readme.split("```toml\n").skip(1).filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block)).collect();
     assert!(!examples.is_empty(), "the README shows a variants.toml example");
     for example in examples {
         let parsed = Config::parse(Path::new("README.md"), example);

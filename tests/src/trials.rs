@@ -11,6 +11,17 @@ use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel,
 use tilesmith_spec::family::{Baseline, Library};
 use tilesmith_spec::GridRule;
 
+/// The trials a manifest entry gets, `<family>::<variant>::correctness` and `::perf`; none for
+/// its family's reference variants, which are the yardstick of the others.
+pub fn names(entry: &tilesmith_spec::Entry) -> Option<[String; 2]> {
+    let variant = &entry.variant;
+    if entry.declaration.reference.backend.as_deref() == Some(variant.backend.as_str()) {
+        return None;
+    }
+    let prefix = format!("{}::{}", variant.family, variant.name);
+    Some([format!("{prefix}::correctness"), format!("{prefix}::perf")])
+}
+
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
 #[macro_export]
 macro_rules! with_element {

@@ -1112,3 +1112,161 @@ fn unselected_variants_built_from_older_sources_are_named() {
         "{out}"
     );
 }
+
+/// Issue 14: a family declared as data, with a template: no Rust.
+const SCALE: &str = r#"
+# Y = alpha · X, element by element.
+[scale.family]
+quantities = ["n"]
+operands = [
+    { name = "x", access = "read", dims = ["n"] },
+    { name = "y", access = "write", dims = ["n"] },
+]
+scalars = [{ name = "alpha", type = "f32", min = -1000.0, max = 1000.0, trial = 1.5 }]
+work = { bytes = "2 * n * elem" }
+baseline = "copy"
+reference = { backend = "reference", tolerance = { f32 = 1e-6, bf16 = 1e-2 } }
+trials.perf = { n = 16777216 }
+
+[scale.defaults]
+dtype = "f32"
+backend = "plain"
+warps = 4
+bounds = "checked"
+
+[scale.backends.plain]
+template = "scale.cu.tera"
+sass = ["sm_80"]
+ptx = "compute_80"
+
+[scale.backends.reference]
+template = "scale.cu.tera"
+sass = ["sm_80"]
+ptx = "compute_80"
+
+[[scale.groups]]
+dtype = ["f32", "bf16"]
+
+[[scale.groups]]
+dtype = ["f32", "bf16"]
+backend = "reference"
+"#;
+
+const SCALE_TEMPLATE: &str = r#"{#- Y = alpha · X, a thread per element. -#}
+{%- if emit == "launch" %}
+block = [{{ threads }}, 1, 1]
+grid = { rule = "expr", x = "cdiv(n, {{ threads }})", y = "1", z = "1" }
+dynamic_smem_bytes = 0
+ld_multiple = 1
+ptr_align_bytes = {{ elem_bytes }}
+params = [
+    { name = "X", kind = "pointer", operand = "x", access = "read" },
+    { name = "Y", kind = "pointer", operand = "y", access = "write" },
+    { name = "n", kind = "i32", value = "n" },
+    { name = "alpha", kind = "scalar", scalar = "alpha" },
+]
+{%- else %}
+{% include "partials/header.cu.tera" %}
+{% include "partials/elements.cu.tera" %}
+
+extern "C" __global__ void __launch_bounds__({{ threads }})
+{{ variant }}({{ signature }})
+{
+    const long long i = (long long)blockIdx.x * {{ threads }} + threadIdx.x;
+    if (i < n) Y[i] = from_float<T>(alpha * to_float(X[i]));
+}
+{%- endif %}
+"#;
+
+fn scale_project() -> tempfile::TempDir {
+    let project = scratch(SCALE);
+    std::fs::write(project.path().join("kernel-templates/scale.cu.tera"), SCALE_TEMPLATE).unwrap();
+    project
+}
+
+#[test]
+fn a_family_added_as_data_generates_builds_lists_and_gets_trials() {
+    let project = scale_project();
+    let root = Some(project.path());
+    succeeds(root, &["gen"]);
+    let source = std::fs::read_to_string(project.path().join("generated/scale_bf16.cu")).unwrap();
+    assert!(source.contains("scale_bf16(const T* __restrict__ X, T* __restrict__ Y, int n, float alpha)"), "{source}");
+    let out = succeeds(root, &["build"]);
+    assert!(out.contains("4 variant(s) built") && out.contains("0 failed"), "{out}");
+    let list = succeeds(root, &["list"]);
+    for name in ["scale ", "scale_bf16 ", "scale_reference ", "scale_bf16_reference "] {
+        assert!(list.contains(name), "{name}: {list}");
+    }
+    let registry: Registry = tilesmith_spec::manifest::read(&project.path().join("registry/manifest.json")).unwrap();
+    let trials: Vec<String> = registry.variants.iter().filter_map(|b| tilesmith_tests::trials::names(&b.entry)).flatten().collect();
+    assert_eq!(trials, ["scale::scale::correctness", "scale::scale::perf", "scale::scale_bf16::correctness", "scale::scale_bf16::perf"]);
+
+    // The runtime's one launch path checks a call of the new family by its declaration.
+    let built = &registry.variants[0];
+    let buffer = |len| tilesmith_runtime::Buffer { len, addr: 0x7f00_0000_0000 };
+    let call = |alpha: f64| {
+        tilesmith_runtime::Call::default()
+            .operand("x", tilesmith_spec::Dtype::F32, buffer(1000))
+            .operand("y", tilesmith_spec::Dtype::F32, buffer(1000))
+            .quantity("n", 1000)
+            .scalar("alpha", alpha)
+    };
+    let launch = tilesmith_runtime::plan_call(built, &call(2.0), 132).unwrap().unwrap();
+    assert_eq!(launch.grid, [8, 1, 1]);
+    assert_eq!(launch.args[3], tilesmith_runtime::Arg::F32(2.0));
+    let err = tilesmith_runtime::plan_call(built, &call(1e6), 132).unwrap_err();
+    assert!(err.contains("scalar `alpha` = 1000000 is outside its range -1000..=1000"), "{err}");
+    let missing = tilesmith_runtime::Call::default().operand("x", tilesmith_spec::Dtype::F32, buffer(1000)).quantity("n", 1000);
+    let err = tilesmith_runtime::plan_call(built, &missing, 132).unwrap_err();
+    assert_eq!(err, "the call does not pass operand `y`");
+    let err = tilesmith_runtime::plan_call(built, &call(1.0).quantity("m", 3), 132).unwrap_err();
+    assert!(err.contains("the call gives quantity `m`, which a scale call does not take (it takes n)"), "{err}");
+    let short = call(1.0);
+    let short = tilesmith_runtime::Call {
+        operands: vec![short.operands[0].clone(), ("y".into(), tilesmith_spec::Dtype::F32, buffer(999))],
+        ..short
+    };
+    let err = tilesmith_runtime::plan_call(built, &short, 132).unwrap_err();
+    assert!(err.contains("y holds 999 elements"), "{err}");
+}
+
+#[test]
+fn bad_family_declarations_are_refused_naming_file_line_and_rule() {
+    let project = scale_project();
+    let root = Some(project.path());
+    let line = |needle: &str| SCALE.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let cases = [
+        (
+            "dims = [\"n\"] },\n    { name = \"y\"",
+            "dims = [\"n + m\"] },\n    { name = \"y\"",
+            line("[scale.family]"),
+            "operand `x`: dims: expression `n + m` uses `m`, which is not one of: n",
+        ),
+        ("type = \"f32\"", "type = \"f16\"", line("scalars = "), "unknown variant `f16`, expected one of `f32`, `f64`, `i32`, `u32`"),
+        (
+            "reference = { backend = \"reference\", ",
+            "reference = { ",
+            line("[scale.family]"),
+            "name either `backend` (the family's reference variants) or `library`",
+        ),
+        (
+            "{ name = \"y\", access = \"write\", dims = [\"n\"] },",
+            "{ name = \"y\", access = \"write\", dims = [\"n\"] },\n    { name = \"z\", access = \"write\", dims = [\"n\"] },",
+            line("[[scale.groups]]") + 1,
+            "takes operand `z` as a pointer, a tensor map or one of each; the contract has 0 pointer(s)",
+        ),
+        (
+            "tolerance = { f32 = 1e-6, bf16 = 1e-2 }",
+            "tolerance = { f32 = 1e-6 }",
+            line("[scale.family]"),
+            "reference.tolerance has no entry for bf16",
+        ),
+    ];
+    for (from, to, at, rule) in cases {
+        assert!(SCALE.contains(from), "{from}");
+        std::fs::write(project.path().join("variants.toml"), SCALE.replacen(from, to, 1)).unwrap();
+        let out = fails(root, &["gen"]);
+        assert!(out.contains(&format!("variants.toml:{at}: ")) && out.contains(rule), "{rule} at line {at}: {out}");
+        assert!(!project.path().join("generated").exists(), "nothing was written: {out}");
+    }
+}
