@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use std::path::Path;
 use tilesmith_runtime::dispatch::{self, choose};
-use tilesmith_runtime::{check_gemm_call, plan_gemm, plan_transpose, Buffer, GemmShape, Layout, Registry, TransposeShape};
+use tilesmith_runtime::{check_gemm_call, plan_call, plan_gemm, plan_transpose, Buffer, Call, GemmShape, Layout, Registry, TransposeShape};
 use tilesmith_spec::manifest::Check;
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Device, Strategy as Pick};
 use tilesmith_spec::{Built, Dtype, GridRule, Manifest};
@@ -60,6 +60,53 @@ fn h100() -> Device {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Any call of any shipped variant, bound by name with any sizes, buffers and scalars,
+    /// through the one launch path: never a panic; a planned launch passes each operand a
+    /// buffer that holds what its declaration says it spans.
+    #[test]
+    fn calls_by_name_never_panic_or_reach_past_a_buffer(
+        index in any::<prop::sample::Index>(), sizes in prop::collection::vec(size(), 8),
+        buffers in prop::collection::vec(buffer(), 4), scalar in prop_oneof![any::<f64>(), -2.0f64..2.0], sms in any::<u32>(),
+        drop_one in any::<bool>(),
+    ) {
+        let variants = shipped();
+        let built = index.get(&variants);
+        let family = &built.entry.declaration;
+        let mut call = Call::default();
+        for (i, q) in family.all_quantities().iter().enumerate() {
+            call = call.quantity(q, sizes[i % sizes.len()] as u64);
+        }
+        for (i, o) in family.operands.iter().enumerate() {
+            call = call.operand(&o.name, o.dtype.unwrap_or(built.entry.variant.dtype), buffers[i % buffers.len()]);
+        }
+        for s in &family.scalars {
+            call = call.scalar(&s.name, scalar);
+        }
+        if drop_one {
+            call.quantities.pop();
+        }
+        if let Ok(Some(launch)) = plan_call(built, &call, sms) {
+            prop_assert!(!drop_one || family.all_quantities().is_empty());
+            let value = |name: &str| call.quantities.iter().find(|(q, _)| q == name).map(|(_, v)| *v);
+            for (o, (_, _, buffer)) in family.operands.iter().zip(&call.operands) {
+                let dims: Vec<u64> = o.dims.iter().map(|d| d.eval(&value).unwrap()).collect();
+                let (rows, cols) = if dims.len() == 2 { (dims[0], dims[1]) } else { (1, dims[0]) };
+                if rows == 0 || cols == 0 {
+                    continue;
+                }
+                let row_major = match o.order.as_deref().map(|order| family.order_axis(order)) {
+                    Some(Ok((axis, i))) => built.entry.variant.word(&axis.name).is_some_and(|w| w.as_bytes().get(i) == Some(&b't')),
+                    _ => true,
+                };
+                let (r, c) = if row_major { (rows, cols) } else { (cols, rows) };
+                let ld = o.ld.as_deref().and_then(value).unwrap_or(c);
+                let span = u128::from(r - 1) * u128::from(ld) + u128::from(c);
+                prop_assert!(buffer.len as u128 >= span, "{}: {} planned on {} elements, spanning {span}", built.entry.variant.name, o.name, buffer.len);
+            }
+            prop_assert!(launch.grid.iter().all(|&g| g >= 1));
+        }
+    }
 
     #[test]
     fn planning_a_gemm_never_panics_and_never_reaches_past_a_buffer(
