@@ -112,7 +112,7 @@ impl Kernel {
     /// Whether it is one of its family's reference variants (the trials' yardstick, never
     /// picked by a dispatcher).
     pub fn is_reference(&self) -> bool {
-        self.built.entry.declaration.reference.backend.as_deref() == Some(self.variant().backend.as_str())
+        self.built.entry.is_reference()
     }
 
     pub fn fatbin(&self) -> &Path {

@@ -125,6 +125,12 @@ impl Requirements {
 }
 
 impl Entry {
+    /// Whether it is one of its family's reference variants: the trials' yardstick, never tried
+    /// itself nor picked by a dispatcher.
+    pub fn is_reference(&self) -> bool {
+        self.declaration.reference.backend.as_deref() == Some(self.variant.backend.as_str())
+    }
+
     /// Every rule a manifest entry meets: the variant's ([`Variant::check`](crate::Variant::check)), its entry symbol
     /// and source named after it, its requirements and its launch contract
     /// ([`LaunchSpec::check`]). Readers of manifests refuse an entry that breaks one, so that

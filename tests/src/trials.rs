@@ -15,7 +15,7 @@ use tilesmith_spec::GridRule;
 /// its family's reference variants, which are the yardstick of the others.
 pub fn names(entry: &tilesmith_spec::Entry) -> Option<[String; 2]> {
     let variant = &entry.variant;
-    if entry.declaration.reference.backend.as_deref() == Some(variant.backend.as_str()) {
+    if entry.is_reference() {
         return None;
     }
     let prefix = format!("{}::{}", variant.family, variant.name);
