@@ -375,3 +375,25 @@ fn the_readmes_variants_toml_examples_validate() {
         assert!(parsed.is_ok(), "README example does not validate: {}\n{example}", parsed.unwrap_err());
     }
 }
+
+/// A declaration that breaks a rule is reported at its `[<family>.family]` line, naming the
+/// item and the rule, and no variant of the family is expanded.
+#[test]
+fn bad_declarations_are_reported_at_the_family_table() {
+    let family = shipped_table("gemm.family");
+    let cases = [
+        ("dims = [\"m\", \"k\"]", "dims = [\"m\", \"q\"]", "operand `a`: dims: expression `q` uses `q`, which is not one of: m, n, k"),
+        ("order = \"layout[0]\"", "order = \"layuot[0]\"", "operand `a`: order `layuot[0]`: `layuot` is not one of the family's axes"),
+        ("{ name = \"stages\"", "{ name = \"tile\"", "axis `tile`: axis names are C identifiers, unique, and not one of"),
+        ("bytes = \"(m * k", "bytes = \"(m * kk", "work.bytes: expression `(m * kk + k * n + m * n) * elem` uses `kk`"),
+        ("tile = [\"m\", \"n\", \"k\"]", "tile = [\"m\", \"n\", \"x\"]", "tile edge `x` is not a quantity (quantities: m, n, k)"),
+        ("ld = \"ldc\" }", "ld = \"lda\" }", "leading dimension `lda`: the name is taken"),
+    ];
+    for (from, to, rule) in cases {
+        assert!(family.contains(from), "{from}");
+        let text = format!("{BASE}\n[[gemm.groups]]\n\n{}", family.replacen(from, to, 1));
+        let line = text.lines().position(|l| l == "[gemm.family]").unwrap() + 1;
+        let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
+        assert!(message.starts_with(&format!("variants.toml:{line}: [gemm.family]: ")) && message.contains(rule), "{rule}: {message}");
+    }
+}

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::path::Path;
 use tilesmith_spec::tuning::TuningTable;
-use tilesmith_spec::Config;
+use tilesmith_spec::{Config, Expr};
 
 fn shipped() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml")).unwrap()
@@ -12,6 +12,19 @@ fn shipped() -> String {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Expressions: any text parses or is refused, and any parsed one evaluates to a value or
+    /// an error (overflow, division by zero, an unknown name) with any values, never a panic.
+    #[test]
+    fn expressions_parse_and_evaluate_or_are_refused(
+        text in "\\PC{0,30}|[a-c0-9+*/%(), -]{0,30}|(cdiv|min|max)\\([a-c0-9+*/ -]{0,10},[a-c0-9+*/ -]{0,10}\\)",
+        a in any::<u64>(), b in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        if let Ok(expr) = Expr::parse(&text) {
+            let _ = expr.eval(&|name| match name { "a" => Some(a), "b" => Some(b), _ => None });
+            prop_assert_eq!(Expr::parse(&expr.to_string()).map(|e| e.to_string()), Ok(expr.to_string()));
+        }
+    }
 
     #[test]
     fn any_text_parses_or_is_refused(text in "\\PC{0,400}") {
