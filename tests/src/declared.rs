@@ -18,6 +18,11 @@ pub type Shape = BTreeMap<String, u64>;
 
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
+/// Timed inputs repeat a random block of this many elements (odd, so that rows do not line up
+/// with it).
+const REPEAT: usize = (1 << 20) + 3;
+/// Elements of each timed output compared with the reference (the start of the buffer).
+const SAMPLED: usize = 1 << 22;
 
 /// A device buffer of any element type the kernels take.
 pub enum Buf {
@@ -39,12 +44,17 @@ impl Buf {
     }
 
     pub fn download(&self, gpu: &Gpu) -> Result<Vec<f64>, String> {
+        self.download_prefix(gpu, usize::MAX)
+    }
+
+    /// The first `len` elements (all, where it holds fewer).
+    pub fn download_prefix(&self, gpu: &Gpu, len: usize) -> Result<Vec<f64>, String> {
         let stream = gpu.stream();
         let err = |e: cudarc::driver::DriverError| format!("copying from the GPU: {e}");
         Ok(match self {
-            Buf::F32(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
-            Buf::F16(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
-            Buf::Bf16(s) => stream.clone_dtoh(s).map_err(err)?.into_iter().map(f64::from).collect(),
+            Buf::F32(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
+            Buf::F16(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
+            Buf::Bf16(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
         })
     }
 
@@ -214,11 +224,19 @@ impl Buffers {
 
     /// Fresh uniform(-1, 1) inputs for the read operands, as `dtype` holds them.
     pub fn random_inputs(ops: &[Stored]) -> BTreeMap<String, Vec<f64>> {
+        Self::random_inputs_repeating(ops, usize::MAX)
+    }
+
+    /// As [`Buffers::random_inputs`], each operand a fresh random block of at most `period`
+    /// elements repeated: for timing, where making hundreds of millions of random numbers on
+    /// the host would take longer than the timing.
+    pub fn random_inputs_repeating(ops: &[Stored], period: usize) -> BTreeMap<String, Vec<f64>> {
         let mut rng = rand::rng();
         ops.iter()
             .filter(|op| op.decl.access == Access::Read)
             .map(|op| {
-                let values = (0..op.span()).map(|_| round(op.dtype, rng.random_range(-1.0..1.0))).collect();
+                let block: Vec<f64> = (0..op.span().min(period)).map(|_| round(op.dtype, rng.random_range(-1.0..1.0))).collect();
+                let values = block.iter().copied().cycle().take(op.span()).collect();
                 (op.decl.name.clone(), values)
             })
             .collect()
@@ -246,10 +264,15 @@ impl Buffers {
     /// Each output's region as f64, with the count of region elements left unwritten and of
     /// elements outside it that were written.
     pub fn outputs(&self, gpu: &Gpu) -> Result<Vec<Output>, String> {
+        self.outputs_within(gpu, usize::MAX)
+    }
+
+    /// As [`Buffers::outputs`], over the first `len` elements of each output buffer.
+    pub fn outputs_within(&self, gpu: &Gpu, len: usize) -> Result<Vec<Output>, String> {
         let mut out = Vec::new();
         for (op, buf) in self.ops.iter().zip(&self.bufs) {
             if op.decl.access == Access::Write {
-                let values = buf.download(gpu)?;
+                let values = buf.download_prefix(gpu, len)?;
                 let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
                 for (index, value) in values.into_iter().enumerate() {
                     if index / op.ld < op.rows && index % op.ld < op.cols {
@@ -426,7 +449,7 @@ impl Case {
         let bytes = family.work.bytes.eval(&|name| if name == ELEM { Some(elem) } else { shape.get(name).copied() })?;
         let per_set: usize = ops.iter().map(|op| op.span() * op.dtype.size_bytes() as usize).sum();
         let count = rotation(gpu, per_set)?;
-        let inputs = Buffers::random_inputs(&ops);
+        let inputs = Buffers::random_inputs_repeating(&ops, REPEAT);
         let sets = (0..count).map(|_| Buffers::new(gpu, ops.clone(), &inputs)).collect::<Result<Vec<_>, _>>()?;
         let half = (bytes / 2).max(1) as usize;
         let copies = (0..rotation(gpu, 2 * half)?)
@@ -440,7 +463,7 @@ impl Case {
     }
 
     /// Median milliseconds of the kernel; its last result on the first set is then compared
-    /// with the reference's on the same inputs.
+    /// with the reference's on the same inputs, over the first [`SAMPLED`] elements.
     pub fn time_kernel(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<f64, String> {
         let (shape, count) = (&self.shape, self.sets.len());
         let sets = &mut self.sets;
@@ -463,7 +486,7 @@ impl Case {
         theirs.launch(gpu, reference, shape).map_err(|e| e.to_string())?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let tolerance = tolerance(kernel, shape)?;
-        for (got, want) in first.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
+        for (got, want) in first.outputs_within(gpu, SAMPLED)?.into_iter().zip(theirs.outputs_within(gpu, SAMPLED)?) {
             let error = relative_error(&got.region, &want.region);
             if got.unwritten > 0 || error > tolerance {
                 return Err(format!("the timed result is wrong: {} has {} unwritten, relative error {error:.3e}", got.name, got.unwritten));
