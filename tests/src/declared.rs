@@ -156,8 +156,8 @@ pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, St
 }
 
 /// The shapes a variant is tried on, from its family's quantities and its tile: every quantity
-/// past two tiles (37 without a tile), then each at 1, a tile less one and a tile plus one, then
-/// the family's declared shapes (marked `true`: a variant may refuse those, as past its shared
+/// past two tiles (37 without a tile), then each at 1, a tile less one and a tile plus one, a
+/// large one (about 2^21 elements, every side odd), then the family's declared shapes (marked `true`: a variant may refuse those, as past its shared
 /// memory); an unchecked variant's are rounded up to its multiples. The first also comes with
 /// padded leading dimensions.
 pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
@@ -178,6 +178,9 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
             raw.push((shape, false));
         }
     }
+    // Large: about 2^21 elements in all, every quantity odd.
+    let side = (2f64.powi(21).powf(1.0 / family.quantities.len() as f64) as u64) | 1;
+    raw.push((family.quantities.iter().map(|q| (q.clone(), side)).collect(), false));
     for declared in &family.trials.shapes {
         let mut shape = base.clone();
         shape.extend(declared.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)));
