@@ -276,26 +276,10 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         if dtype != expected {
             return Err(format!("it takes {expected} elements for {}, but the buffer holds {dtype}", decl.name));
         }
-        let dims = decl.dims.iter().map(|d| d.eval(&env)).collect::<Result<Vec<u64>, String>>()?;
+        let shape = family.stored(variant, decl, &env)?;
         let size = |v: u64| usize::try_from(v).map_err(|_| format!("{} has a side of {v} elements, more than an address holds", decl.name));
-        let (logical_rows, logical_cols) = match dims[..] {
-            [rows, cols] => (size(rows)?, size(cols)?),
-            [len] => (1, size(len)?),
-            _ => return Err(format!("operand `{}` has {} dims", decl.name, dims.len())),
-        };
-        let (row_major, layout) = match decl.order.as_deref().map(|o| family.order_axis(o)) {
-            Some(Ok((axis, index))) => {
-                let word = variant.word(&axis.name).unwrap_or_default();
-                let row_major = word.as_bytes().get(index) == Some(&b't');
-                (row_major, format!("{}, {} {word}", order(row_major), axis.name))
-            }
-            _ => (true, "row-major".to_string()),
-        };
-        let (rows, cols) = if row_major { (logical_rows, logical_cols) } else { (logical_cols, logical_rows) };
-        let (ld_name, ld) = match &decl.ld {
-            Some(ld) => (ld.clone(), size(quantities.get(ld.as_str()).copied().unwrap_or(0))?),
-            None => ("its length".to_string(), cols),
-        };
+        let (rows, cols, ld, layout) = (size(shape.rows)?, size(shape.cols)?, size(shape.ld)?, shape.layout);
+        let ld_name = decl.ld.clone().unwrap_or_else(|| "its length".to_string());
         let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype };
         check_stored(&op)?;
         if decl.ld.is_some() && ld.checked_rem(requires.ld_multiple as usize) != Some(0) {

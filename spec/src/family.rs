@@ -7,8 +7,19 @@
 use crate::axes::{Axis, Bounds, Domain, Dtype, Naming};
 use crate::expr::Expr;
 use crate::launch::Access;
+use crate::variant::Variant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// An operand as a call stores it: `rows` rows of `cols` elements, `ld` apart; `layout` says
+/// how, for messages (`row-major`, `column-major, layout nn`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub rows: u64,
+    pub cols: u64,
+    pub ld: u64,
+    pub layout: String,
+}
 
 /// What a family's calls take and compute.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -389,6 +400,36 @@ impl Family {
             }
         }
         problems
+    }
+
+    /// How `operand` is stored in a call of `variant`: rows of a column-major operand are its
+    /// columns, a vector is one row; the leading dimension is its `ld` quantity, else the row
+    /// length. `quantity` gives the call's values.
+    pub fn stored(&self, variant: &Variant, operand: &OperandDecl, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<Stored, String> {
+        let dims = operand.dims.iter().map(|d| d.eval(quantity)).collect::<Result<Vec<u64>, String>>()?;
+        let (rows, cols) = match dims[..] {
+            [rows, cols] => (rows, cols),
+            [len] => (1, len),
+            _ => return Err(format!("operand `{}` has {} dims", operand.name, dims.len())),
+        };
+        let order = match operand.order.as_deref().map(|o| self.order_axis(o)) {
+            Some(Ok((axis, index))) => {
+                let word = variant.word(&axis.name).unwrap_or_default();
+                Some((axis.name.clone(), word.to_string(), word.as_bytes().get(index) == Some(&b't')))
+            }
+            _ => None,
+        };
+        let row_major = order.as_ref().is_none_or(|(_, _, row_major)| *row_major);
+        let (rows, cols) = if row_major { (rows, cols) } else { (cols, rows) };
+        let ld = match &operand.ld {
+            Some(ld) => quantity(ld).ok_or(format!("the call gives no `{ld}`"))?,
+            None => cols,
+        };
+        let layout = match order {
+            Some((axis, word, _)) => format!("{}, {axis} {word}", if row_major { "row-major" } else { "column-major" }),
+            None => "row-major".into(),
+        };
+        Ok(Stored { rows, cols, ld, layout })
     }
 
     /// The axis and letter index an operand's `order` names (`layout[0]`).

@@ -124,15 +124,17 @@ pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<S
         .operands
         .iter()
         .map(|decl| {
-            let dims = decl.dims.iter().map(|d| d.eval(&lookup(shape)).map(|v| v as usize)).collect::<Result<Vec<_>, _>>()?;
-            let (rows, cols) = if dims.len() == 2 { (dims[0], dims[1]) } else { (1, dims[0]) };
-            let row_major = match decl.order.as_deref().map(|o| family.order_axis(o)) {
-                Some(Ok((axis, index))) => variant.word(&axis.name).is_some_and(|w| w.as_bytes().get(index) == Some(&b't')),
-                _ => true,
-            };
-            let (rows, cols) = if row_major { (rows, cols) } else { (cols, rows) };
-            let ld = decl.ld.as_ref().map_or(cols, |ld| shape[ld] as usize);
-            Ok(Stored { decl: decl.clone(), dtype: decl.dtype.unwrap_or(variant.dtype), rows, cols, ld })
+            // Leading dimensions not chosen yet are taken as the row length.
+            let quantity = |name: &str| Some(shape.get(name).copied().unwrap_or(0));
+            let s = family.stored(variant, decl, &quantity)?;
+            let ld = if s.ld == 0 { s.cols } else { s.ld };
+            Ok(Stored {
+                decl: decl.clone(),
+                dtype: decl.dtype.unwrap_or(variant.dtype),
+                rows: s.rows as usize,
+                cols: s.cols as usize,
+                ld: ld as usize,
+            })
         })
         .collect()
 }
@@ -142,11 +144,6 @@ pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<S
 pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, String> {
     let family = &kernel.info().entry.declaration;
     let step = u64::from(kernel.info().entry.requires.ld_multiple.max(1));
-    for decl in &family.operands {
-        if let Some(ld) = &decl.ld {
-            shape.insert(ld.clone(), 0);
-        }
-    }
     for op in stored(family, kernel.variant(), &shape)? {
         if let Some(ld) = &op.decl.ld {
             shape.insert(ld.clone(), (op.cols as u64 + pad).max(1).next_multiple_of(step));
