@@ -541,7 +541,7 @@ fn annotate_errors(stderr: &str, job: &Job, renderer: Option<&Renderer>) -> Stri
             .and_then(|number| generated.get(number.wrapping_sub(1)))
             .and_then(|text| renderer.and_then(|r| template_line(r, &entry.template, text.trim())));
         if let Some(origin) = origin {
-            out.push_str(&format!("\n    from kernel-templates/{origin}"));
+            out.push_str(&format!("\n    from {origin}"));
         }
         out.push('\n');
     }
@@ -554,7 +554,10 @@ fn template_line(renderer: &Renderer, template: &str, text: &str) -> Option<Stri
     }
     let mut found =
         renderer.texts.iter().filter(|(name, _)| *name == template || name.starts_with("partials/")).flat_map(|(name, body)| {
-            body.lines().enumerate().filter(|(_, line)| line.trim() == text).map(move |(i, _)| format!("{name}:{}", i + 1))
+            body.lines()
+                .enumerate()
+                .filter(|(_, line)| line.trim() == text)
+                .map(move |(i, _)| format!("{}:{}", renderer.origin(name), i + 1))
         });
     let first = found.next()?;
     found.next().is_none().then_some(first)

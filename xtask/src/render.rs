@@ -3,7 +3,7 @@
 use crate::project::{sha256_hex, Project};
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tera::{Context, Tera};
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
@@ -15,11 +15,27 @@ pub struct Rendered {
     pub source: String,
 }
 
+/// The partials every project's templates may import, built into the tool: the contract
+/// macros, element helpers, the source header, PTX wrappers and the row-wise helpers. A
+/// project's own `kernel-templates/partials/<name>` takes precedence.
+const BUILTIN_PARTIALS: &[(&str, &str)] = &[
+    ("partials/contract.cu.tera", include_str!("../../kernel-templates/partials/contract.cu.tera")),
+    ("partials/elements.cu.tera", include_str!("../../kernel-templates/partials/elements.cu.tera")),
+    ("partials/header.cu.tera", include_str!("../../kernel-templates/partials/header.cu.tera")),
+    ("partials/hopper.cu.tera", include_str!("../../kernel-templates/partials/hopper.cu.tera")),
+    ("partials/ptx.cu.tera", include_str!("../../kernel-templates/partials/ptx.cu.tera")),
+    ("partials/reference.cu.tera", include_str!("../../kernel-templates/partials/reference.cu.tera")),
+    ("partials/rowwise.cu.tera", include_str!("../../kernel-templates/partials/rowwise.cu.tera")),
+    ("partials/rowwise_params.cu.tera", include_str!("../../kernel-templates/partials/rowwise_params.cu.tera")),
+];
+
 /// The templates of a project, parsed once.
 pub struct Renderer {
     tera: Tera,
     /// Each template's text by its name, to point compiler errors back at template lines.
     pub texts: BTreeMap<String, String>,
+    /// The names of the built-in partials in use (the project has no file of that name).
+    builtin: BTreeSet<String>,
 }
 
 impl Renderer {
@@ -27,12 +43,28 @@ impl Renderer {
         let dir = project.templates_dir();
         let mut texts = BTreeMap::new();
         collect_templates(&dir, &dir, &mut texts)?;
+        let mut builtin = BTreeSet::new();
+        for (name, text) in BUILTIN_PARTIALS {
+            if !texts.contains_key(*name) {
+                texts.insert(name.to_string(), text.to_string());
+                builtin.insert(name.to_string());
+            }
+        }
         let mut tera = Tera::default();
         tera.autoescape_on(vec![]);
         // All at once: templates import partials, which must be known when they are parsed.
         tera.add_raw_templates(texts.iter().map(|(name, text)| (name.as_str(), text.as_str())))
             .map_err(|err| anyhow::anyhow!("in {}: {}", project.relative(&dir), messages(&err).join(": ")))?;
-        Ok(Renderer { tera, texts })
+        Ok(Renderer { tera, texts, builtin })
+    }
+
+    /// Where a template's text comes from, for messages: its file, or the tool.
+    pub fn origin(&self, name: &str) -> String {
+        if self.builtin.contains(name) {
+            format!("{name} (built into tilesmith)")
+        } else {
+            format!("kernel-templates/{name}")
+        }
     }
 
     /// Renders one variant, or says which rule it breaks, located at its line of `variants.toml`.
