@@ -22,7 +22,7 @@ use std::process::ExitCode;
 #[command(name = "cargo xtask", about = "tilesmith: GPU kernel variants from templates to a fatbin registry")]
 struct Cli {
     /// Project folder holding variants.toml, kernel-templates/, generated/ and registry/
-    /// (default: this workspace).
+    /// (default: the nearest folder holding a variants.toml, from the current one upward).
     #[arg(long, global = true, value_name = "DIR")]
     root: Option<PathBuf>,
     #[command(subcommand)]
@@ -140,7 +140,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Project { root }
         }
-        None => Project::workspace(),
+        None => Project::find(&std::env::current_dir()?)?,
     };
     match cli.command {
         Command::Gen { check, repair, kernels } => gen::run(&project, &Selection::new(&kernels.globs)?, check, repair),

@@ -16,6 +16,18 @@ impl Project {
         Project { root: manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf() }
     }
 
+    /// The project holding `from`: the nearest folder, `from` or above it, that holds a
+    /// variants.toml, as cargo finds Cargo.toml.
+    pub fn find(from: &Path) -> anyhow::Result<Project> {
+        match from.ancestors().find(|dir| dir.join("variants.toml").is_file()) {
+            Some(root) => Ok(Project { root: root.to_path_buf() }),
+            None => anyhow::bail!(
+                "no variants.toml in {} or any folder above it: run inside a tilesmith project (the folder holding variants.toml, kernel-templates/ and generated/) or give --root",
+                from.display()
+            ),
+        }
+    }
+
     pub fn variants_file(&self) -> PathBuf {
         self.root.join("variants.toml")
     }

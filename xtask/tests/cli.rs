@@ -1289,3 +1289,20 @@ fn projects_use_the_built_in_partials_unless_they_have_their_own() {
     let source = std::fs::read_to_string(project.path().join("generated/transpose_64x64.cu")).unwrap();
     assert!(source.starts_with("// This project's own header for transpose_64x64."), "{source}");
 }
+
+/// Issue 15, toward item 1: without --root the project is the nearest folder holding a
+/// variants.toml, from the current one upward; outside any, an error naming where it looked.
+#[test]
+fn the_project_is_found_from_the_current_folder_upward() {
+    let project = scratch(TRANSPOSE_ONLY);
+    let inside = project.path().join("kernel-templates");
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask")).current_dir(&inside).args(["list"]).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("transpose_64x64_unchecked") && !text(&output).contains("gemm_"), "{}", text(&output));
+
+    let outside = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask")).current_dir(outside.path()).args(["gen"]).output().unwrap();
+    assert!(!output.status.success());
+    let expected = format!("no variants.toml in {} or any folder above it", outside.path().display());
+    assert!(text(&output).contains(&expected), "{}", text(&output));
+}
