@@ -10,12 +10,6 @@ pub struct Project {
 }
 
 impl Project {
-    /// The tilesmith workspace this xtask was built in.
-    pub fn workspace() -> Project {
-        let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        Project { root: manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf() }
-    }
-
     /// The project holding `from`: the nearest folder, `from` or above it, that holds a
     /// variants.toml, as cargo finds Cargo.toml.
     pub fn find(from: &Path) -> anyhow::Result<Project> {

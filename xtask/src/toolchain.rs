@@ -1,6 +1,6 @@
 //! Finding nvcc, or installing NVIDIA's CUDA 13.0 compiler wheels from PyPI when there is none.
 
-use crate::project::{temporary_sibling, Project};
+use crate::project::temporary_sibling;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,7 +19,7 @@ const WHEELS: &[&str] = &[
     "nvidia-cuda-nvdisasm==13.2.*",
 ];
 
-/// Folder under `.toolchain/` holding the installed wheels.
+/// Folder under the toolchain folder holding the installed wheels.
 const INSTALL_NAME: &str = "cuda-13.0";
 
 /// A usable nvcc.
@@ -35,7 +35,7 @@ pub struct Nvcc {
 
 impl Nvcc {
     /// Looks in NVCC, CUDA_HOME / CUDA_PATH, PATH and /usr/local/cuda, in that order, then in
-    /// the project's `.toolchain/`, installing the wheels there if needed.
+    /// the per-user toolchain folder ([`install_dir`]), installing the wheels there if needed.
     pub fn locate() -> Result<Nvcc> {
         if let Some(path) = std::env::var_os("NVCC").filter(|v| !v.is_empty()) {
             return Nvcc::at(PathBuf::from(path), "the NVCC environment variable");
@@ -57,11 +57,12 @@ impl Nvcc {
         if system.is_file() {
             return Nvcc::at(system, "/usr/local/cuda");
         }
-        let installed = install_dir().join("nvidia/cu13/bin/nvcc");
+        let dir = install_dir()?;
+        let installed = dir.join("nvidia/cu13/bin/nvcc");
         if !installed.is_file() {
-            install(&installed)?;
+            install(&dir, &installed)?;
         }
-        Nvcc::at(installed, "NVIDIA's PyPI wheels in .toolchain/")
+        Nvcc::at(installed, &format!("NVIDIA's PyPI wheels in {}", dir.display()))
     }
 
     fn at(path: PathBuf, origin: &str) -> Result<Nvcc> {
@@ -96,15 +97,26 @@ impl Nvcc {
     }
 }
 
-fn install_dir() -> PathBuf {
-    Project::workspace().root.join(".toolchain").join(INSTALL_NAME)
+/// Where the wheels are installed, once per user and shared by every project:
+/// `$TILESMITH_HOME/toolchain/`, else `tilesmith/toolchain/` in the platform's cache folder
+/// (`$XDG_CACHE_HOME` or `~/.cache` on Linux, `~/Library/Caches` on macOS).
+fn install_dir() -> Result<PathBuf> {
+    let home = match std::env::var_os(HOME_VAR).filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home),
+        None => dirs::cache_dir()
+            .map(|cache| cache.join("tilesmith"))
+            .ok_or_else(|| anyhow::anyhow!("no cache folder for the toolchain: set {HOME_VAR} (or NVCC, CUDA_HOME)"))?,
+    };
+    Ok(home.join("toolchain").join(INSTALL_NAME))
 }
+
+/// Environment variable naming tilesmith's per-user folder (the toolchain goes in it).
+const HOME_VAR: &str = "TILESMITH_HOME";
 
 /// Installs the wheels into a temporary folder and renames it into place, so an interrupted
 /// install never leaves a half-filled toolchain behind; a lock makes concurrent builds wait for
 /// one install instead of each downloading their own.
-fn install(nvcc: &Path) -> Result<()> {
-    let target = install_dir();
+fn install(target: &Path, nvcc: &Path) -> Result<()> {
     let parent = target.parent().expect("install dir has a parent");
     std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     let lock = std::fs::File::create(parent.join("install.lock")).context("cannot create the install lock")?;
@@ -115,7 +127,7 @@ fn install(nvcc: &Path) -> Result<()> {
     require("python3", &["--version"], "python3 is needed to install NVIDIA's nvcc wheels")?;
     require("python3", &["-m", "pip", "--version"], "pip is needed to install NVIDIA's nvcc wheels (python3 -m pip)")?;
     require("g++", &["--version"], "g++ is needed: nvcc uses it as its host compiler")?;
-    let staging = temporary_sibling(&target);
+    let staging = temporary_sibling(target);
     eprintln!("no nvcc found: installing NVIDIA's CUDA 13.0 compiler wheels into {} (once)", target.display());
     let status = Command::new("python3")
         .args([
@@ -136,7 +148,7 @@ fn install(nvcc: &Path) -> Result<()> {
         let _ = std::fs::remove_dir_all(&staging);
         bail!("pip could not install {} ({status})", WHEELS.join(" "));
     }
-    std::fs::rename(&staging, &target).with_context(|| {
+    std::fs::rename(&staging, target).with_context(|| {
         let _ = std::fs::remove_dir_all(&staging);
         format!("cannot move the installed toolchain into {}", target.display())
     })?;

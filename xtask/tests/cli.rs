@@ -1306,3 +1306,29 @@ fn the_project_is_found_from_the_current_folder_upward() {
     let expected = format!("no variants.toml in {} or any folder above it", outside.path().display());
     assert!(text(&output).contains(&expected), "{}", text(&output));
 }
+
+/// Issue 15, item 4: the installed toolchain lives in a per-user folder shared by projects,
+/// `$TILESMITH_HOME/toolchain/`, found there when nothing else names an nvcc.
+#[test]
+fn the_toolchain_is_found_in_the_per_user_folder() {
+    if Path::new("/usr/local/cuda/bin/nvcc").is_file() {
+        return; // a system CUDA comes first: nothing to see here
+    }
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join("toolchain/cuda-13.0/nvidia/cu13/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let nvcc = bin.join("nvcc");
+    std::fs::write(&nvcc, "#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n").unwrap();
+    make_executable(&nvcc);
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("toolchain")
+        .env("TILESMITH_HOME", home.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("NVCC")
+        .env_remove("CUDA_HOME")
+        .env_remove("CUDA_PATH")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains(&format!("nvcc: {}", nvcc.display())), "{}", text(&output));
+}
