@@ -3,7 +3,7 @@
 //! ```no_run
 //! use tilesmith_runtime::{GemmArgs, Gpu, Registry};
 //! # fn main() -> Result<(), tilesmith_runtime::Error> {
-//! let registry = Registry::open(None)?;                // no CUDA needed yet
+//! let registry = Registry::open(None)?;                // $TILESMITH_REGISTRY; no CUDA yet
 //! let kernel = registry.kernel("gemm_tn_128x128x32")?; // manifest data; loads on first launch
 //! let gpu = Gpu::new(0)?;                              // an error value where there is no GPU
 //! # let (m, n, k) = (256, 256, 256);
@@ -32,7 +32,7 @@ pub use kernel::{CallBuilder, Element, GemmArgs, Kernel, TransposeArgs};
 pub use plan::{
     check_gemm_call, plan_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, Call, GemmShape, Launch, TensorMapArg, TransposeShape,
 };
-pub use registry::Registry;
+pub use registry::{Registry, REGISTRY_VAR};
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Layout, Variant};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -31,9 +31,10 @@ pub struct Registry {
 type PickKey = (String, u32, Dtype, GemmShape, [bool; 3]);
 
 impl Registry {
-    /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set, else in this
-    /// workspace's `registry/`. A choice made by argument or variable is final: a folder that
-    /// is missing or holds no manifest is an error, never a fallback to another registry.
+    /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set; with neither,
+    /// an error that says so (never a registry found from where the runtime was compiled). A
+    /// choice made by argument or variable is final: a folder that is missing or holds no
+    /// manifest is an error, never a fallback to another registry.
     pub fn open(dir: Option<&Path>) -> Result<Registry> {
         if let Some(dir) = dir {
             return Registry::load(dir);
@@ -52,7 +53,7 @@ impl Registry {
                 None => Registry::load(&dir),
             };
         }
-        Registry::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry"))
+        Err(Error::NoRegistryGiven { var: REGISTRY_VAR })
     }
 
     fn load(dir: &Path) -> Result<Registry> {

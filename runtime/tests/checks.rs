@@ -258,6 +258,10 @@ fn a_wrong_registry_variable_is_an_error_naming_it() {
         unsafe { std::env::remove_var("TILESMITH_REGISTRY") };
         assert_eq!(result.unwrap_err().to_string(), message);
     }
+    // Neither a folder nor the variable: an error, never the registry of the tilesmith checkout
+    // the runtime was compiled in.
+    let err = Registry::open(None).unwrap_err().to_string();
+    assert!(err.starts_with("no registry given: pass its folder to Registry::open, or set TILESMITH_REGISTRY"), "{err}");
     let good = tempdir_with_registry();
     unsafe { std::env::set_var("TILESMITH_REGISTRY", good.path()) };
     let result = Registry::open(None);
