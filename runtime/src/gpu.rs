@@ -110,18 +110,8 @@ impl Gpu {
                 minor: self.capability.1,
             });
         }
+        // The shared memory a call needs was checked against the limit by `launch`.
         let static_smem = static_smem(info);
-        // Shared memory that follows the call's quantities is checked at each launch.
-        let fixed = entry.launch.dynamic_smem_bytes.as_constant().unwrap_or(0);
-        if fixed.saturating_add(u64::from(static_smem)) > u64::from(self.smem_opt_in) {
-            return Err(Error::Refused {
-                name: name.to_string(),
-                rule: format!(
-                    "it needs {fixed} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
-                    self.name, self.smem_opt_in
-                ),
-            });
-        }
         let mut loaded = self.loaded.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(function) = loaded.get(&info.fatbin_sha256) {
             return Ok(function.clone());
@@ -156,8 +146,8 @@ impl Gpu {
 
     /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
     pub(crate) fn launch(&self, info: &Built, fatbin: &Path, launch: Launch) -> Result<()> {
-        let function = self.load(info, fatbin)?;
         let name = info.entry.variant.name.as_str();
+        // Before loading: a call past the limit is refused without touching the driver.
         let static_smem = static_smem(info);
         if u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem) > u64::from(self.smem_opt_in) {
             return Err(Error::Refused {
@@ -168,6 +158,7 @@ impl Gpu {
                 ),
             });
         }
+        let function = self.load(info, fatbin)?;
         let what = format!("launching {name}");
         let values = launch
             .args
