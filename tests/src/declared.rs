@@ -113,6 +113,12 @@ impl Stored {
     }
 }
 
+/// The entries of `values` that are the family's shape quantities (not leading dimensions, not
+/// names it lacks).
+pub fn shape_of(family: &Family, values: &BTreeMap<String, u64>) -> Shape {
+    values.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect()
+}
+
 fn lookup(shape: &Shape) -> impl Fn(&str) -> Option<u64> + '_ {
     move |name| shape.get(name).copied()
 }
@@ -180,7 +186,7 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
     raw.push((family.quantities.iter().map(|q| (q.clone(), side)).collect(), false));
     for declared in &family.trials.shapes {
         let mut shape = base.clone();
-        shape.extend(declared.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)));
+        shape.extend(shape_of(family, declared));
         raw.push((shape, true));
     }
     let multiples = &entry.requires.multiples;
@@ -197,7 +203,7 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
         }
     }
     let first = out[0].0.clone();
-    let padded = with_lds(kernel, first.into_iter().filter(|(q, _)| family.quantities.contains(q)).collect(), 13)?;
+    let padded = with_lds(kernel, shape_of(family, &first), 13)?;
     if !out.iter().any(|(s, _)| *s == padded) {
         out.push((padded, false));
     }
@@ -317,7 +323,7 @@ pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kern
         .kernels()
         .find(|k| {
             let r = k.variant();
-            r.family == v.family && r.backend == backend && r.dtype == v.dtype && r.is_checked() && r.axes == v.axes
+            r.family == v.family && k.is_reference() && r.dtype == v.dtype && r.is_checked() && r.axes == v.axes
         })
         .ok_or(format!(
             "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {}, checked): declare one in variants.toml",
@@ -406,7 +412,7 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
     let (family, variant) = (&entry.declaration, &entry.variant);
     let (shape, short) = match entry.requires.multiples.iter().find(|(_, m)| **m > 1) {
         Some((q, _)) if !variant.is_checked() => {
-            let mut shape: Shape = good.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect();
+            let mut shape = shape_of(family, good);
             *shape.get_mut(q).ok_or(format!("`{q}` is not a shape quantity"))? += 1;
             (with_lds(kernel, shape, 0)?, 0)
         }
@@ -550,6 +556,5 @@ pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
     if family.trials.perf.is_empty() {
         return Err(format!("family {} declares no trials.perf shape", kernel.variant().family));
     }
-    let shape: Shape = family.trials.perf.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect();
-    with_lds(kernel, shape, 0)
+    with_lds(kernel, shape_of(family, &family.trials.perf), 0)
 }

@@ -72,12 +72,7 @@ fn family_shapes(family: &Family, given: &Option<Vec<Vec<u64>>>) -> Vec<Shape> {
             .filter(|dims| dims.len() == family.quantities.len())
             .map(|dims| family.quantities.iter().cloned().zip(dims.iter().copied()).collect())
             .collect(),
-        None => family
-            .trials
-            .bench
-            .iter()
-            .map(|s| s.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect())
-            .collect(),
+        None => family.trials.bench.iter().map(|s| declared::shape_of(family, s)).collect(),
     }
 }
 
