@@ -402,6 +402,18 @@ impl Family {
         problems
     }
 
+    /// The largest relative error allowed for results of `dtype` on a call with these
+    /// quantities: the declared tolerance, grown with the square root of the reduction length
+    /// past 4096.
+    pub fn tolerance(&self, dtype: Dtype, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<f64, String> {
+        let base = *self.reference.tolerance.get(&dtype).ok_or(format!("the family declares no tolerance for {dtype}"))?;
+        let length = match &self.reference.reduction {
+            Some(expr) => expr.eval(quantity)? as f64,
+            None => 1.0,
+        };
+        Ok(base * (length / 4096.0).sqrt().max(1.0))
+    }
+
     /// How `operand` is stored in a call of `variant`: rows of a column-major operand are its
     /// columns, a vector is one row; the leading dimension is its `ld` quantity, else the row
     /// length. `quantity` gives the call's values.

@@ -331,17 +331,9 @@ pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kern
         ))
 }
 
-/// The declared tolerance for `kernel` on `shape`, grown with the square root of the reduction
-/// length past 4096.
+/// The declared tolerance for `kernel` on `shape` ([`Family::tolerance`]).
 pub fn tolerance(kernel: &Kernel, shape: &Shape) -> Result<f64, String> {
-    let family = &kernel.info().entry.declaration;
-    let dtype = kernel.variant().dtype;
-    let base = *family.reference.tolerance.get(&dtype).ok_or(format!("the family declares no tolerance for {dtype}"))?;
-    let length = match &family.reference.reduction {
-        Some(expr) => expr.eval(&lookup(shape))? as f64,
-        None => 1.0,
-    };
-    Ok(base * (length / 4096.0).sqrt().max(1.0))
+    kernel.info().entry.declaration.tolerance(kernel.variant().dtype, &lookup(shape))
 }
 
 fn describe(shape: &Shape) -> String {

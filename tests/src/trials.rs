@@ -111,7 +111,7 @@ fn guard(ld: usize) -> usize {
 }
 
 fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<f64, String> {
-    let tolerance = declared_tolerance(kernel);
+    let tolerance = gemm_tolerance(kernel, &shape)?;
     gemm_checked::<T>(gpu, shape, tolerance, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
 }
 
@@ -172,7 +172,7 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
 pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
-    let error = gemm_checked::<T>(gpu, shape, gemm_tolerance(registry, T::DTYPE)?, |args| {
+    let error = gemm_checked::<T>(gpu, shape, dispatch_tolerance(registry, T::DTYPE, &shape)?, |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
@@ -227,7 +227,7 @@ pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Re
         Baseline::CublasGemm => with_element!(kernel.variant().dtype, T => {
             let layout = kernel.layout().map_err(|e| e.to_string())?;
             let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
-            let mut case = GemmCase::<T>::new(gpu, shape, declared_tolerance(kernel))?;
+            let mut case = GemmCase::<T>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
             let baseline_ms = case.time_cublas(gpu)?;
             case.record(gpu, kernel, baseline_ms)
         }),
@@ -239,17 +239,24 @@ pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Re
     }
 }
 
-/// The largest relative error `kernel`'s results may have, as its family declares for its dtype
-/// (the declaration was checked to have one for every dtype its variants use).
-pub fn declared_tolerance(kernel: &Kernel) -> f64 {
-    kernel.info().entry.declaration.reference.tolerance.get(&kernel.variant().dtype).copied().unwrap_or(0.0)
+/// The largest relative error a GEMM of `kernel`'s dtype may have on `shape`, as its family
+/// declares ([`tilesmith_spec::Family::tolerance`]).
+pub fn gemm_tolerance(kernel: &Kernel, shape: &GemmShape) -> Result<f64, String> {
+    let quantity = |name: &str| match name {
+        "m" => Some(shape.m as u64),
+        "n" => Some(shape.n as u64),
+        "k" => Some(shape.k as u64),
+        _ => None,
+    };
+    kernel.info().entry.declaration.tolerance(kernel.variant().dtype, &quantity)
 }
 
-/// The GEMM family's declared tolerance for `dtype`, for calls the dispatcher makes.
-pub fn gemm_tolerance(registry: &Registry, dtype: Dtype) -> Result<f64, String> {
-    registry
+/// As [`gemm_tolerance`], for calls the dispatcher makes: the GEMM family's, from any of its
+/// `dtype` variants.
+pub fn dispatch_tolerance(registry: &Registry, dtype: Dtype, shape: &GemmShape) -> Result<f64, String> {
+    let kernel = registry
         .kernels()
         .find(|k| k.variant().family == "gemm" && k.variant().dtype == dtype)
-        .map(declared_tolerance)
-        .ok_or(format!("the registry has no {dtype} GEMM variant"))
+        .ok_or(format!("the registry has no {dtype} GEMM variant"))?;
+    gemm_tolerance(kernel, shape)
 }

@@ -147,7 +147,7 @@ fn run(args: Args) -> Result<(), String> {
                     if runnable.is_empty() && !args.dispatch {
                         continue;
                     }
-                    let mut case = GemmCase::<T>::new(&gpu, shape, trials::declared_tolerance(members[0]))?;
+                    let mut case = GemmCase::<T>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
                     let baseline_ms = case.time_cublas(&gpu)?;
                     for kernel in runnable {
                         let record = case.record(&gpu, kernel, baseline_ms)?;
