@@ -36,7 +36,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let layout = kernel.layout()?;
     let gpu = Gpu::new(0)?;
-    println!("{name} on {} (sm_{}{}), registry {}", gpu.name(), gpu.capability().0, gpu.capability().1, registry.dir().display());
+    println!(
+        "{name} on {} (sm_{}{}), registry {}",
+        gpu.name(),
+        gpu.capability().0,
+        gpu.capability().1,
+        registry.dir().map_or("embedded".into(), |dir| dir.display().to_string())
+    );
 
     let mut rng = rand::rng();
     let mut random = |len: usize| -> Vec<bf16> { (0..len).map(|_| bf16::from_f64(rng.random_range(-1.0..1.0))).collect() };

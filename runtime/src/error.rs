@@ -7,7 +7,7 @@ pub enum Error {
     #[error("no tilesmith registry found; looked in {}", looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", then "))]
     RegistryNotFound { looked: Vec<PathBuf> },
 
-    #[error("no registry given: pass its folder to Registry::open, or set {var} to it (`cargo xtask build` writes one in the project's registry/)")]
+    #[error("no registry given: pass its folder to Registry::open, set {var} to it, or embed one with tilesmith-build and open it with Registry::embedded (`tilesmith build` writes one in the project's registry/)")]
     NoRegistryGiven { var: &'static str },
 
     #[error("{var} points to {}, {problem}", path.display())]

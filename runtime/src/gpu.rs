@@ -1,6 +1,7 @@
 //! One GPU: its context and stream, and the kernels loaded into it, each once, on first use.
 
 use crate::error::{Context as _, Error};
+use crate::fatbin::Fatbin;
 use crate::plan::{runs_on, Arg, Launch, TensorMapArg};
 use crate::Result;
 use cudarc::driver::sys::{
@@ -13,7 +14,6 @@ use cudarc::nvrtc::Ptx;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::tuning::Device;
 use tilesmith_spec::{Built, Dtype};
@@ -98,7 +98,7 @@ impl Gpu {
 
     /// The kernel's function in this context, loading its fatbin the first time; the fatbin
     /// must still be the one the registry recorded.
-    fn load(&self, info: &Built, fatbin: &Path) -> Result<CudaFunction> {
+    fn load(&self, info: &Built, fatbin: &Fatbin) -> Result<CudaFunction> {
         let name = info.entry.variant.name.as_str();
         let entry = &info.entry;
         if !runs_on(&entry.targets, self.capability) {
@@ -116,21 +116,21 @@ impl Gpu {
         if let Some(function) = loaded.get(&info.fatbin_sha256) {
             return Ok(function.clone());
         }
-        let unreadable = |reason: String| Error::RegistryUnreadable { path: fatbin.to_path_buf(), reason };
-        let bytes = std::fs::read(fatbin).map_err(|err| unreadable(err.to_string()))?;
+        let unreadable = |reason: String| Error::RegistryUnreadable { path: fatbin.to_string().into(), reason };
+        let bytes = fatbin.bytes().map_err(|err| unreadable(err.to_string()))?;
         let hash = format!("{:x}", Sha256::digest(&bytes));
         if hash != info.fatbin_sha256 {
             return Err(unreadable(format!(
-                "it is not the fatbin the registry recorded for `{}` (SHA-256 {hash}, recorded {}): rebuild with `cargo xtask build`",
+                "it is not the fatbin the registry recorded for `{}` (SHA-256 {hash}, recorded {}): rebuild with `tilesmith build`",
                 name, info.fatbin_sha256
             )));
         }
         if entry.entry.contains('\0') {
             return Err(Error::Refused { name: name.to_string(), rule: "its entry symbol holds a NUL byte".into() });
         }
-        let what = format!("loading {} from {}", name, fatbin.display());
+        let what = format!("loading {name} from {fatbin}");
         let module = self.ctx.load_module(Ptx::from_binary(bytes)).during(&what)?;
-        let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {}", entry.entry, fatbin.display()))?;
+        let function = module.load_function(&entry.entry).during(&format!("finding entry `{}` in {fatbin}", entry.entry))?;
         // Opting in to what the GPU allows a block, where the kernel may need more than the
         // default: the attribute allows, it reserves nothing.
         let may_need = entry.launch.dynamic_smem_bytes.as_constant().unwrap_or(u64::MAX);
@@ -145,7 +145,7 @@ impl Gpu {
     }
 
     /// Launches a kernel with the arguments its plan made from the manifest's parameter list.
-    pub(crate) fn launch(&self, info: &Built, fatbin: &Path, launch: Launch) -> Result<()> {
+    pub(crate) fn launch(&self, info: &Built, fatbin: &Fatbin, launch: Launch) -> Result<()> {
         let name = info.entry.variant.name.as_str();
         // Before loading: a call past the limit is refused without touching the driver.
         let static_smem = static_smem(info);

@@ -1,11 +1,11 @@
 //! A kernel handle and its typed, checked launches.
 
 use crate::error::Error;
+use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
 use crate::plan::{plan_call, plan_gemm, plan_transpose, Buffer, Call, GemmShape, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tilesmith_spec::{Built, Dtype, Layout, Variant};
 
@@ -88,11 +88,11 @@ pub struct TransposeArgs<'a, T> {
 #[derive(Clone, Debug)]
 pub struct Kernel {
     built: Arc<Built>,
-    fatbin: PathBuf,
+    fatbin: Fatbin,
 }
 
 impl Kernel {
-    pub(crate) fn new(built: Arc<Built>, fatbin: PathBuf) -> Kernel {
+    pub(crate) fn new(built: Arc<Built>, fatbin: Fatbin) -> Kernel {
         Kernel { built, fatbin }
     }
 
@@ -115,7 +115,7 @@ impl Kernel {
         self.built.entry.is_reference()
     }
 
-    pub fn fatbin(&self) -> &Path {
+    pub fn fatbin(&self) -> &Fatbin {
         &self.fatbin
     }
 

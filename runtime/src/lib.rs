@@ -20,6 +20,7 @@
 
 pub mod dispatch;
 mod error;
+mod fatbin;
 mod gpu;
 mod kernel;
 mod plan;
@@ -27,12 +28,27 @@ mod registry;
 
 pub use dispatch::{Choice, Workspace};
 pub use error::Error;
+pub use fatbin::Fatbin;
 pub use gpu::Gpu;
 pub use kernel::{CallBuilder, Element, GemmArgs, Kernel, TransposeArgs};
 pub use plan::{
     check_gemm_call, plan_call, plan_gemm, plan_transpose, runs_on, Arg, Buffer, Call, GemmShape, Launch, TensorMapArg, TransposeShape,
 };
-pub use registry::{Registry, REGISTRY_VAR};
+pub use registry::{Embedded, Registry, REGISTRY_VAR};
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Layout, Variant};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Defines `static REGISTRY: tilesmith_runtime::Embedded`, the registry that `tilesmith-build`
+/// compiled in this crate's build script, for [`Registry::embedded`]:
+///
+/// ```ignore
+/// tilesmith_runtime::include_registry!();
+/// let registry = tilesmith_runtime::Registry::embedded(&REGISTRY)?;
+/// ```
+#[macro_export]
+macro_rules! include_registry {
+    () => {
+        include!(concat!(env!("OUT_DIR"), "/tilesmith/registry.rs"));
+    };
+}

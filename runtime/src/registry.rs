@@ -1,6 +1,8 @@
-//! Opening the registry that `cargo xtask build` wrote, and finding kernels in it by name.
+//! Opening a registry, the folder `tilesmith build` writes or one embedded in the program by
+//! `tilesmith-build`, and finding kernels in it by name.
 
 use crate::dispatch::{self, Choice, Workspace};
+use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
 use crate::plan::{Buffer, GemmShape};
@@ -15,10 +17,25 @@ use tilesmith_spec::Dtype;
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
 
+/// A registry built into the program: what `tilesmith-build` writes into a crate's `OUT_DIR`
+/// and [`include_registry!`](crate::include_registry) includes, for [`Registry::embedded`].
+#[derive(Debug)]
+pub struct Embedded {
+    /// The project it was built from, for messages.
+    pub project: &'static str,
+    /// The registry's manifest.json.
+    pub manifest: &'static [u8],
+    /// Each fatbin by file name.
+    pub fatbins: &'static [(&'static str, &'static [u8])],
+    /// Each tuning table by file name.
+    pub tuning: &'static [(&'static str, &'static [u8])],
+}
+
 /// The built variants and where their fatbins are. Opening it touches no CUDA.
 #[derive(Clone, Debug)]
 pub struct Registry {
-    dir: PathBuf,
+    /// The folder it was opened from; none for an embedded one.
+    dir: Option<PathBuf>,
     kernels: BTreeMap<String, Kernel>,
     /// The tuning tables in `tuning/`, one per device, for [`Registry::gemm`].
     tables: Vec<TuningTable>,
@@ -44,7 +61,7 @@ impl Registry {
             let problem = if !dir.is_dir() {
                 Some("which is not a folder")
             } else if !dir.join(MANIFEST_FILE).is_file() {
-                Some("which holds no manifest.json: build one with `cargo xtask build`")
+                Some("which holds no manifest.json: build one with `tilesmith build`")
             } else {
                 None
             };
@@ -67,16 +84,42 @@ impl Registry {
         Ok(Registry::new(dir, registry.variants, tables))
     }
 
+    /// The registry built into this program (see [`Embedded`]); it needs no file at run time.
+    /// A manifest, fatbin or table that does not read is an error naming the project it was
+    /// built from; a kernel built for another GPU is refused when launched, naming both.
+    pub fn embedded(embedded: &'static Embedded) -> Result<Registry> {
+        let origin = PathBuf::from(format!("the registry embedded from {}", embedded.project));
+        let unreadable = |path: PathBuf, reason: String| Error::RegistryUnreadable { path, reason };
+        let text = std::str::from_utf8(embedded.manifest).map_err(|err| unreadable(origin.join(MANIFEST_FILE), err.to_string()))?;
+        let registry: tilesmith_spec::Registry =
+            manifest::parse(text, &origin.join(MANIFEST_FILE)).map_err(|err| unreadable(err.path, err.reason))?;
+        let mut tables = Vec::new();
+        for (name, bytes) in embedded.tuning {
+            let path = origin.join(TUNING_DIR).join(name);
+            let text = std::str::from_utf8(bytes).map_err(|err| unreadable(path.clone(), err.to_string()))?;
+            tables.push(TuningTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
+        }
+        let mut kernels = BTreeMap::new();
+        for built in registry.variants {
+            let Some((name, bytes)) = embedded.fatbins.iter().find(|(name, _)| *name == built.fatbin) else {
+                return Err(unreadable(origin.join(&built.fatbin), "the manifest lists it, but it was not embedded".into()));
+            };
+            let fatbin = Fatbin::Embedded { name, bytes };
+            kernels.insert(built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin));
+        }
+        Ok(Registry { dir: None, kernels, tables, picks: Arc::default() })
+    }
+
     /// A registry of these built variants, whose fatbins are in `dir`, and tuning tables.
     pub fn new(dir: &Path, variants: Vec<tilesmith_spec::Built>, tables: Vec<TuningTable>) -> Registry {
         let kernels = variants
             .into_iter()
             .map(|built| {
-                let fatbin = dir.join(&built.fatbin);
+                let fatbin = Fatbin::File(dir.join(&built.fatbin));
                 (built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin))
             })
             .collect();
-        Registry { dir: dir.to_path_buf(), kernels, tables, picks: Arc::default() }
+        Registry { dir: Some(dir.to_path_buf()), kernels, tables, picks: Arc::default() }
     }
 
     /// The tuning tables the registry carries.
@@ -115,8 +158,9 @@ impl Registry {
         Ok(choice)
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// The folder it was opened from; `None` for an embedded registry.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
     /// The kernel of that name; an unknown name gets an error listing the closest ones.

@@ -205,7 +205,11 @@ fn registry_lookup_suggests_close_names_and_says_where_it_looked() {
 fn tempdir_with_registry() -> tempfile::TempDir {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let registry = tilesmith_spec::Registry { format: manifest.format, variants: manifest.variants.into_iter().map(built_from).collect() };
+    let registry = tilesmith_spec::Registry {
+        format: manifest.format,
+        project: None,
+        variants: manifest.variants.into_iter().map(built_from).collect(),
+    };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
     dir
@@ -247,7 +251,7 @@ fn a_wrong_registry_variable_is_an_error_naming_it() {
         (
             empty.path().to_path_buf(),
             format!(
-                "TILESMITH_REGISTRY points to {}, which holds no manifest.json: build one with `cargo xtask build`",
+                "TILESMITH_REGISTRY points to {}, which holds no manifest.json: build one with `tilesmith build`",
                 empty.path().display()
             ),
         ),
@@ -261,12 +265,12 @@ fn a_wrong_registry_variable_is_an_error_naming_it() {
     // Neither a folder nor the variable: an error, never the registry of the tilesmith checkout
     // the runtime was compiled in.
     let err = Registry::open(None).unwrap_err().to_string();
-    assert!(err.starts_with("no registry given: pass its folder to Registry::open, or set TILESMITH_REGISTRY"), "{err}");
+    assert!(err.starts_with("no registry given: pass its folder to Registry::open, set TILESMITH_REGISTRY to it, or embed one"), "{err}");
     let good = tempdir_with_registry();
     unsafe { std::env::set_var("TILESMITH_REGISTRY", good.path()) };
     let result = Registry::open(None);
     unsafe { std::env::remove_var("TILESMITH_REGISTRY") };
-    assert_eq!(result.unwrap().dir(), good.path());
+    assert_eq!(result.unwrap().dir(), Some(good.path()));
 }
 
 #[test]
@@ -329,7 +333,7 @@ fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
     std::fs::write(&path, r#"{"format": 7, "device": {"name": "GPU", "capability": [9, 0], "sms": 1}, "compiler": "", "entries": []}"#)
         .unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
-    assert!(err.ends_with("tuning table format 7, this tilesmith reads 1: run `cargo xtask tune` again"), "{err}");
+    assert!(err.ends_with("tuning table format 7, this tilesmith reads 1: run `tilesmith tune` again"), "{err}");
 }
 
 #[test]

@@ -229,7 +229,7 @@ fn a_registry_manifest_with_ld_multiple_zero_is_refused_by_name() {
     let mut variants = shipped();
     variants.truncate(3);
     variants[1].entry.requires.ld_multiple = 0;
-    let index = tilesmith_spec::Registry { format: tilesmith_spec::manifest::FORMAT, variants };
+    let index = tilesmith_spec::Registry { format: tilesmith_spec::manifest::FORMAT, project: None, variants };
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&index).unwrap()).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(err.contains("ld_multiple must be at least 1") && err.contains("manifest.json"), "{err}");

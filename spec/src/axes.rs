@@ -100,7 +100,7 @@ pub enum Naming {
 }
 
 /// One axis of a family (see [`crate::family::Family::axes`]): the single declaration that
-/// parsing, defaults, naming, headers, the templates' context and `xtask list` all follow.
+/// parsing, defaults, naming, headers, the templates' context and `tilesmith list` all follow.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Axis {
     pub name: String,

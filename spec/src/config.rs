@@ -28,7 +28,7 @@ use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-/// A problem found in `variants.toml` (or, by xtask, in a variant's template), located by line.
+/// A problem found in `variants.toml` (or, by the build pipeline, in a variant's template), located by line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
     pub file: PathBuf,

@@ -1,5 +1,5 @@
 //! A family's declaration: the interface every variant of it shares, as data. It is written as
-//! `[<family>.family]` in variants.toml, copied into every manifest entry, and read by xtask
+//! `[<family>.family]` in variants.toml, copied into every manifest entry, and read by the build pipeline
 //! (which checks each template's launch contract against it), by the runtime (which checks each
 //! call against it) and by the trials (which make inputs, shapes, references and baselines from
 //! it).

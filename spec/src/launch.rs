@@ -1,5 +1,5 @@
 //! A kernel's launch contract as data: block, grid rule, shared memory and the parameter
-//! list. Templates declare it (`partials/contract.cu.tera`), xtask validates it and renders the
+//! list. Templates declare it (`partials/contract.cu.tera`), the build pipeline validates it and renders the
 //! kernel's signature from it, and the runtime builds each launch's arguments from it.
 
 use crate::arch;
@@ -193,7 +193,7 @@ impl ParamKind {
 }
 
 impl LaunchSpec {
-    /// The rules a launch contract meets whatever the template, checked by xtask when it reads a
+    /// The rules a launch contract meets whatever the template, checked by the build pipeline when it reads a
     /// template's contract and by every reader of a manifest: CUDA's limits on blocks and
     /// clusters, shared memory within each target's limit, a grid whose tile is the variant's
     /// and whose clusters and splits are its `cluster` and `split_k` axes where it has them,

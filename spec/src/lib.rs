@@ -1,7 +1,7 @@
-//! What a tilesmith variant is, defined once and shared by `xtask`, `runtime` and `tests`.
+//! What a tilesmith variant is, defined once and shared by the build pipeline (`tilesmith-build`), the runtime and the trials.
 //!
 //! Data flows one way: `variants.toml` is parsed and expanded here ([`config`]) into
-//! [`Variant`]s; xtask renders them, reads each template's [`launch`] contract, compiles them
+//! [`Variant`]s; the build pipeline renders them, reads each template's [`launch`] contract, compiles them
 //! and records the result in the [`manifest`] types, which the runtime and the tests read back.
 
 pub mod arch;

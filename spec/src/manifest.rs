@@ -1,6 +1,6 @@
-//! The two manifests: `generated/manifest.json`, written by `cargo xtask gen` (what each
+//! The two manifests: `generated/manifest.json`, written by `tilesmith gen` (what each
 //! variant needs at launch), and `manifest.json` in the registry, written by
-//! `cargo xtask build` (that plus what the compiler made of it). Both are read through
+//! `tilesmith build` (that plus what the compiler made of it). Both are read through
 //! [`read`], which checks their format.
 
 use crate::family::Family;
@@ -73,6 +73,10 @@ pub struct Targets {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Registry {
     pub format: u32,
+    /// The root folder of the project it was built from, as the build saw it: commands run
+    /// inside one project refuse another's registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<PathBuf>,
     pub variants: Vec<Built>,
 }
 
@@ -234,16 +238,22 @@ pub struct ReadError {
 /// [`Check`].
 pub fn read<T: DeserializeOwned + Check>(path: &Path) -> Result<T, ReadError> {
     let text = std::fs::read_to_string(path).map_err(|err| ReadError { path: path.into(), reason: err.to_string(), corrupt: false })?;
+    parse(&text, path)
+}
+
+/// Parses a manifest's text as [`read`] does; `path` names it in errors (for an embedded
+/// registry, where it was built).
+pub fn parse<T: DeserializeOwned + Check>(text: &str, path: &Path) -> Result<T, ReadError> {
     let corrupt = |reason: String| ReadError { path: path.into(), reason, corrupt: true };
     #[derive(Deserialize)]
     struct Head {
         format: u32,
     }
-    let head: Head = serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    let head: Head = serde_json::from_str(text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
     if head.format != FORMAT {
         return Err(corrupt(format!("has format {}, but this version of tilesmith reads format {FORMAT}", head.format)));
     }
-    let manifest: T = serde_json::from_str(&text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    let manifest: T = serde_json::from_str(text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
     manifest.check().map_err(corrupt)?;
     Ok(manifest)
 }

@@ -1,5 +1,5 @@
 //! The tuning table: for one GPU, per GEMM problem class, the ways to compute it ranked by
-//! measured time. `cargo xtask tune` writes it, the build carries it into the registry, and the
+//! measured time. `tilesmith tune` writes it, the build carries it into the registry, and the
 //! runtime's dispatcher reads it.
 
 use crate::axes::{Dtype, Layout};
@@ -161,10 +161,15 @@ impl TuningTable {
     /// ([`TuningTable::check`]).
     pub fn read(path: &Path) -> Result<TuningTable, String> {
         let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        let table: TuningTable = serde_json::from_str(&text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
+        TuningTable::parse(&text, path)
+    }
+
+    /// Parses a table's text as [`TuningTable::read`] does; `path` is the file it came from.
+    pub fn parse(text: &str, path: &Path) -> Result<TuningTable, String> {
+        let table: TuningTable = serde_json::from_str(text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
         if table.format != TUNING_FORMAT {
             return Err(format!(
-                "{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `cargo xtask tune` again",
+                "{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `tilesmith tune` again",
                 path.display(),
                 table.format
             ));

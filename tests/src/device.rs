@@ -6,27 +6,13 @@ use cudarc::cublas::{result as blas, CudaBlas};
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
-use std::path::Path;
 use std::sync::{Arc, OnceLock};
-use tilesmith_runtime::{Dtype, Element, GemmShape, Gpu, Registry};
+use tilesmith_runtime::{Dtype, Element, GemmShape, Gpu};
 
 /// The process's GPU, opened once; the error says why there is none.
 pub fn gpu() -> Result<&'static Gpu, String> {
     static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
     GPU.get_or_init(|| Gpu::new(0).map_err(|err| err.to_string())).as_ref().map_err(Clone::clone)
-}
-
-/// The registry, opened once: `$TILESMITH_REGISTRY`'s (a bundle's), else this workspace's.
-pub fn registry() -> Result<&'static Registry, String> {
-    static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
-    REGISTRY
-        .get_or_init(|| {
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry");
-            let given = std::env::var_os(tilesmith_runtime::REGISTRY_VAR).is_some_and(|v| !v.is_empty());
-            Registry::open((!given).then_some(workspace.as_path())).map_err(|err| format!("{err}: run `cargo xtask build`"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
 }
 
 pub fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String> {

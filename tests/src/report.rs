@@ -82,17 +82,9 @@ pub fn group(kernel: &Kernel) -> String {
     always.filter_map(|a| kernel.variant().value(&a.name)).map(|v| v.to_string()).collect::<Vec<_>>().join("_")
 }
 
-/// Where records go: `$TILESMITH_PERF_DIR`, else this workspace's `target/tilesmith-perf/`.
-pub fn perf_dir() -> PathBuf {
-    std::env::var_os(PERF_DIR_VAR)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tilesmith-perf"))
-}
-
-pub fn write(record: &Record) -> Result<PathBuf, String> {
-    let dir = perf_dir();
-    std::fs::create_dir_all(&dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+/// Writes a record into `dir` as `<variant>.json`.
+pub fn write(record: &Record, dir: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     let path = dir.join(format!("{}.json", record.variant));
     let json = serde_json::to_string_pretty(record).map_err(|err| err.to_string())?;
     std::fs::write(&path, json + "\n").map_err(|err| format!("cannot write {}: {err}", path.display()))?;

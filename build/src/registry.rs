@@ -26,6 +26,8 @@ const SET_ASIDE: &str = "manifest.json.corrupt";
 /// The registry folder, locked for this process until dropped.
 pub struct RegistryDir {
     dir: PathBuf,
+    /// The project's root, recorded in the index.
+    project: PathBuf,
     _lock: File,
 }
 
@@ -35,7 +37,8 @@ impl RegistryDir {
     pub fn lock(project: &Project) -> Result<RegistryDir> {
         let dir = project.registry_dir();
         let lock = project::lock(project, &dir.join(LOCK_FILE), true, "another build")?;
-        let registry = RegistryDir { dir, _lock: lock };
+        let root = std::fs::canonicalize(&project.root).unwrap_or_else(|_| project.root.clone());
+        let registry = RegistryDir { dir, project: root, _lock: lock };
         registry.remove_temporaries()?;
         Ok(registry)
     }
@@ -75,7 +78,7 @@ impl RegistryDir {
             return Ok(());
         }
         bail!(
-            "{err}\nNothing was changed. `cargo xtask build --repair` sets it aside as {SET_ASIDE} and rebuilds it from \
+            "{err}\nNothing was changed. `tilesmith build --repair` sets it aside as {SET_ASIDE} and rebuilds it from \
              the per-variant records (registry/<variant>.json) whose fatbins still match their recorded SHA-256, \
              compiling only what they do not cover"
         )
@@ -173,7 +176,7 @@ impl RegistryDir {
     /// Writes the index: the recorded variants, in `generated/manifest.json` order.
     pub fn write_index(&self, manifest: &Manifest, records: &BTreeMap<String, Built>) -> Result<Registry, String> {
         let variants = manifest.variants.iter().filter_map(|e| records.get(&e.variant.name).cloned()).collect();
-        let index = Registry { format: FORMAT, variants };
+        let index = Registry { format: FORMAT, project: Some(self.project.clone()), variants };
         let path = self.dir.join(MANIFEST_FILE);
         let json = serde_json::to_string_pretty(&index).map_err(|err| err.to_string())? + "\n";
         write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;

@@ -1,10 +1,10 @@
-//! `cargo xtask list`: the variants, their axes and, once built, their resources.
+//! `tilesmith list`: the variants, their axes and, once built, their resources.
 
-use crate::gen::expand;
-use crate::project::Project;
-use crate::select::Selection;
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
+use tilesmith_build::gen::expand;
+use tilesmith_build::Project;
+use tilesmith_build::Selection;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::{Built, Registry};
 
@@ -14,7 +14,7 @@ pub fn run(project: &Project, selection: &Selection) -> Result<()> {
     let built: BTreeMap<String, Built> = match manifest::read::<Registry>(&index) {
         Ok(registry) => registry.variants.into_iter().map(|b| (b.entry.variant.name.clone(), b)).collect(),
         Err(_) if !index.exists() => BTreeMap::new(),
-        Err(err) => bail!("{err}\n`cargo xtask build --repair` rebuilds it from the per-variant records"),
+        Err(err) => bail!("{err}\n`tilesmith build --repair` rebuilds it from the per-variant records"),
     };
 
     // One column per axis name, in the order of the families' declarations; "-" where a

@@ -1,9 +1,9 @@
 //! SVG charts of benchmark records: one chart per family and dtype, one line per variant and a
 //! thick one per baseline (cuBLAS per layout, or the copy), across the benchmarked shapes.
 
-use crate::report::Record;
 use plotters::prelude::*;
 use std::path::Path;
+use tilesmith_trials::report::Record;
 
 /// Draws `records` (one family and dtype) into an SVG at `path`.
 pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> {

@@ -3,10 +3,13 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 
-/// The folders and files one `xtask` run works on.
+/// The folders and files one run of the pipeline works on: the project's sources under `root`,
+/// and generated/ and registry/ there too, or under `out` for a build script (`OUT_DIR`), which
+/// must not write into the crate's sources.
 #[derive(Clone, Debug)]
 pub struct Project {
     pub root: PathBuf,
+    pub out: Option<PathBuf>,
 }
 
 impl Project {
@@ -14,12 +17,17 @@ impl Project {
     /// variants.toml, as cargo finds Cargo.toml.
     pub fn find(from: &Path) -> anyhow::Result<Project> {
         match from.ancestors().find(|dir| dir.join("variants.toml").is_file()) {
-            Some(root) => Ok(Project { root: root.to_path_buf() }),
+            Some(root) => Ok(Project::at(root)),
             None => anyhow::bail!(
-                "no variants.toml in {} or any folder above it: run inside a tilesmith project (the folder holding variants.toml, kernel-templates/ and generated/) or give --root",
+                "no variants.toml in {} or any folder above it: run inside a tilesmith project (the folder holding variants.toml), give --root, or create one with `tilesmith init`",
                 from.display()
             ),
         }
+    }
+
+    /// The project whose sources and outputs are all under `root`.
+    pub fn at(root: &Path) -> Project {
+        Project { root: root.to_path_buf(), out: None }
     }
 
     pub fn variants_file(&self) -> PathBuf {
@@ -31,7 +39,17 @@ impl Project {
     }
 
     pub fn generated_dir(&self) -> PathBuf {
-        self.root.join("generated")
+        self.out.as_ref().unwrap_or(&self.root).join("generated")
+    }
+
+    /// Where a manifest entry's source is: its `source` names it as `generated/<file>`.
+    pub fn source_path(&self, source: &str) -> PathBuf {
+        self.generated_dir().join(Path::new(source).file_name().unwrap_or_default())
+    }
+
+    /// The committed tuning tables, which a build copies into the registry.
+    pub fn tuning_dir(&self) -> PathBuf {
+        self.root.join(tilesmith_spec::tuning::TUNING_DIR)
     }
 
     /// Held by `gen` while it writes generated/, and shared by builds while they read it.
@@ -40,7 +58,7 @@ impl Project {
     }
 
     pub fn registry_dir(&self) -> PathBuf {
-        self.root.join("registry")
+        self.out.as_ref().unwrap_or(&self.root).join("registry")
     }
 
     /// A path relative to the root, for messages and manifests.

@@ -1,4 +1,4 @@
-//! `cargo xtask gen`: variants.toml → rendered CUDA under generated/ and its manifest, as a
+//! `tilesmith gen`: variants.toml → rendered CUDA under generated/ and its manifest, as a
 //! transaction: one gen at a time (builds reading generated/ share the lock), sources first
 //! and the manifest last, and a manifest that cannot be read is refused, never rewritten in
 //! a way that forgets variants.
@@ -54,7 +54,7 @@ fn previous(project: &Project, repair: bool) -> Result<BTreeMap<String, Entry>> 
             Ok(BTreeMap::new())
         }
         Err(err) => bail!(
-            "{err}\nNothing was changed. `cargo xtask gen --repair` sets it aside as {MANIFEST_FILE}.corrupt and writes a new \
+            "{err}\nNothing was changed. `tilesmith gen --repair` sets it aside as {MANIFEST_FILE}.corrupt and writes a new \
              one from what the templates produce now (unselected variants keep their entries only where their sources match)"
         ),
     }
@@ -78,7 +78,7 @@ fn expected_files<'r>(
     let mut unlisted = Vec::new();
     for r in rendered {
         let name = &r.entry.variant.name;
-        let path = project.root.join(&r.entry.source);
+        let path = project.source_path(&r.entry.source);
         if selection.matches(name) {
             files.push((path, Cow::Borrowed(&r.source)));
             variants.push(r.entry.clone());
@@ -102,7 +102,7 @@ fn orphans(project: &Project, rendered: &[Rendered]) -> Result<Vec<PathBuf>> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let declared: BTreeSet<PathBuf> = rendered.iter().map(|r| project.root.join(&r.entry.source)).collect();
+    let declared: BTreeSet<PathBuf> = rendered.iter().map(|r| project.source_path(&r.entry.source)).collect();
     let mut orphans = Vec::new();
     for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let path = entry?.path();
@@ -174,7 +174,7 @@ fn check_fresh(project: &Project, rendered: &[Rendered], selection: &Selection, 
         stale.push(format!("  {} (no declared variant renders it)", project.relative(path)));
     }
     if !stale.is_empty() {
-        bail!("{} generated file(s) are stale; run `cargo xtask gen`:\n{}", stale.len(), stale.join("\n"));
+        bail!("{} generated file(s) are stale; run `tilesmith gen`:\n{}", stale.len(), stale.join("\n"));
     }
     println!("generated/ is up to date: {selected} variant(s) checked");
     Ok(())

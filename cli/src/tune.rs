@@ -2,17 +2,15 @@
 //! set, times every variant that takes the problem (directly, or padded where the operands are
 //! not aligned) side by side with cuBLAS, ranks them and writes the device's tuning table.
 //! The table is written after every problem, so an interrupted run loses at most one, and a
-//! second run skips what the table already holds. `cargo xtask tune` runs it; so does a bundle.
+//! second run skips what the table already holds. `tilesmith tune` runs it; so does a bundle.
 
-use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use tilesmith_runtime::dispatch;
 use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
 use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
-use tilesmith_tests::timing::GemmCase;
-use tilesmith_tests::{trials, with_element};
+use tilesmith_trials::timing::GemmCase;
+use tilesmith_trials::{trials, with_element};
 
 /// Sizes of M, N and K whose combinations form the default tuning set, up to 2^36
 /// multiply-adds (4096³) a problem: every fourth power of two from 16 to 16384.
@@ -29,9 +27,8 @@ const WARMUP: usize = 2;
 const RUNS: usize = 7;
 const PRUNE: f64 = 2.0;
 
-#[derive(Parser)]
-#[command(about = "Times every variant on a set of GEMM problems beside cuBLAS and writes this GPU's tuning table")]
-struct Args {
+#[derive(clap::Args)]
+pub struct Args {
     /// Comma-separated problems MxNxK, a trailing `!` for odd leading dimensions; they replace
     /// the default set (powers of two from 16 to 16384 and sizes between them).
     #[arg(long)]
@@ -45,23 +42,14 @@ struct Args {
     /// Layouts to tune, comma-separated.
     #[arg(long, default_value = "nn,nt,tn,tt")]
     layouts: String,
-    /// Folder of the tables; this GPU's is `<name>-<SMs>sm.json` there.
-    #[arg(long, env = "TILESMITH_TUNING_DIR", default_value = "tuning")]
-    out: PathBuf,
+    /// Folder of the tables; this GPU's is `<name>-<SMs>sm.json` there (default: the project's
+    /// tuning/, else tuning/ here).
+    #[arg(long, env = "TILESMITH_TUNING_DIR")]
+    out: Option<PathBuf>,
     /// Measure again the problems of the set that the table already holds (their entries are
     /// replaced; the table's other entries stay).
     #[arg(long)]
     fresh: bool,
-}
-
-fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 /// A problem of the tuning set.
@@ -135,16 +123,17 @@ fn shape(problem: Problem, layout: Layout) -> GemmShape {
     GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// Tunes on the kernels of `registry`, writing the table into `--out`, else `default_out`.
+pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
+    let out = args.out.clone().unwrap_or(default_out);
     let problems = problems(&args)?;
     let dtypes = list(&args.dtypes, "dtype", Dtype::parse)?;
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
-    let registry = Registry::open(None).map_err(|e| e.to_string())?;
     let gpu = Gpu::new(0).map_err(|e| e.to_string())?;
     let device = gpu.device();
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
-    std::fs::create_dir_all(&args.out).map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
-    let path = args.out.join(TuningTable::file_name(&device));
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let path = out.join(TuningTable::file_name(&device));
     let mut table = match path.exists() {
         true => TuningTable::read(&path)?,
         false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
@@ -191,7 +180,7 @@ fn run(args: Args) -> Result<(), String> {
             continue;
         }
         bar.set_message(format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" }));
-        let entry = with_element!(dtype, T => measure::<T>(&gpu, &registry, &bar, dtype, shape, key))?;
+        let entry = with_element!(dtype, T => measure::<T>(&gpu, registry, &bar, dtype, shape, key))?;
         if let Some(entry) = entry {
             table.insert(entry);
             write(&path, &table)?;

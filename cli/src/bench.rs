@@ -1,22 +1,20 @@
 //! Benchmarks variants against their family's declared baseline (cuBLAS for GEMM, a
 //! device-to-device copy of the bytes moved for the others) side by side in one process, over
 //! the shapes each family declares (`trials.bench`) or those given; prints a table and writes
-//! bench.json and one SVG chart per family and dtype. `cargo xtask bench` runs it; so does a bundle.
+//! bench.json and one SVG chart per family and dtype. `tilesmith bench` runs it; so does a bundle.
 
-use clap::Parser;
+use crate::chart;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use tilesmith_runtime::{plan_gemm, Buffer, Dtype, GemmShape, Gpu, Kernel, Registry, Workspace};
 use tilesmith_spec::family::{Baseline, Family};
-use tilesmith_tests::declared::{self, Case, Shape};
-use tilesmith_tests::report::{self, Record};
-use tilesmith_tests::timing::GemmCase;
-use tilesmith_tests::{chart, trials, with_element};
+use tilesmith_trials::declared::{self, Case, Shape};
+use tilesmith_trials::report::{self, Record};
+use tilesmith_trials::timing::GemmCase;
+use tilesmith_trials::{trials, with_element};
 
-#[derive(Parser)]
-#[command(about = "tilesmith kernels against cuBLAS and a device copy, side by side")]
-struct Args {
+#[derive(clap::Args)]
+pub struct Args {
     /// Only variants whose names match this glob (repeatable).
     #[arg(long = "kernels", value_name = "GLOB")]
     kernels: Vec<String>,
@@ -34,19 +32,10 @@ struct Args {
     /// the pick.
     #[arg(long)]
     dispatch: bool,
-    /// Folder for bench.json and the charts.
-    #[arg(long, env = "TILESMITH_BENCH_DIR", default_value_os_t = report::perf_dir().with_file_name("tilesmith-bench"))]
-    out: PathBuf,
-}
-
-fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    /// Folder for bench.json and the charts (default: target/tilesmith-bench in the project, else
+    /// tilesmith-bench here).
+    #[arg(long, env = "TILESMITH_BENCH_DIR")]
+    out: Option<PathBuf>,
 }
 
 /// Shapes given as `AxBxC`, every size at least 1.
@@ -89,9 +78,11 @@ fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
-fn run(args: Args) -> Result<(), String> {
+/// Runs the bench on the kernels of `registry`, writing into `--out`, else `default_out`.
+pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
+    let out = args.out.clone().unwrap_or(default_out);
     if let Some(from) = &args.replot {
-        return replot(from, &args.out);
+        return replot(from, &out);
     }
     let given = args.shapes.as_deref().map(parse_shapes).transpose()?;
     let mut globs = GlobSetBuilder::new();
@@ -99,7 +90,6 @@ fn run(args: Args) -> Result<(), String> {
         globs.add(Glob::new(pattern).map_err(|e| format!("--kernels `{pattern}`: {e}"))?);
     }
     let globs = globs.build().map_err(|e| e.to_string())?;
-    let registry = Registry::open(None).map_err(|e| e.to_string())?;
     let kernels: Vec<Kernel> =
         registry.kernels().filter(|k| !k.is_reference() && (args.kernels.is_empty() || globs.is_match(k.name()))).cloned().collect();
     if kernels.is_empty() {
@@ -110,7 +100,7 @@ fn run(args: Args) -> Result<(), String> {
         "{} variant(s) on {}; registry {} ({})",
         kernels.len(),
         gpu.name(),
-        registry.dir().display(),
+        registry.dir().map_or("embedded".into(), |dir| dir.display().to_string()),
         registry.kernels().next().map_or("empty", |k| k.info().compiler.as_str())
     );
 
@@ -155,7 +145,7 @@ fn run(args: Args) -> Result<(), String> {
                         records.push(record);
                     }
                     if args.dispatch {
-                        let record = case.record_dispatch(&gpu, &registry, &mut workspace, baseline_ms)?;
+                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baseline_ms)?;
                         println!("{}", record.summary());
                         records.push(record);
                     }
@@ -183,7 +173,7 @@ fn run(args: Args) -> Result<(), String> {
                             }
                         };
                         let (_, case, baseline_ms) = &mut cases[index];
-                        let record = case.record(&gpu, &registry, kernel, *baseline_ms)?;
+                        let record = case.record(&gpu, registry, kernel, *baseline_ms)?;
                         println!("{}", record.summary());
                         records.push(record);
                     }
@@ -191,7 +181,7 @@ fn run(args: Args) -> Result<(), String> {
             }
         }
     }
-    write_outputs(&args.out, &records, gpu.name())?;
+    write_outputs(&out, &records, gpu.name())?;
     if !skipped.is_empty() {
         println!("\n{} (variant, shape) pairs skipped, the variant cannot take the shape, e.g. {}", skipped.len(), skipped[0]);
     }

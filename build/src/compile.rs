@@ -1,4 +1,4 @@
-//! `cargo xtask build`: generated sources → one fatbin per variant in registry/, with the
+//! `tilesmith build`: generated sources → one fatbin per variant in registry/, with the
 //! registry manifest. Incremental by content hash, parallel; each fatbin is checked and
 //! recorded as it is made (see [`crate::registry`]).
 
@@ -264,7 +264,7 @@ struct Generated {
 fn read_generated(project: &Project, selection: &Selection, registry: &RegistryDir) -> Result<Generated> {
     let _lock = project::lock(project, &project.generated_lock(), false, "a gen writing generated/")?;
     let manifest_path = project.generated_dir().join(MANIFEST_FILE);
-    let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `cargo xtask gen`"))?;
+    let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `tilesmith gen`"))?;
     if !manifest.variants.iter().any(|e| selection.matches(&e.variant.name)) {
         bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
@@ -276,15 +276,15 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
     let mut stale = Vec::new();
     for entry in selected {
         let name = entry.variant.name.clone();
-        match std::fs::read(project.root.join(&entry.source)) {
-            Err(_) => stale.push((name, format!("{} is missing: run `cargo xtask gen`", entry.source))),
+        match std::fs::read(project.source_path(&entry.source)) {
+            Err(_) => stale.push((name, format!("{} is missing: run `tilesmith gen`", entry.source))),
             Ok(_) if entry.source_sha256.is_empty() => {
-                stale.push((name, "generated/manifest.json predates source hashes: run `cargo xtask gen`".to_string()))
+                stale.push((name, "generated/manifest.json predates source hashes: run `tilesmith gen`".to_string()))
             }
             Ok(bytes) if sha256_hex(&bytes) != entry.source_sha256 => stale.push((
                 name,
                 format!(
-                    "{} is not the source generated/manifest.json lists (edited, or a gen did not finish): run `cargo xtask gen`",
+                    "{} is not the source generated/manifest.json lists (edited, or a gen did not finish): run `tilesmith gen`",
                     entry.source
                 ),
             )),
@@ -388,16 +388,29 @@ impl Compiler<'_> {
             let _ = std::fs::remove_file(&copy);
             return Err(not_own(format!("cannot write the source's private copy {}: {err}", copy.display())));
         }
-        let mut command = match self.launcher.split_first() {
+        // Through a launcher nvcc compiles to an object (`-c`), which sccache caches (it fails on
+        // `--fatbin` of several architectures), and the fatbin is taken from the object's
+        // `.nv_fatbin` section: the same code, so the content hash is the same either way.
+        let object = staging.with_extension("o.tmp");
+        let (mut command, flags, output_file) = match self.launcher.split_first() {
             Some((launcher, args)) => {
                 let mut command = Command::new(launcher);
                 command.args(args).arg(&self.nvcc.path);
-                command
+                let flags = job.flags.iter().map(|f| if f == "--fatbin" { "-c".to_string() } else { f.clone() }).collect();
+                (command, flags, &object)
             }
-            None => Command::new(&self.nvcc.path),
+            None => (Command::new(&self.nvcc.path), job.flags.clone(), &staging),
         };
-        let output = command.current_dir(&private).args(&job.flags).arg("-o").arg(&staging).arg(&job.entry.source).output();
+        let output = command.current_dir(&private).args(&flags).arg("-o").arg(output_file).arg(&job.entry.source).output();
         let _ = std::fs::remove_file(&copy);
+        if output_file == &object {
+            let extracted = if object.is_file() { fatbin_of_object(&object, &staging) } else { Ok(()) };
+            let _ = std::fs::remove_file(&object);
+            if let Err(problem) = extracted {
+                let _ = std::fs::remove_file(&staging);
+                return Err(not_own(problem));
+            }
+        }
         let output = match output {
             Ok(output) => output,
             Err(err) => {
@@ -428,6 +441,16 @@ impl Compiler<'_> {
         }
         Ok(resources)
     }
+}
+
+/// Writes the fatbin nvcc embedded in an object (its `.nv_fatbin` section) to `fatbin`.
+fn fatbin_of_object(object: &Path, fatbin: &Path) -> Result<(), String> {
+    use object::{Object as _, ObjectSection as _};
+    let bytes = std::fs::read(object).map_err(|err| format!("cannot read the object nvcc wrote, {}: {err}", object.display()))?;
+    let file = object::File::parse(&*bytes).map_err(|err| format!("the object nvcc wrote does not parse: {err}"))?;
+    let section = file.section_by_name(".nv_fatbin").ok_or("the object nvcc wrote holds no .nv_fatbin section")?;
+    let data = section.data().map_err(|err| format!("the object's .nv_fatbin section does not read: {err}"))?;
+    std::fs::write(fatbin, data).map_err(|err| format!("cannot write {}: {err}", fatbin.display()))
 }
 
 /// Checks the shared memory a block needs, the template's dynamic bytes and the static bytes
@@ -571,8 +594,8 @@ fn indent(text: &str) -> String {
 /// entries, one table per device), with the variants they rank that the project does not
 /// declare reported.
 fn project_tables(project: &Project, declared: Option<&BTreeSet<String>>) -> Result<Vec<(PathBuf, TuningTable)>> {
-    let tables = TuningTable::read_all(&project.root.join(TUNING_DIR))
-        .map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `cargo xtask tune` again"))?;
+    let tables = TuningTable::read_all(&project.tuning_dir())
+        .map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `tilesmith tune` again"))?;
     if let Some(declared) = declared {
         for (path, table) in &tables {
             let unknown = table.unknown_variants(|name| declared.contains(name));

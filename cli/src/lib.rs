@@ -1,0 +1,301 @@
+//! `tilesmith` (also `cargo tilesmith`): a project's GPU kernels from variants.toml to a tested,
+//! benchmarked and tuned fatbin registry. Every command works on the project found from the
+//! current folder upward (the folder holding variants.toml), or on `--root`.
+
+mod bench;
+mod bundle;
+mod chart;
+mod init;
+mod list;
+mod perf_table;
+mod tune;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tilesmith_build::compile::{self, Options};
+use tilesmith_build::{gen, toolchain, Project, Selection};
+use tilesmith_runtime::{Registry, REGISTRY_VAR};
+use tilesmith_spec::manifest::{self, MANIFEST_FILE};
+
+#[derive(Parser)]
+#[command(name = "tilesmith", version, about = "tilesmith: GPU kernel variants from templates to a tested fatbin registry")]
+struct Cli {
+    /// Project folder holding variants.toml, kernel-templates/, generated/ and registry/
+    /// (default: the nearest folder holding a variants.toml, from the current one upward).
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a minimal project (variants.toml, one family, one template) in DIR (default: the
+    /// current folder); it builds and gets trials as it is.
+    Init { dir: Option<PathBuf> },
+    /// Render every variant of variants.toml into generated/ and write generated/manifest.json.
+    Gen {
+        /// Write nothing; fail listing the files that differ from what the templates produce.
+        #[arg(long, conflicts_with = "repair")]
+        check: bool,
+        /// Set an unreadable generated/manifest.json aside as manifest.json.corrupt and write a
+        /// new one from what the templates produce now.
+        #[arg(long)]
+        repair: bool,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Compile generated sources into fatbins in registry/, incrementally and in parallel.
+    Build {
+        #[command(flatten)]
+        compile: Compile,
+        /// Set an unreadable registry/manifest.json aside as manifest.json.corrupt and rebuild it
+        /// from the per-variant records whose fatbins still match.
+        #[arg(long)]
+        repair: bool,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Show the variants with their key axes and, once built, their resources.
+    List {
+        /// Only variants matching this glob.
+        glob: Option<String>,
+        #[command(flatten)]
+        kernels: Kernels,
+    },
+    /// Say which nvcc is used and its version, installing NVIDIA's wheels if none is found.
+    Toolchain,
+    /// Run the registry's trials on this machine's GPU: a correctness trial per variant, a perf
+    /// trial per variant (ignored unless asked for), and the GEMM dispatcher's where there are
+    /// GEMMs. Takes libtest's arguments: a filter, --list, --exact, --include-ignored, --skip.
+    Test {
+        #[command(flatten)]
+        registry: RegistryArg,
+        /// Run only share k of n of the trials (split by a hash of their names), to spread them
+        /// over machines or GPUs: hash:1/2 on one, hash:2/2 on the other.
+        #[arg(long, value_name = "hash:k/n", value_parser = tilesmith_trials::harness::parse_partition)]
+        partition: Option<(u64, u64)>,
+        /// Folder for the perf trials' records (default: target/tilesmith-perf in the project,
+        /// else tilesmith-perf here).
+        #[arg(long, env = tilesmith_trials::report::PERF_DIR_VAR, value_name = "DIR")]
+        perf_dir: Option<PathBuf>,
+        #[command(flatten)]
+        libtest: libtest_mimic::Arguments,
+    },
+    /// Benchmark variants against their family's baseline (cuBLAS for GEMM, a device copy for
+    /// the others) on this machine's GPU: a table, bench.json and SVG charts.
+    Bench {
+        #[command(flatten)]
+        registry: RegistryArg,
+        #[command(flatten)]
+        args: bench::Args,
+    },
+    /// Tune the GEMM dispatcher on this machine's GPU: time every variant on a set of problems
+    /// beside cuBLAS and write tuning/<GPU>-<SMs>sm.json, which the next build carries into the
+    /// registry. Resumable.
+    Tune {
+        #[command(flatten)]
+        registry: RegistryArg,
+        #[command(flatten)]
+        args: tune::Args,
+    },
+    /// Print the perf trials' records as a Markdown table.
+    PerfTable {
+        /// Folder of the records (default: target/tilesmith-perf in the project).
+        dir: Option<PathBuf>,
+    },
+    /// Build the registry and a release `tilesmith` into one folder with run.sh, bench.sh and
+    /// tune.sh, for running the trials, the bench and tuning on a GPU machine without Rust.
+    Bundle {
+        /// Where to put it (default: bundle/ in the project).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        compile: Compile,
+    },
+}
+
+/// Which registry `test`, `bench` and `tune` use.
+#[derive(clap::Args)]
+struct RegistryArg {
+    /// A built registry folder (a bundle's, or one copied from elsewhere); no project needed.
+    /// Default: $TILESMITH_REGISTRY, else the project's, built first.
+    #[arg(long, value_name = "DIR")]
+    registry: Option<PathBuf>,
+}
+
+/// How nvcc is run.
+#[derive(clap::Args)]
+struct Compile {
+    /// Parallel nvcc jobs, at least 1 (default: the number of cores).
+    #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
+    /// Run nvcc through this program, e.g. `sccache` (split on spaces; the content hash does
+    /// not change).
+    #[arg(long, value_name = "CMD", env = compile::LAUNCHER_VAR)]
+    launcher: Option<String>,
+}
+
+impl Compile {
+    fn options(&self, repair: bool) -> Options {
+        Options {
+            jobs: self.jobs.map_or_else(compile::cores, |jobs| jobs as usize),
+            launcher: compile::split_launcher(self.launcher.as_deref().unwrap_or_default()),
+            repair,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct Kernels {
+    /// Only variants whose names match this glob (repeatable), e.g. 'gemm_tn_*'.
+    #[arg(long = "kernels", value_name = "GLOB")]
+    globs: Vec<String>,
+}
+
+/// The command: parses the process's arguments, runs, and says how it went.
+pub fn main() -> ExitCode {
+    // `cargo tilesmith ...` runs `cargo-tilesmith tilesmith ...`.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let program = args.first().map(|p| Path::new(p).file_stem().unwrap_or_default().to_string_lossy().into_owned()).unwrap_or_default();
+    if program == "cargo-tilesmith" && args.get(1).is_some_and(|a| a == "tilesmith") {
+        args.remove(1);
+    }
+    match run(Cli::parse_from(args)) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The project `--root` names, else the one found from the current folder upward.
+fn project(root: &Option<PathBuf>) -> Result<Project> {
+    match root {
+        Some(root) => {
+            let root = std::path::absolute(root)?;
+            if root.is_file() {
+                bail!("--root {}: is a file; give the project folder, the one holding variants.toml", root.display());
+            }
+            if !root.is_dir() {
+                bail!("--root {}: the project folder does not exist", root.display());
+            }
+            Ok(Project::at(&root))
+        }
+        None => Project::find(&std::env::current_dir()?),
+    }
+}
+
+/// What `test`, `bench` and `tune` work on: the registry, and the project if there is one
+/// (for default output folders).
+struct Target {
+    registry: PathBuf,
+    project: Option<Project>,
+}
+
+impl Target {
+    /// `--registry`, else `$TILESMITH_REGISTRY` (refused when it is another project's registry
+    /// and the command runs inside a project), else the project's registry, generated and built
+    /// first.
+    fn resolve(root: &Option<PathBuf>, given: &RegistryArg) -> Result<Target> {
+        if let Some(dir) = &given.registry {
+            return Ok(Target { registry: dir.clone(), project: project(root).ok() });
+        }
+        let from_env = std::env::var_os(REGISTRY_VAR).filter(|v| !v.is_empty()).map(PathBuf::from);
+        match (from_env, project(root)) {
+            (Some(dir), Ok(project)) => {
+                check_same_project(&dir, &project)?;
+                Ok(Target { registry: dir, project: Some(project) })
+            }
+            (Some(dir), Err(_)) => Ok(Target { registry: dir, project: None }),
+            (None, Ok(project)) => {
+                let all = Selection::new(&[])?;
+                gen::run(&project, &all, false, false)?;
+                compile::run(&project, &all, &Options::from_env())?;
+                Ok(Target { registry: project.registry_dir(), project: Some(project) })
+            }
+            (None, Err(err)) => Err(err),
+        }
+    }
+
+    /// `target/<name>` in the project, else `<name>` in the current folder.
+    fn output(&self, name: &str) -> PathBuf {
+        self.project.as_ref().map_or_else(|| PathBuf::from(name), |p| p.root.join("target").join(name))
+    }
+
+    fn open(&self) -> Result<Registry> {
+        Registry::open(Some(&self.registry)).map_err(|err| anyhow::anyhow!("{err}"))
+    }
+}
+
+/// Refuses a `$TILESMITH_REGISTRY` built from another project than the one the command runs in.
+fn check_same_project(dir: &Path, project: &Project) -> Result<()> {
+    let index: tilesmith_spec::Registry =
+        manifest::read(&dir.join(MANIFEST_FILE)).with_context(|| format!("{REGISTRY_VAR}={}", dir.display()))?;
+    let here = std::fs::canonicalize(&project.root).unwrap_or_else(|_| project.root.clone());
+    match index.project {
+        Some(built_from) if built_from != here => bail!(
+            "{REGISTRY_VAR}={} is the registry of the project in {}, not of this one ({}): unset {REGISTRY_VAR} to use this \
+             project's registry, or pass --registry to use that one anyway",
+            dir.display(),
+            built_from.display(),
+            here.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let done = |result: Result<()>| result.map(|()| ExitCode::SUCCESS);
+    let message = |result: Result<(), String>| result.map_err(|err| anyhow::anyhow!(err));
+    match cli.command {
+        Command::Init { dir } => done(init::run(&dir.map_or_else(std::env::current_dir, Ok)?)),
+        Command::Gen { check, repair, kernels } => done(gen::run(&project(&cli.root)?, &Selection::new(&kernels.globs)?, check, repair)),
+        Command::Build { compile, repair, kernels } => {
+            done(compile::run(&project(&cli.root)?, &Selection::new(&kernels.globs)?, &compile.options(repair)))
+        }
+        Command::List { glob, mut kernels } => {
+            kernels.globs.extend(glob);
+            done(list::run(&project(&cli.root)?, &Selection::new(&kernels.globs)?))
+        }
+        Command::Toolchain => done(print_toolchain()),
+        Command::Test { registry, partition, perf_dir, libtest } => {
+            let target = Target::resolve(&cli.root, &registry)?;
+            let entries = tilesmith_trials::harness::registry_entries(&target.registry).map_err(|err| anyhow::anyhow!(err))?;
+            let perf_dir = perf_dir.unwrap_or_else(|| target.output("tilesmith-perf"));
+            let setup = tilesmith_trials::harness::Setup { entries, registry: target.registry, perf_dir, partition };
+            Ok(tilesmith_trials::harness::run(libtest, setup))
+        }
+        Command::Bench { registry, args } => {
+            let target = Target::resolve(&cli.root, &registry)?;
+            done(message(bench::run(args, &target.open()?, target.output("tilesmith-bench"))))
+        }
+        Command::Tune { registry, args } => {
+            let target = Target::resolve(&cli.root, &registry)?;
+            let out = target.project.as_ref().map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
+            done(message(tune::run(args, &target.open()?, out)))
+        }
+        Command::PerfTable { dir } => {
+            let dir = match dir {
+                Some(dir) => dir,
+                None => project(&cli.root)?.root.join("target/tilesmith-perf"),
+            };
+            done(message(perf_table::run(&dir)))
+        }
+        Command::Bundle { out, compile } => done(bundle::run(&project(&cli.root)?, out, &compile.options(false))),
+    }
+}
+
+fn print_toolchain() -> Result<()> {
+    let nvcc = toolchain::Nvcc::locate()?;
+    println!("nvcc: {} ({})", nvcc.path.display(), nvcc.origin);
+    println!("version: {}", nvcc.version);
+    match &nvcc.cuobjdump {
+        Some(path) => println!("cuobjdump: {}", path.display()),
+        None => println!("cuobjdump: not found beside nvcc"),
+    }
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! `tilesmith`.
+
+fn main() -> std::process::ExitCode {
+    tilesmith::main()
+}
