@@ -2,7 +2,7 @@
 //! registry manifest. Incremental by content hash, parallel; each fatbin is checked and
 //! recorded as it is made (see [`crate::registry`]).
 
-use crate::project::{self, sha256_hex, temporary_sibling, Project};
+use crate::project::{self, sha256_hex, temporary_sibling, write_atomic, Project};
 use crate::registry::RegistryDir;
 use crate::render::Renderer;
 use crate::select::Selection;
@@ -66,6 +66,45 @@ pub struct Job {
     source: Vec<u8>,
 }
 
+/// The environment variable naming a fatbin cache folder, as `--cache` does.
+pub const CACHE_VAR: &str = "TILESMITH_CACHE";
+
+/// A folder of fatbins by content hash (source, flags, compiler), shared by builds and
+/// projects: `<hash>.fatbin` and `<hash>.json` (its SHA-256 and ptxas's report). A build takes
+/// a fatbin from it instead of compiling when both are there and the fatbin still matches, and
+/// puts every fatbin it compiles there. sccache re-runs nvcc's preprocessing on every hit;
+/// this costs a copy.
+struct Cache {
+    dir: PathBuf,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cached {
+    fatbin_sha256: String,
+    resources: Vec<Resources>,
+}
+
+impl Cache {
+    /// Writes the cached fatbin of `hash` to `to` and returns its report, if the cache holds a
+    /// sound one.
+    fn fetch(&self, hash: &str, to: &Path) -> Option<Vec<Resources>> {
+        let cached: Cached = serde_json::from_slice(&std::fs::read(self.dir.join(format!("{hash}.json"))).ok()?).ok()?;
+        let bytes = std::fs::read(self.dir.join(format!("{hash}.fatbin"))).ok()?;
+        (sha256_hex(&bytes) == cached.fatbin_sha256 && std::fs::write(to, &bytes).is_ok()).then_some(cached.resources)
+    }
+
+    /// Puts a compiled fatbin in: the fatbin first, its record last, each atomically.
+    fn store(&self, hash: &str, fatbin: &Path, resources: &[Resources]) -> Result<(), String> {
+        let bytes = std::fs::read(fatbin).map_err(|err| err.to_string())?;
+        let record = Cached { fatbin_sha256: sha256_hex(&bytes), resources: resources.to_vec() };
+        let json = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
+        write_atomic(&self.dir.join(format!("{hash}.fatbin")), &bytes)
+            .and_then(|_| write_atomic(&self.dir.join(format!("{hash}.json")), &json))
+            .map(drop)
+            .map_err(|err| format!("cannot write into the cache {}: {err}", self.dir.display()))
+    }
+}
+
 /// The environment variable naming a program to run nvcc through, as `--launcher` does.
 pub const LAUNCHER_VAR: &str = "TILESMITH_NVCC_LAUNCHER";
 
@@ -76,12 +115,19 @@ pub struct Options {
     pub launcher: Vec<String>,
     /// Set an unreadable registry manifest aside and rebuild it from the per-variant records.
     pub repair: bool,
+    /// A folder of fatbins by content hash ([`Cache`]), looked in before compiling.
+    pub cache: Option<PathBuf>,
 }
 
 impl Options {
-    /// A job per core, the launcher from the environment, no repair.
+    /// A job per core, the launcher and the cache from the environment, no repair.
     pub fn from_env() -> Options {
-        Options { jobs: cores(), launcher: split_launcher(&std::env::var(LAUNCHER_VAR).unwrap_or_default()), repair: false }
+        Options {
+            jobs: cores(),
+            launcher: split_launcher(&std::env::var(LAUNCHER_VAR).unwrap_or_default()),
+            repair: false,
+            cache: std::env::var_os(CACHE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from),
+        }
     }
 }
 
@@ -155,7 +201,16 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         options.jobs
     );
 
-    let compiler = Compiler { project, nvcc: &nvcc, cuobjdump: &cuobjdump, launcher: &options.launcher, renderer: OnceLock::new() };
+    let cache = options.cache.clone().map(|dir| Cache { dir });
+    let compiler = Compiler {
+        project,
+        nvcc: &nvcc,
+        cuobjdump: &cuobjdump,
+        launcher: &options.launcher,
+        cache: cache.as_ref(),
+        cached: AtomicUsize::new(0),
+        renderer: OnceLock::new(),
+    };
     let done = Mutex::new(&mut records);
     let outcomes = compile_all(&compiler, &registry, &queue, options.jobs, |job, resources| {
         // Recorded as soon as it is made, so that an interrupted build keeps it.
@@ -201,8 +256,12 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     if let Some(index) = &index {
         report(index, manifest, selection);
     }
+    let cached = match compiler.cached.load(Ordering::Relaxed) {
+        0 => String::new(),
+        n => format!(" ({n} taken from the cache)"),
+    };
     println!(
-        "registry {}: {} variant(s) built, {compiled} compiled now, {} failed, in {:.2} s",
+        "registry {}: {} variant(s) built, {compiled} compiled now{cached}, {} failed, in {:.2} s",
         project.relative(registry.dir()),
         index.as_ref().map_or(records.len(), |i| i.variants.len()),
         failures.len(),
@@ -308,6 +367,9 @@ struct Compiler<'a> {
     nvcc: &'a Nvcc,
     cuobjdump: &'a Path,
     launcher: &'a [String],
+    cache: Option<&'a Cache>,
+    /// How many fatbins came from the cache.
+    cached: AtomicUsize,
     /// Loaded on the first compile error, to point it at its template line.
     renderer: OnceLock<Option<Renderer>>,
 }
@@ -381,6 +443,13 @@ impl Compiler<'_> {
         let not_own = |message: String| Failure { own: false, message };
         let target = registry.dir().join(fatbin_file(&job.entry.variant.name));
         let staging = temporary_sibling(&target);
+        if let Some(resources) = self.cache.and_then(|cache| cache.fetch(&job.hash, &staging)) {
+            if check_fatbin(self.cuobjdump, &staging, &job.entry).is_ok() && std::fs::rename(&staging, &target).is_ok() {
+                self.cached.fetch_add(1, Ordering::Relaxed);
+                return Ok(resources);
+            }
+            let _ = std::fs::remove_file(&staging);
+        }
         let private = registry.private_sources();
         let copy = private.join(&job.entry.source);
         let written = copy.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&copy, &job.source));
@@ -434,6 +503,11 @@ impl Compiler<'_> {
             // A cuobjdump that cannot start says nothing about the fatbin.
             let own = !problem.starts_with("cannot run");
             return Err(Failure { own, message: format!("{problem} (from template kernel-templates/{})", job.entry.template) });
+        }
+        if let Some(cache) = self.cache {
+            if let Err(problem) = cache.store(&job.hash, &staging, &resources) {
+                eprintln!("warning: {problem}");
+            }
         }
         if let Err(err) = std::fs::rename(&staging, &target) {
             let _ = std::fs::remove_file(&staging);

@@ -60,7 +60,7 @@ impl Script {
         for watched in [project.variants_file(), project.templates_dir(), project.tuning_dir()] {
             println!("cargo:rerun-if-changed={}", watched.display());
         }
-        for name in ["NVCC", "CUDA_HOME", "TILESMITH_HOME", compile::LAUNCHER_VAR] {
+        for name in ["NVCC", "CUDA_HOME", "TILESMITH_HOME", compile::LAUNCHER_VAR, compile::CACHE_VAR] {
             println!("cargo:rerun-if-env-changed={name}");
         }
         if !project.variants_file().is_file() {

@@ -136,6 +136,10 @@ struct Compile {
     /// not change).
     #[arg(long, value_name = "CMD", env = compile::LAUNCHER_VAR)]
     launcher: Option<String>,
+    /// Take fatbins from this folder by content hash instead of compiling them, and put every
+    /// fatbin compiled there (shared by builds and projects; sccache's counterpart on one machine).
+    #[arg(long, value_name = "DIR", env = compile::CACHE_VAR)]
+    cache: Option<PathBuf>,
 }
 
 impl Compile {
@@ -144,6 +148,7 @@ impl Compile {
             jobs: self.jobs.map_or_else(compile::cores, |jobs| jobs as usize),
             launcher: compile::split_launcher(self.launcher.as_deref().unwrap_or_default()),
             repair,
+            cache: self.cache.clone(),
         }
     }
 }

@@ -1334,3 +1334,35 @@ fn the_toolchain_is_found_in_the_per_user_folder() {
     assert!(output.status.success(), "{}", text(&output));
     assert!(text(&output).contains(&format!("nvcc: {}", nvcc.display())), "{}", text(&output));
 }
+
+/// Issue 15, item 8: with `--cache`, a fatbin compiled once is taken from the cache by content
+/// hash (nvcc not run) after the registry is gone; a cached fatbin that no longer matches its
+/// record is compiled again.
+#[test]
+fn a_fatbin_cache_serves_a_rebuild_without_nvcc_and_refuses_a_damaged_entry() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = project.path();
+    let cache = root.join("cache");
+    let launcher = root.join("record-calls");
+    let log = root.join("calls.log");
+    std::fs::write(&launcher, format!("#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n", log.display())).unwrap();
+    make_executable(&launcher);
+    let build = || xtask_env(root, &["build", "--launcher", launcher.to_str().unwrap(), "--cache", cache.to_str().unwrap()], &[]);
+    let calls = || std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let first = build();
+    assert!(first.status.success() && text(&first).contains("2 compiled now, 0 failed"), "{}", text(&first));
+    assert_eq!(calls(), 2);
+    std::fs::remove_dir_all(root.join("registry")).unwrap();
+    let second = build();
+    assert!(text(&second).contains("2 compiled now (2 taken from the cache), 0 failed"), "{}", text(&second));
+    assert_eq!(calls(), 2, "nvcc did not run");
+    assert!(root.join("registry/transpose_64x64.fatbin").is_file());
+
+    let damaged =
+        std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "fatbin")).unwrap();
+    std::fs::write(&damaged, b"not the fatbin that was cached").unwrap();
+    std::fs::remove_dir_all(root.join("registry")).unwrap();
+    let third = build();
+    assert!(text(&third).contains("2 compiled now (1 taken from the cache), 0 failed"), "{}", text(&third));
+    assert_eq!(calls(), 3, "the damaged one was compiled again");
+}

@@ -373,3 +373,37 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
         "lda = 4099 is not a multiple of 8 elements, as this checked variant assumes (16-byte rows)"
     );
 }
+
+/// An embedded registry (what tilesmith-build writes for `include_registry!`) opens without
+/// files: every kernel's fatbin comes from the program; a manifest that lists a fatbin that was
+/// not embedded, or that does not parse, is an error naming the project it was built from.
+#[test]
+fn an_embedded_registry_needs_no_files_and_refuses_what_is_missing() {
+    let dir = tempdir_with_registry();
+    let manifest: &'static [u8] = std::fs::read(dir.path().join("manifest.json")).unwrap().leak();
+    let index: tilesmith_spec::Registry = serde_json::from_slice(manifest).unwrap();
+    let fatbins: Vec<(&'static str, &'static [u8])> =
+        index.variants.iter().map(|b| (&*b.fatbin.clone().leak(), &b"not a fatbin"[..])).collect();
+    let fatbins: &'static [(&'static str, &'static [u8])] = fatbins.leak();
+    let complete = Box::leak(Box::new(tilesmith_runtime::Embedded { project: "/somewhere/my-kernels", manifest, fatbins, tuning: &[] }));
+    let registry = Registry::embedded(complete).unwrap();
+    assert_eq!(registry.dir(), None);
+    assert_eq!(registry.kernels().count(), index.variants.len());
+    let kernel = registry.kernel("gemm_tn_128x128x32").unwrap();
+    assert!(
+        matches!(kernel.fatbin(), tilesmith_runtime::Fatbin::Embedded { name: "gemm_tn_128x128x32.fatbin", .. }),
+        "{:?}",
+        kernel.fatbin()
+    );
+
+    let short = Box::leak(Box::new(tilesmith_runtime::Embedded { fatbins: &fatbins[1..], ..*complete }));
+    let err = Registry::embedded(short).unwrap_err().to_string();
+    let first = &index.variants[0].fatbin;
+    assert!(
+        err.contains(&format!("the registry embedded from /somewhere/my-kernels/{first}")) && err.contains("it was not embedded"),
+        "{err}"
+    );
+    let garbage = Box::leak(Box::new(tilesmith_runtime::Embedded { manifest: b"{ not json", ..*complete }));
+    let err = Registry::embedded(garbage).unwrap_err().to_string();
+    assert!(err.contains("the registry embedded from /somewhere/my-kernels/manifest.json") && err.contains("does not parse"), "{err}");
+}
