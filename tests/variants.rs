@@ -25,7 +25,7 @@ fn main() -> ExitCode {
     };
     let perf_dir = std::env::var_os(tilesmith_trials::report::PERF_DIR_VAR)
         .filter(|v| !v.is_empty())
-        .map_or_else(|| workspace.join("target/tilesmith-perf"), PathBuf::from);
+        .map_or_else(|| workspace.join("target").join(tilesmith_trials::report::PERF_DIR_NAME), PathBuf::from);
     let registry = given.unwrap_or_else(|| workspace.join("registry"));
     harness::run(Arguments::from_args(), Setup { entries, registry, perf_dir, partition: None })
 }

@@ -18,6 +18,7 @@ use tilesmith_build::compile::{self, Options};
 use tilesmith_build::{gen, toolchain, Project, Selection};
 use tilesmith_runtime::{Registry, REGISTRY_VAR};
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
+use tilesmith_trials::report::PERF_DIR_NAME;
 
 #[derive(Parser)]
 #[command(name = "tilesmith", version, about = "tilesmith: GPU kernel variants from templates to a tested fatbin registry")]
@@ -226,14 +227,19 @@ impl Target {
         }
     }
 
-    /// `target/<name>` in the project, else `<name>` in the current folder.
     fn output(&self, name: &str) -> PathBuf {
-        self.project.as_ref().map_or_else(|| PathBuf::from(name), |p| p.root.join("target").join(name))
+        output_dir(self.project.as_ref(), name)
     }
 
     fn open(&self) -> Result<Registry> {
         Registry::open(Some(&self.registry)).map_err(|err| anyhow::anyhow!("{err}"))
     }
+}
+
+/// Where a command writes by default: `target/<name>` in the project, else `<name>` in the
+/// current folder.
+fn output_dir(project: Option<&Project>, name: &str) -> PathBuf {
+    project.map_or_else(|| PathBuf::from(name), |p| p.root.join("target").join(name))
 }
 
 /// Refuses a `$TILESMITH_REGISTRY` built from another project than the one the command runs in.
@@ -270,7 +276,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Test { registry, partition, perf_dir, libtest } => {
             let target = Target::resolve(&cli.root, &registry)?;
             let entries = tilesmith_trials::harness::registry_entries(&target.registry).map_err(|err| anyhow::anyhow!(err))?;
-            let perf_dir = perf_dir.unwrap_or_else(|| target.output("tilesmith-perf"));
+            let perf_dir = perf_dir.unwrap_or_else(|| target.output(PERF_DIR_NAME));
             let setup = tilesmith_trials::harness::Setup { entries, registry: target.registry, perf_dir, partition };
             Ok(tilesmith_trials::harness::run(libtest, setup))
         }
@@ -286,7 +292,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::PerfTable { dir } => {
             let dir = match dir {
                 Some(dir) => dir,
-                None => project(&cli.root)?.root.join("target/tilesmith-perf"),
+                None => output_dir(Some(&project(&cli.root)?), PERF_DIR_NAME),
             };
             done(message(perf_table::run(&dir)))
         }

@@ -1,8 +1,9 @@
 //! The harness of the generated trials, shared by `cargo test` (tests/variants.rs) and
-//! `tilesmith test`: for every variant of a registry but its family's reference variants, `<family>::<variant>::correctness` and `<family>::<variant>::perf`
-//! (ignored unless asked for, with `--include-ignored` or `--ignored`), made from the family's
-//! declaration, and, where the registry has GEMMs, `dispatch::...` trials of its `gemm` call,
-//! which picks the variant itself. Listing makes no CUDA call.
+//! `tilesmith test`: for every variant of a registry but its family's reference variants,
+//! `<family>::<variant>::correctness` and `<family>::<variant>::perf` (ignored unless asked
+//! for, with `--include-ignored` or `--ignored`), made from the family's declaration, and,
+//! where the registry has GEMMs, `dispatch::...` trials of its `gemm` call, which picks the
+//! variant itself. Listing makes no CUDA call.
 //!
 //! Where the CUDA driver library cannot be loaded, every GPU trial is listed as ignored, so that
 //! both `cargo test` and nextest show it skipped, and the reason is printed once; run anyway

@@ -6,6 +6,8 @@ use tilesmith_runtime::{Gpu, Kernel};
 
 /// Environment variable naming the folder performance records go to.
 pub const PERF_DIR_VAR: &str = "TILESMITH_PERF_DIR";
+/// The folder they go to by default, under a project's `target/`.
+pub const PERF_DIR_NAME: &str = "tilesmith-perf";
 
 /// One variant's timing beside its baseline.
 #[derive(Clone, Debug, Serialize, Deserialize)]
