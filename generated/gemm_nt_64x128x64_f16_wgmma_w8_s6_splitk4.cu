@@ -11,6 +11,7 @@
 //   stages = 6
 //   cluster = 1
 //   split_k = 4
+//   epilogue = none
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -170,6 +171,10 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
+// Epilogue none: C = A·B.
+struct Epilogue {};
+__device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+
 #define TM 64
 #define TN 128
 #define TK 64
@@ -224,13 +229,13 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 }
 
 // Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
-// chunk j, two adjacent columns each. They go to shared memory in the 128-byte swizzle TMA
+// chunk j, two adjacent columns each, which `ep` turns into outputs. They go to shared memory in the 128-byte swizzle TMA
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
 // masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const CUtensorMap* tmC, T* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, uint32_t out, const CUtensorMap* tmC, T* C,
                                          int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -243,9 +248,9 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
-                const uint32_t value = pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
+                const uint32_t value = pack(epilogue_one(ep, d[4 * j + 2 * h], row, col), epilogue_one(ep, d[4 * j + 2 * h + 1], row, col + 1));
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
-                    const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
                     T* p = C + (long long)row * ldc + col;
                     if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
                     else if (row < M && col < N) *p = reinterpret_cast<const Pair*>(&value)->lo;
@@ -386,6 +391,7 @@ gemm_nt_64x128x64_f16_wgmma_w8_s6_splitk4(const __grid_constant__ CUtensorMap tm
         int tile_m, tile_n;
         tile_coords(first_unit, tiles_m, tiles_n, tile_m, tile_n);
         const uint32_t red = base + STAGES * STAGE_BYTES;
+        const Epilogue ep = Epilogue{};
         constexpr int ROWS = TM / SPLIT_K, STEPS = ROWS * TN / 4;
         for (int i = threadIdx.x - 128; i < STEPS; i += CONSUMERS * 128) {
             const int r = slice * ROWS + i / (TN / 4), col4 = i % (TN / 4) * 4;
@@ -399,6 +405,8 @@ gemm_nt_64x128x64_f16_wgmma_w8_s6_splitk4(const __grid_constant__ CUtensorMap tm
             const int row = tile_m * TM + r, col = tile_n * TN + col4;
             if (row >= M || col >= N) continue;
             T* p = C + (long long)row * ldc + col;
+            sum = make_float4(epilogue_one(ep, sum.x, row, col), epilogue_one(ep, sum.y, row, col + 1),
+                              epilogue_one(ep, sum.z, row, col + 2), epilogue_one(ep, sum.w, row, col + 3));
             if (col + 3 < N) {
                 const uint2 packed = make_uint2(pack(sum.x, sum.y), pack(sum.z, sum.w));
                 *reinterpret_cast<uint2*>(p) = packed;

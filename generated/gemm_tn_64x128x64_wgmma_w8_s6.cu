@@ -11,6 +11,7 @@
 //   stages = 6
 //   cluster = 1
 //   split_k = 1
+//   epilogue = none
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -170,6 +171,10 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
+// Epilogue none: C = A·B.
+struct Epilogue {};
+__device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+
 #define TM 64
 #define TN 128
 #define TK 64
@@ -224,13 +229,13 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 }
 
 // Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
-// chunk j, two adjacent columns each. They go to shared memory in the 128-byte swizzle TMA
+// chunk j, two adjacent columns each, which `ep` turns into outputs. They go to shared memory in the 128-byte swizzle TMA
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
 // masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const CUtensorMap* tmC, T* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, uint32_t out, const CUtensorMap* tmC, T* C,
                                          int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -243,9 +248,9 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
-                const uint32_t value = pack(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
+                const uint32_t value = pack(epilogue_one(ep, d[4 * j + 2 * h], row, col), epilogue_one(ep, d[4 * j + 2 * h + 1], row, col + 1));
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
-                    const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
                     T* p = C + (long long)row * ldc + col;
                     if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
                     else if (row < M && col < N) *p = reinterpret_cast<const Pair*>(&value)->lo;
@@ -330,6 +335,7 @@ gemm_tn_64x128x64_wgmma_w8_s6(const __grid_constant__ CUtensorMap tmA, const __g
         const int c = threadIdx.x / 128 - 1;
         const int t = threadIdx.x % 128;
         int stage = 0, phase = 0, previous = 0;
+        const Epilogue ep = Epilogue{};
         float d[TN / 2];
         for (int unit = first_unit; unit < units; unit += unit_stride) {
             int group_m, tile_n;
@@ -367,8 +373,8 @@ gemm_tn_64x128x64_wgmma_w8_s6(const __grid_constant__ CUtensorMap tmA, const __g
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
-            if (col0 + TN > N) epilogue<true>(d, out, &tmC, C, row0, col0, M, N, ldc, c, t);
-            else epilogue<false>(d, out, &tmC, C, row0, col0, M, N, ldc, c, t);
+            if (col0 + TN > N) epilogue<true>(d, ep, out, &tmC, C, row0, col0, M, N, ldc, c, t);
+            else epilogue<false>(d, ep, out, &tmC, C, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

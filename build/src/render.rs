@@ -21,6 +21,7 @@ pub struct Rendered {
 const BUILTIN_PARTIALS: &[(&str, &str)] = &[
     ("partials/contract.cu.tera", include_str!("../../kernel-templates/partials/contract.cu.tera")),
     ("partials/elements.cu.tera", include_str!("../../kernel-templates/partials/elements.cu.tera")),
+    ("partials/epilogue.cu.tera", include_str!("../../kernel-templates/partials/epilogue.cu.tera")),
     ("partials/header.cu.tera", include_str!("../../kernel-templates/partials/header.cu.tera")),
     ("partials/hopper.cu.tera", include_str!("../../kernel-templates/partials/hopper.cu.tera")),
     ("partials/ptx.cu.tera", include_str!("../../kernel-templates/partials/ptx.cu.tera")),

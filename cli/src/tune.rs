@@ -7,7 +7,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use tilesmith_runtime::dispatch;
-use tilesmith_runtime::{Buffer, Choice, Dtype, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
+use tilesmith_runtime::{Buffer, Choice, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
 use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_trials::timing::GemmCase;
 use tilesmith_trials::{trials, with_element};
@@ -197,9 +197,18 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
     let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
     let device = gpu.device();
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
-    let gemms: Vec<&Kernel> =
-        registry.kernels().filter(|k| k.variant().dtype == dtype && k.variant().family == "gemm" && !k.is_reference()).collect();
-    let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, dtype, shape, &buffers)
+    // Tables rank main loops: the variants without an epilogue; the dispatcher maps a pick to
+    // its epilogue sibling.
+    let gemms: Vec<&Kernel> = registry
+        .kernels()
+        .filter(|k| {
+            let v = k.variant();
+            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && v.word("epilogue").unwrap_or("none") == "none"
+        })
+        .collect();
+    let plain = EpilogueArgs::default();
+    let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &plain };
+    let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, &call)
         .into_iter()
         .map(|(kernel, strategy)| {
             (dispatch::estimate_seconds(kernel.info(), &device, dtype, shape, &buffers, strategy), kernel.clone(), strategy)

@@ -5,7 +5,7 @@
 use crate::error::{Context as _, Error};
 use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
-use crate::plan::{check_gemm_call, plan_gemm, plan_transpose, runs_on, Buffer, GemmShape, TransposeShape};
+use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose, runs_on, Buffer, EpilogueArgs, GemmShape, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use tilesmith_spec::tuning::{Alignment, Device, Strategy, TuningTable};
@@ -201,30 +201,38 @@ pub fn transposer<'k>(kernels: impl IntoIterator<Item = &'k Kernel>, device: &De
         .min_by(|a, b| a.name().cmp(b.name()))
 }
 
+/// One GEMM call as the dispatcher sees it: what it multiplies and what its epilogue asks.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmCall<'c> {
+    pub dtype: Dtype,
+    pub shape: &'c GemmShape,
+    pub buffers: [Buffer; 3],
+    pub epilogue: &'c EpilogueArgs,
+}
+
+/// Whether the padded strategy can carry this epilogue: not where C is computed transposed in
+/// scratch (its biases would swap sides and β·C would read scratch).
+fn padded_epilogue(padding: &Padding, epilogue: &EpilogueArgs) -> bool {
+    padding.c.is_none() || epilogue.is_plain()
+}
+
 /// Whether `built` takes the call with this strategy on this device.
-fn accepts(
-    built: &Built,
-    transpose: Option<&Kernel>,
-    device: &Device,
-    dtype: Dtype,
-    shape: &GemmShape,
-    buffers: &[Buffer; 3],
-    strategy: Strategy,
-) -> bool {
+fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>, strategy: Strategy) -> bool {
+    let GemmCall { dtype, shape, buffers, epilogue } = *call;
     if !runs_on(&built.entry.targets, (device.capability[0], device.capability[1])) {
         return false;
     }
     match strategy {
-        Strategy::Direct => plan_gemm(built, dtype, shape, *buffers, device.sms).is_ok(),
+        Strategy::Direct => plan_gemm_with(built, dtype, shape, buffers, epilogue, device.sms).is_ok(),
         Strategy::Padded => {
             let Some(transpose) = transpose else { return false };
-            if alignment(dtype, shape, buffers) == Alignment::Aligned {
+            if alignment(dtype, shape, &buffers) == Alignment::Aligned {
                 return false;
             }
-            let Some(padding) = padding(dtype, shape, buffers) else { return false };
+            let Some(padding) = padding(dtype, shape, &buffers).filter(|p| padded_epilogue(p, epilogue)) else { return false };
             // The workspace starts 256-byte aligned; address 0 stands for it.
-            let (gemm, moves) = padding.buffers(buffers, 0);
-            plan_gemm(built, dtype, &padding.gemm, gemm, device.sms).is_ok()
+            let (gemm, moves) = padding.buffers(&buffers, 0);
+            plan_gemm_with(built, dtype, &padding.gemm, gemm, epilogue, device.sms).is_ok()
                 && moves.iter().all(|(shape, io)| plan_transpose(transpose.info(), dtype, shape, *io, device.sms).is_ok())
         }
     }
@@ -236,14 +244,12 @@ pub fn candidates<'k>(
     kernels: &[&'k Kernel],
     transpose: Option<&Kernel>,
     device: &Device,
-    dtype: Dtype,
-    shape: &GemmShape,
-    buffers: &[Buffer; 3],
+    call: &GemmCall<'_>,
 ) -> Vec<(&'k Kernel, Strategy)> {
     let mut out = Vec::new();
     for strategy in [Strategy::Direct, Strategy::Padded] {
         for &kernel in kernels {
-            if accepts(kernel.info(), transpose, device, dtype, shape, buffers, strategy) {
+            if accepts(kernel.info(), transpose, device, call, strategy) {
                 out.push((kernel, strategy));
             }
         }
@@ -251,23 +257,47 @@ pub fn candidates<'k>(
     out
 }
 
-/// Picks the variant and strategy for a call. With a table for this device (same name, compute
-/// capability and SM count): the nearest measured problem of the call's dtype, layout and
-/// alignment, its candidates in rank order, the first that takes the call; then the next
-/// nearest problem. Otherwise, or when no table candidate takes it, [`heuristic`].
+/// The variant that differs from `kernel` in its `epilogue` axis only, having `epilogue`.
+fn with_epilogue<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str) -> Option<&'k Kernel> {
+    let wanted = kernel.variant();
+    let same = |v: &tilesmith_spec::Variant| {
+        v.backend == wanted.backend
+            && v.warps == wanted.warps
+            && v.bounds == wanted.bounds
+            && v.tile == wanted.tile
+            && v.word("epilogue").unwrap_or("none") == epilogue
+            && v.axes.iter().filter(|(axis, _)| *axis != "epilogue").eq(wanted.axes.iter().filter(|(axis, _)| *axis != "epilogue"))
+    };
+    kernels.iter().copied().find(|k| same(k.variant()))
+}
+
+/// Picks the variant and strategy for a call. Only variants applying the call's activation
+/// (its `epilogue` axis) compete. With a table for this device (same name, compute capability
+/// and SM count): the nearest measured problem of the call's dtype, layout and alignment, its
+/// candidates in rank order (each as the variant of the same axes with the call's epilogue),
+/// the first that takes the call; then the next nearest problem. Otherwise, or when no table
+/// candidate takes it, [`heuristic`].
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
     tables: &[TuningTable],
     device: &Device,
-    dtype: Dtype,
-    shape: &GemmShape,
-    buffers: [Buffer; 3],
+    call: &GemmCall<'_>,
 ) -> std::result::Result<Choice, String> {
+    let GemmCall { dtype, shape, buffers, epilogue } = *call;
     check_gemm_call(shape, buffers)?;
     let all: Vec<&Kernel> = kernels.into_iter().collect();
     let transpose = transposer(all.iter().copied(), device, dtype);
-    let gemms: Vec<&Kernel> =
-        all.into_iter().filter(|k| k.variant().dtype == dtype && k.variant().family == "gemm" && !k.is_reference()).collect();
+    let gemms: Vec<&Kernel> = all
+        .iter()
+        .copied()
+        .filter(|k| {
+            let v = k.variant();
+            v.dtype == dtype
+                && v.family == "gemm"
+                && !k.is_reference()
+                && epilogue.activation.epilogues().contains(&v.word("epilogue").unwrap_or("none"))
+        })
+        .collect();
     let class = alignment(dtype, shape, &buffers);
     let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
     let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
@@ -279,8 +309,10 @@ pub fn choose<'k>(
     if let Some(table) = tables.iter().find(|t| &t.device == device) {
         for entry in table.nearest(dtype, shape.layout, class, problem) {
             for (rank, candidate) in entry.ranked.iter().enumerate() {
-                let Some(kernel) = gemms.iter().find(|k| k.name() == candidate.variant) else { continue };
-                if accepts(kernel.info(), transpose, device, dtype, shape, &buffers, candidate.strategy) {
+                let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
+                let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy);
+                let kernel = epilogue.activation.epilogues().iter().filter_map(|word| with_epilogue(&gemms, ranked, word)).find(takes);
+                if let Some(kernel) = kernel {
                     let [m, n, k] = entry.shape;
                     let reason = format!(
                         "tuning table {}: nearest measured problem {m}x{n}x{k} ({dtype} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
@@ -298,7 +330,7 @@ pub fn choose<'k>(
     }
     let why =
         if tables.iter().any(|t| &t.device == device) { "no table candidate takes this call" } else { "no tuning table for this device" };
-    let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, dtype, shape, &buffers)?;
+    let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, call)?;
     Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
 }
 
@@ -313,23 +345,23 @@ pub fn heuristic<'k>(
     kernels: &[&'k Kernel],
     transpose: Option<&Kernel>,
     device: &Device,
-    dtype: Dtype,
-    shape: &GemmShape,
-    buffers: &[Buffer; 3],
+    call: &GemmCall<'_>,
 ) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
+    let GemmCall { dtype, shape, buffers, epilogue } = *call;
     let mut best: Option<(f64, &Kernel, Strategy)> = None;
-    for (kernel, strategy) in candidates(kernels, transpose, device, dtype, shape, buffers) {
+    for (kernel, strategy) in candidates(kernels, transpose, device, call) {
         if best.is_some_and(|(_, _, s)| s != strategy) {
             break;
         }
-        let estimate = estimate_seconds(kernel.info(), device, dtype, shape, buffers, strategy);
+        let estimate = estimate_seconds(kernel.info(), device, dtype, shape, &buffers, strategy);
         if best.as_ref().is_none_or(|(t, k, _)| estimate < *t || (estimate == *t && kernel.name() < k.name())) {
             best = Some((estimate, kernel, strategy));
         }
     }
     let (estimate, kernel, strategy) = best.ok_or_else(|| {
+        let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
         format!(
-            "no {dtype} {} variant in the registry runs on {} and takes {}x{}x{} with these leading dimensions and pointers",
+            "no {dtype} {} variant{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
             shape.layout, device.name, shape.m, shape.n, shape.k
         )
     })?;
@@ -374,6 +406,7 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
 
 fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
     let stream = gpu.stream();
+    let (epilogue, _epilogue_sync) = args.epilogue.held(stream);
     let (a, _a) = args.a.device_ptr(stream);
     let (b, _b) = args.b.device_ptr(stream);
     let c_len = args.c.len();
@@ -384,11 +417,17 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
         name: kernel.name().to_string(),
         rule: "the padded strategy's scratch would not fit an address".into(),
     })?;
+    if !padded_epilogue(&padding, &epilogue) {
+        return Err(Error::Refused {
+            name: kernel.name().to_string(),
+            rule: "the padded strategy computes an unaligned C transposed, which carries no epilogue: align C's rows to 16 bytes".into(),
+        });
+    }
     let scratch = workspace.reserve(gpu, padding.bytes.max(1))?;
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
     // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
-    plan_gemm(kernel.info(), T::DTYPE, &padding.gemm, gemm, gpu.sms())
+    plan_gemm_with(kernel.info(), T::DTYPE, &padding.gemm, gemm, &epilogue, gpu.sms())
         .map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
     for (shape, io) in &moves {
         plan_transpose(transpose.info(), T::DTYPE, shape, *io, gpu.sms())
@@ -401,7 +440,7 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
     for (shape, io) in operand_moves {
         transpose.transpose_buffers(gpu, T::DTYPE, shape, *io)?;
     }
-    kernel.gemm_buffers(gpu, T::DTYPE, &padding.gemm, gemm)?;
+    kernel.gemm_buffers(gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
     if let Some((shape, io)) = c_move {
         transpose.transpose_buffers(gpu, T::DTYPE, &shape, io)?;
     }

@@ -3,9 +3,9 @@
 use crate::error::Error;
 use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
-use crate::plan::{plan_call, plan_gemm, plan_transpose, Buffer, Call, GemmShape, TransposeShape};
+use crate::plan::{plan_call, plan_gemm_with, plan_transpose, Activation, Buffer, Call, EpilogueArgs, GemmShape, TransposeShape};
 use crate::Result;
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use std::sync::Arc;
 use tilesmith_spec::{Built, Dtype, Layout, Variant};
 
@@ -51,18 +51,74 @@ impl Element for half::bf16 {
     }
 }
 
-/// The device buffers and shape of one GEMM call.
+/// A GEMM's epilogue: C = activation(α·A·B + β·C + bias[col] + row_bias[row]), in f32 before
+/// the one rounding to C's type. The default is C = A·B. Variants of the GEMM family's
+/// `epilogue` axis apply it; the others refuse anything but the default.
+#[derive(Clone, Copy, Debug)]
+pub struct Epilogue<'a, T> {
+    pub activation: Activation,
+    pub alpha: f32,
+    /// With β = 0, C is not read (it may hold NaNs).
+    pub beta: f32,
+    /// One per column of C: N elements.
+    pub bias: Option<&'a CudaSlice<T>>,
+    /// One per row of C: M elements.
+    pub row_bias: Option<&'a CudaSlice<T>>,
+}
+
+impl<T> Default for Epilogue<'_, T> {
+    fn default() -> Self {
+        Epilogue { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None }
+    }
+}
+
+impl<'a, T> Epilogue<'a, T> {
+    /// activation(A·B + bias), nn.Linear's bias followed by an activation.
+    pub fn bias(activation: Activation, bias: &'a CudaSlice<T>) -> Self {
+        Epilogue { activation, bias: Some(bias), ..Epilogue::default() }
+    }
+}
+
+impl<T: Element> Epilogue<'_, T> {
+    /// As the checks see it, with the biases' lengths and addresses, and the guards that keep
+    /// the biases ordered on `stream` until they drop (after the launch is enqueued).
+    pub(crate) fn held<'s>(&'s self, stream: &'s Arc<CudaStream>) -> (EpilogueArgs, Vec<SyncOnDrop<'s>>) {
+        let mut guards = Vec::new();
+        let mut buffer = |slice: Option<&'s CudaSlice<T>>| {
+            slice.map(|s| {
+                let (addr, guard) = s.device_ptr(stream);
+                guards.push(guard);
+                Buffer { len: s.len(), addr }
+            })
+        };
+        let (bias, row_bias) = (buffer(self.bias), buffer(self.row_bias));
+        (EpilogueArgs { activation: self.activation, alpha: self.alpha, beta: self.beta, bias, row_bias }, guards)
+    }
+}
+
+/// The device buffers, shape and epilogue of one GEMM call.
 pub struct GemmArgs<'a, T> {
     pub a: &'a CudaSlice<T>,
     pub b: &'a CudaSlice<T>,
     pub c: &'a mut CudaSlice<T>,
     pub shape: GemmShape,
+    pub epilogue: Epilogue<'a, T>,
 }
 
 impl<'a, T> GemmArgs<'a, T> {
     /// Matrices stored without padding: leading dimensions equal to their row lengths.
     pub fn packed(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<T>, m: usize, n: usize, k: usize, layout: Layout) -> Self {
-        GemmArgs { a, b, c, shape: GemmShape::packed(m, n, k, layout) }
+        GemmArgs::new(a, b, c, GemmShape::packed(m, n, k, layout))
+    }
+
+    /// C = A·B with this shape (leading dimensions included).
+    pub fn new(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<T>, shape: GemmShape) -> Self {
+        GemmArgs { a, b, c, shape, epilogue: Epilogue::default() }
+    }
+
+    /// The same call with this epilogue.
+    pub fn with_epilogue(self, epilogue: Epilogue<'a, T>) -> Self {
+        GemmArgs { epilogue, ..self }
     }
 }
 
@@ -159,20 +215,29 @@ impl Kernel {
         }
     }
 
-    /// Enqueues C = A·B on the GPU's stream, after checking every argument against the manifest.
+    /// Enqueues C = A·B, or the call's epilogue of it, on the GPU's stream, after checking every
+    /// argument against the manifest.
     pub fn gemm<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>) -> Result<()> {
         let stream = gpu.stream();
+        let (epilogue, _epilogue_sync) = args.epilogue.held(stream);
         let (a, _a_sync) = args.a.device_ptr(stream);
         let (b, _b_sync) = args.b.device_ptr(stream);
         let c_len = args.c.len();
         let (c, _c_sync) = args.c.device_ptr_mut(stream);
         let buffers = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
-        self.gemm_buffers(gpu, T::DTYPE, &args.shape, buffers)
+        self.gemm_buffers(gpu, T::DTYPE, &args.shape, buffers, &epilogue)
     }
 
     /// As [`Kernel::gemm`], on buffers the caller holds on the GPU's stream.
-    pub(crate) fn gemm_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3]) -> Result<()> {
-        match plan_gemm(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
+    pub(crate) fn gemm_buffers(
+        &self,
+        gpu: &Gpu,
+        dtype: Dtype,
+        shape: &GemmShape,
+        buffers: [Buffer; 3],
+        epilogue: &EpilogueArgs,
+    ) -> Result<()> {
+        match plan_gemm_with(&self.built, dtype, shape, buffers, epilogue, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }

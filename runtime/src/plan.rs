@@ -48,6 +48,68 @@ impl GemmShape {
     }
 }
 
+/// The activation of a GEMM epilogue, C = act(α·A·B + β·C + bias + row_bias): the values of
+/// the GEMM family's `epilogue` axis, `None` standing for both `none` (C = A·B, no α, β or
+/// bias taken) and `linear`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Activation {
+    #[default]
+    None,
+    Relu,
+    /// GELU's tanh form, cuBLASLt's `GELU`: x/2 · (1 + tanh(√(2/π)·(x + 0.044715x³))).
+    GeluTanh,
+    /// GELU's exact form: x/2 · (1 + erf(x/√2)).
+    GeluErf,
+    /// x · sigmoid(x).
+    Silu,
+}
+
+impl Activation {
+    pub const ALL: [Activation; 5] = [Activation::None, Activation::Relu, Activation::GeluTanh, Activation::GeluErf, Activation::Silu];
+
+    /// The `epilogue` axis values of the variants that apply it.
+    pub fn epilogues(self) -> &'static [&'static str] {
+        match self {
+            Activation::None => &["none", "linear"],
+            Activation::Relu => &["relu"],
+            Activation::GeluTanh => &["gelu_tanh"],
+            Activation::GeluErf => &["gelu_erf"],
+            Activation::Silu => &["silu"],
+        }
+    }
+
+    /// The activation a variant with this `epilogue` value applies.
+    pub fn of_epilogue(word: &str) -> Option<Activation> {
+        Activation::ALL.into_iter().find(|a| a.epilogues().contains(&word))
+    }
+}
+
+/// What a GEMM call asks of the epilogue beside the product, as the checks see it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpilogueArgs {
+    pub activation: Activation,
+    pub alpha: f32,
+    pub beta: f32,
+    /// One per column of C (N elements).
+    pub bias: Option<Buffer>,
+    /// One per row of C (M elements).
+    pub row_bias: Option<Buffer>,
+}
+
+impl Default for EpilogueArgs {
+    /// C = A·B.
+    fn default() -> EpilogueArgs {
+        EpilogueArgs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None }
+    }
+}
+
+impl EpilogueArgs {
+    /// Whether it asks for nothing beyond C = A·B.
+    pub fn is_plain(&self) -> bool {
+        *self == EpilogueArgs::default()
+    }
+}
+
 /// Y (N×M) = Xᵀ, X (M×N); both row-major with leading dimensions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransposeShape {
@@ -230,8 +292,26 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             return Err(format!("the call passes operand `{name}` twice"));
         }
     }
-    if let Some(missing) = family.operands.iter().find(|o| !operands.contains_key(o.name.as_str())) {
+    if let Some(missing) = family.operands.iter().find(|o| !o.optional && !operands.contains_key(o.name.as_str())) {
         return Err(format!("the call does not pass operand `{}`", missing.name));
+    }
+    // What the variant takes; an optional operand or a defaulted scalar it does not take is
+    // refused when the call asks for it, rather than silently left out.
+    let params = &entry.launch.params;
+    let takes_operand = |name: &str| {
+        params
+            .iter()
+            .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
+    };
+    let takes_scalar = |name: &str| params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar } if scalar == name));
+    let applied = |axis_note: String| if axis_note.is_empty() { String::new() } else { format!(" ({axis_note})") };
+    let own_axes =
+        || family.axes.iter().filter_map(|a| Some(format!("{} {}", a.name, variant.word(&a.name)?))).collect::<Vec<_>>().join(", ");
+    if let Some(name) = operands.keys().find(|name| !takes_operand(name)) {
+        return Err(format!(
+            "the call passes `{name}`, which this variant does not apply{}: pick a variant that takes it, or leave it out",
+            applied(own_axes())
+        ));
     }
     let mut scalars: BTreeMap<&str, f64> = BTreeMap::new();
     for (name, value) in &call.scalars {
@@ -247,12 +327,28 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         }
         let (lo, hi) = decl.bounds();
         let integral = matches!(decl.ty, ScalarType::I32 | ScalarType::U32);
-        if !value.is_finite() || !(lo..=hi).contains(value) || (integral && value.fract() != 0.0) {
+        if !value.is_finite() {
+            return Err(format!("scalar `{name}` = {value} is not a finite number"));
+        }
+        if !(lo..=hi).contains(value) || (integral && value.fract() != 0.0) {
             return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
+        if !takes_scalar(name) && decl.default != Some(*value) {
+            return Err(format!(
+                "the call passes {name} = {value}, but this variant does not apply `{name}`{} and computes with {name} = {}: pick a variant that takes it",
+                applied(own_axes()),
+                decl.default.unwrap_or(f64::NAN)
+            ));
+        }
     }
-    if let Some(missing) = family.scalars.iter().find(|s| !scalars.contains_key(s.name.as_str())) {
-        return Err(format!("the call does not pass scalar `{}`", missing.name));
+    for decl in &family.scalars {
+        match decl.default {
+            _ if scalars.contains_key(decl.name.as_str()) => {}
+            Some(default) => {
+                scalars.insert(&decl.name, default);
+            }
+            None => return Err(format!("the call does not pass scalar `{}`", decl.name)),
+        }
     }
 
     let requires = &entry.requires;
@@ -280,6 +376,11 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         let size = |v: u64| usize::try_from(v).map_err(|_| format!("{} has a side of {v} elements, more than an address holds", decl.name));
         let (rows, cols, ld, layout) = (size(shape.rows)?, size(shape.cols)?, size(shape.ld)?, shape.layout);
         let ld_name = decl.ld.clone().unwrap_or_else(|| "its length".to_string());
+        if let [length] = &decl.dims[..] {
+            if buffer.len < cols {
+                return Err(format!("{} holds {} elements, but it takes {length} = {cols} of them", decl.name, buffer.len));
+            }
+        }
         let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype };
         check_stored(&op)?;
         if decl.ld.is_some() && ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
@@ -302,9 +403,12 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         .params
         .iter()
         .map(|param| match &param.kind {
-            ParamKind::Pointer { operand, .. } => {
-                stored.get(operand.as_str()).map(|o| Arg::Pointer(o.buffer.addr)).ok_or_else(|| missing(&param.name, operand))
-            }
+            ParamKind::Pointer { operand, .. } => match stored.get(operand.as_str()) {
+                Some(o) => Ok(Arg::Pointer(o.buffer.addr)),
+                // Left out of the call: the kernel sees a null pointer.
+                None if family.operand(operand).is_some_and(|o| o.optional) => Ok(Arg::Pointer(0)),
+                None => Err(missing(&param.name, operand)),
+            },
             ParamKind::TensorMap { operand, box_, swizzle } => {
                 tensor_map(stored.get(operand.as_str()).ok_or_else(|| missing(&param.name, operand))?, *box_, *swizzle).map(Arg::TensorMap)
             }
@@ -418,16 +522,38 @@ pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), St
     })
 }
 
-/// The GEMM wrapper over [`plan_call`], for a GPU with `sms` multiprocessors; `None` when there
-/// is nothing to compute (M or N is 0); K = 0 with M and N above 0 is refused.
-pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
+/// The GEMM wrapper over [`plan_call`] for C = A·B, for a GPU with `sms` multiprocessors;
+/// `None` when there is nothing to compute (M or N is 0); K = 0 with M and N above 0 is refused.
+pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
+    plan_gemm_with(built, dtype, shape, buffers, &EpilogueArgs::default(), sms)
+}
+
+/// As [`plan_gemm`], with an epilogue: the variant must apply the call's activation (its
+/// `epilogue` axis), and take α, β and the biases the call gives.
+pub fn plan_gemm_with(
+    built: &Built,
+    dtype: Dtype,
+    shape: &GemmShape,
+    [a, b, c]: [Buffer; 3],
+    epilogue: &EpilogueArgs,
+    sms: u32,
+) -> Result<Option<Launch>, String> {
     check_family(built, dtype, "gemm")?;
-    let layout = built.entry.variant.word("layout").unwrap_or_default();
+    let variant = &built.entry.variant;
+    let layout = variant.word("layout").unwrap_or_default();
     if shape.layout.as_str() != layout {
         return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
     }
+    let applied = variant.word("epilogue").unwrap_or("none");
+    if !epilogue.activation.epilogues().contains(&applied) {
+        return Err(format!(
+            "it applies epilogue {applied}, but the call asks for activation {:?} (epilogue {})",
+            epilogue.activation,
+            epilogue.activation.epilogues().join(" or ")
+        ));
+    }
     let s = shape;
-    let call = Call::default()
+    let mut call = Call::default()
         .operand("a", dtype, a)
         .operand("b", dtype, b)
         .operand("c", dtype, c)
@@ -437,6 +563,18 @@ pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buf
         .quantity("lda", s.lda as u64)
         .quantity("ldb", s.ldb as u64)
         .quantity("ldc", s.ldc as u64);
+    // Only what differs from the defaults, so that plain calls fit GEMM families without them.
+    if epilogue.alpha != 1.0 {
+        call = call.scalar("alpha", f64::from(epilogue.alpha));
+    }
+    if epilogue.beta != 0.0 {
+        call = call.scalar("beta", f64::from(epilogue.beta));
+    }
+    for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
+        if let Some(buffer) = buffer {
+            call = call.operand(name, dtype, buffer);
+        }
+    }
     let launch = plan_call(built, &call, sms)?;
     if launch.is_some() && shape.k == 0 {
         return Err(format!(

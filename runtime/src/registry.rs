@@ -1,11 +1,11 @@
 //! Opening a registry, the folder `tilesmith build` writes or one embedded in the program by
 //! `tilesmith-build`, and finding kernels in it by name.
 
-use crate::dispatch::{self, Choice, Workspace};
+use crate::dispatch::{self, Choice, GemmCall, Workspace};
 use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
-use crate::plan::{Buffer, GemmShape};
+use crate::plan::{Activation, GemmShape};
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ pub struct Registry {
     picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
 }
 
-type PickKey = (String, u32, Dtype, GemmShape, [bool; 3]);
+type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool));
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set; with neither,
@@ -129,11 +129,12 @@ impl Registry {
 
     /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
     pub fn choose_gemm<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> Result<Choice> {
-        self.choose(gpu, T::DTYPE, &args.shape, args.buffers(gpu))
+        let (epilogue, _sync) = args.epilogue.held(gpu.stream());
+        self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
     }
 
-    fn choose(&self, gpu: &Gpu, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3]) -> Result<Choice> {
-        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), dtype, shape, buffers).map_err(Error::NoVariant)
+    fn choose(&self, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
+        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), call).map_err(Error::NoVariant)
     }
 
     /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
@@ -143,12 +144,17 @@ impl Registry {
         let buffers = args.buffers(gpu);
         let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
         let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
-        let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned);
+        let (epilogue, sync) = args.epilogue.held(gpu.stream());
+        drop(sync);
+        // What decides which variants take the call: the epilogue's activation and which of
+        // α, β and the biases differ from C = A·B.
+        let asks = (epilogue.activation, epilogue.alpha != 1.0, epilogue.beta != 0.0, epilogue.bias.is_some(), epilogue.row_bias.is_some());
+        let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned, asks);
         let cached = self.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let choice = match cached {
             Some(choice) => choice,
             None => {
-                let choice = self.choose(gpu, T::DTYPE, &args.shape, buffers)?;
+                let choice = self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers, epilogue: &epilogue })?;
                 self.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
                 choice
             }

@@ -2,8 +2,8 @@
 //! fixture tuning table, and calls it must route.
 
 use std::path::Path;
-use tilesmith_runtime::dispatch::choose;
-use tilesmith_runtime::{Buffer, Dtype, GemmShape, Layout, Registry};
+use tilesmith_runtime::dispatch::{choose, Choice, GemmCall};
+use tilesmith_runtime::{plan_gemm_with, Activation, Buffer, Dtype, EpilogueArgs, GemmShape, Layout, Registry};
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Device, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_spec::{Built, Manifest};
 
@@ -73,8 +73,19 @@ fn buffers(shape: &GemmShape) -> [Buffer; 3] {
     shape.spans().map(|len| Buffer { len, addr: ALIGNED })
 }
 
+/// The dispatcher's pick for a bf16 call with this epilogue.
+fn choose_with(
+    registry: &Registry,
+    device: &Device,
+    shape: &GemmShape,
+    buffers: [Buffer; 3],
+    epilogue: &EpilogueArgs,
+) -> Result<Choice, String> {
+    choose(registry.kernels(), registry.tables(), device, &GemmCall { dtype: Dtype::Bf16, shape, buffers, epilogue })
+}
+
 fn pick(registry: &Registry, device: &Device, shape: GemmShape) -> (String, Strategy, String) {
-    let choice = choose(registry.kernels(), registry.tables(), device, Dtype::Bf16, &shape, buffers(&shape)).unwrap();
+    let choice = choose_with(registry, device, &shape, buffers(&shape), &EpilogueArgs::default()).unwrap();
     assert_eq!(choice.transpose.is_some(), choice.strategy == Strategy::Padded, "the padded strategy carries its transpose variant");
     (choice.kernel.name().to_string(), choice.strategy, choice.reason)
 }
@@ -133,9 +144,63 @@ fn a_call_no_variant_can_take_is_an_error_naming_the_rule() {
     let shape = GemmShape::packed(64, 64, 64, Layout::Tn);
     let mut short = buffers(&shape);
     short[2].len -= 1;
-    let err = choose(registry.kernels(), registry.tables(), &h200(), Dtype::Bf16, &shape, short).unwrap_err();
+    let plain = EpilogueArgs::default();
+    let err = choose_with(&registry, &h200(), &shape, short, &plain).unwrap_err();
     assert!(err.contains("c holds 4095 elements"), "{err}");
-    let err = choose(registry.kernels(), registry.tables(), &Device { capability: [7, 0], ..h200() }, Dtype::Bf16, &shape, buffers(&shape))
-        .unwrap_err();
+    let err = choose_with(&registry, &Device { capability: [7, 0], ..h200() }, &shape, buffers(&shape), &plain).unwrap_err();
     assert!(err.contains("no bf16 tn variant in the registry runs on NVIDIA H200"), "{err}");
+}
+
+#[test]
+fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
+    let registry = registry();
+    let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
+    let bias = Buffer { len: 4096, addr: ALIGNED };
+    let gelu = EpilogueArgs { activation: Activation::GeluTanh, bias: Some(bias), ..EpilogueArgs::default() };
+    // The table ranks the unchecked 128x256 variant first, which has no epilogue sibling; the
+    // second has one.
+    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &gelu).unwrap();
+    assert_eq!(choice.kernel.name(), "gemm_tn_128x256x64_wgmma_w12_gelu_tanh");
+    assert!(choice.reason.contains("rank 2 of 3"), "{}", choice.reason);
+    // α and β alone go to a linear variant; a plain call to the one without an epilogue.
+    let scaled = EpilogueArgs { alpha: 2.0, beta: 1.0, ..EpilogueArgs::default() };
+    assert_eq!(
+        choose_with(&registry, &h200(), &shape, buffers(&shape), &scaled).unwrap().kernel.name(),
+        "gemm_tn_128x256x64_wgmma_w12_linear"
+    );
+    let plain = choose_with(&registry, &h200(), &shape, buffers(&shape), &EpilogueArgs::default()).unwrap();
+    assert_eq!(plain.kernel.name(), "gemm_tn_128x256x64_wgmma_w12_unchecked");
+    // The heuristic, too, picks only variants applying the activation.
+    let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108 };
+    let choice = choose_with(&registry, &a100, &shape, buffers(&shape), &gelu).unwrap();
+    assert_eq!(choice.kernel.name(), "gemm_tn_128x128x32_gelu_tanh");
+    // No nn variant has an epilogue: refused, naming it.
+    let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
+    let err = choose_with(&registry, &h200(), &nn, buffers(&nn), &gelu).unwrap_err();
+    assert!(err.contains("no bf16 nn variant with epilogue gelu_tanh"), "{err}");
+}
+
+#[test]
+fn epilogue_arguments_a_variant_cannot_apply_are_refused() {
+    let registry = registry();
+    let shape = GemmShape::packed(256, 512, 128, Layout::Tn);
+    let built = |name: &str| registry.kernel(name).unwrap().info().clone();
+    let plan = |name: &str, epilogue: &EpilogueArgs| plan_gemm_with(&built(name), Dtype::Bf16, &shape, buffers(&shape), epilogue, 132);
+    let bias = Some(Buffer { len: 512, addr: ALIGNED });
+    let err = plan("gemm_tn_128x128x32", &EpilogueArgs { bias, ..EpilogueArgs::default() }).unwrap_err();
+    assert!(err.contains("passes `bias`, which this variant does not apply") && err.contains("epilogue none"), "{err}");
+    let err = plan("gemm_tn_128x128x32", &EpilogueArgs { beta: 0.5, ..EpilogueArgs::default() }).unwrap_err();
+    assert!(err.contains("beta = 0.5") && err.contains("computes with beta = 0"), "{err}");
+    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Silu, bias, ..EpilogueArgs::default() }).unwrap_err();
+    assert!(err.contains("applies epilogue relu, but the call asks for activation Silu"), "{err}");
+    let short = Some(Buffer { len: 511, addr: ALIGNED });
+    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Relu, bias: short, ..EpilogueArgs::default() })
+        .unwrap_err();
+    assert!(err.contains("bias holds 511 elements, but it takes n = 512 of them"), "{err}");
+    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Relu, alpha: f32::NAN, ..EpilogueArgs::default() })
+        .unwrap_err();
+    assert!(err.contains("scalar `alpha` = NaN is not a finite number"), "{err}");
+    let fine =
+        EpilogueArgs { activation: Activation::Relu, alpha: 0.5, beta: 2.0, bias, row_bias: Some(Buffer { len: 256, addr: ALIGNED }) };
+    assert!(plan("gemm_tn_128x128x32_relu", &fine).unwrap().is_some());
 }

@@ -5,7 +5,10 @@
 use proptest::prelude::*;
 use std::path::Path;
 use tilesmith_runtime::dispatch::{self, choose};
-use tilesmith_runtime::{check_gemm_call, plan_call, plan_gemm, plan_transpose, Buffer, Call, GemmShape, Layout, Registry, TransposeShape};
+use tilesmith_runtime::{
+    check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, Activation, Buffer, Call, EpilogueArgs, GemmShape, Layout,
+    Registry, TransposeShape,
+};
 use tilesmith_spec::manifest::Check;
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Device, Strategy as Pick};
 use tilesmith_spec::{Built, Dtype, GridRule, Manifest};
@@ -143,14 +146,17 @@ proptest! {
     fn the_dispatcher_never_panics_and_picks_only_what_takes_the_call(
         dtype in dtype(), shape in gemm_shape(), buffers in [buffer(), buffer(), buffer()],
         sms in 1u32..200, ld in any::<usize>(), addr in any::<u64>(),
+        activation in 0..Activation::ALL.len(), bias in proptest::option::of(buffer()), beta in prop_oneof![Just(0.0f32), any::<f32>()],
     ) {
         let registry = Registry::new(Path::new("."), shipped(), Vec::new());
         let device = Device { sms, ..h100() };
         let _ = dispatch::misaligned(dtype, ld, addr);
         let _ = dispatch::alignment(dtype, &shape, &buffers);
-        if let Ok(choice) = choose(registry.kernels(), &[], &device, dtype, &shape, buffers) {
+        let epilogue = EpilogueArgs { activation: Activation::ALL[activation], beta, bias, ..EpilogueArgs::default() };
+        let call = dispatch::GemmCall { dtype, shape: &shape, buffers, epilogue: &epilogue };
+        if let Ok(choice) = choose(registry.kernels(), &[], &device, &call) {
             if choice.strategy == Pick::Direct {
-                prop_assert!(plan_gemm(choice.kernel.info(), dtype, &shape, buffers, sms).is_ok());
+                prop_assert!(plan_gemm_with(choice.kernel.info(), dtype, &shape, buffers, &epilogue, sms).is_ok());
             }
             for strategy in [Pick::Direct, Pick::Padded] {
                 let _ = dispatch::estimate_seconds(choice.kernel.info(), &device, dtype, &shape, &buffers, strategy);
@@ -158,7 +164,7 @@ proptest! {
         }
         let kernels: Vec<_> = registry.kernels().collect();
         let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
-        let _ = dispatch::candidates(&kernels, transpose, &device, dtype, &shape, &buffers);
+        let _ = dispatch::candidates(&kernels, transpose, &device, &call);
     }
 
     #[test]
@@ -249,7 +255,12 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
     assert!(dispatch::misaligned(Dtype::F32, usize::MAX, 0));
     let registry = Registry::new(Path::new("."), variants, Vec::new());
     for shape in [huge, big, GemmShape { lda: usize::MAX, ..huge }] {
-        let _ = choose(registry.kernels(), &[], &h100(), Dtype::Bf16, &shape, all);
+        let _ = choose(
+            registry.kernels(),
+            &[],
+            &h100(),
+            &dispatch::GemmCall { dtype: Dtype::Bf16, shape: &shape, buffers: all, epilogue: &EpilogueArgs::default() },
+        );
     }
     assert_eq!(GridRule::Persistent { tm: 128, tn: 256 }.grid(u64::MAX, u64::MAX, 132, [2, 1, 1]), None);
     assert_eq!(dispatch::alignment(Dtype::Bf16, &huge, &all), Alignment::Aligned);
@@ -259,14 +270,17 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
 fn packed_shapes_with_a_zero_are_nothing_to_do_in_every_layout() {
     for built in shipped().iter().filter(|b| b.entry.variant.family == "gemm" && b.entry.variant.is_checked()) {
         let layout = built.entry.variant.word("layout").and_then(Layout::parse).expect("a GEMM has a layout");
+        let activation = Activation::of_epilogue(built.entry.variant.word("epilogue").unwrap_or("none")).expect("a known epilogue");
+        let epilogue = EpilogueArgs { activation, ..EpilogueArgs::default() };
+        let plan = |shape: &GemmShape, buffers| plan_gemm_with(built, built.entry.variant.dtype, shape, buffers, &epilogue, 132);
         for (m, n) in [(0, 64), (64, 0), (0, 0)] {
             let shape = GemmShape::packed(m, n, 64, layout);
             let buffers = shape.spans().map(|len| Buffer { len, addr: 0x7f00_0000_0000 });
-            assert_eq!(plan_gemm(built, built.entry.variant.dtype, &shape, buffers, 132), Ok(None), "{} {m}x{n}", built.entry.variant.name);
+            assert_eq!(plan(&shape, buffers), Ok(None), "{} {m}x{n}", built.entry.variant.name);
         }
         let shape = GemmShape::packed(64, 64, 0, layout);
         let buffers = shape.spans().map(|len| Buffer { len, addr: 0x7f00_0000_0000 });
-        let err = plan_gemm(built, built.entry.variant.dtype, &shape, buffers, 132).unwrap_err();
+        let err = plan(&shape, buffers).unwrap_err();
         assert!(err.starts_with("K = 0 makes C = A·B all zeros"), "{err}");
     }
 }

@@ -92,6 +92,10 @@ pub struct OperandDecl {
     /// Bytes its start must be aligned to, beyond an element and the variant's own rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub align: Option<u32>,
+    /// A call may leave it out (a kernel then gets a null pointer), and a variant may not take
+    /// it, refusing the calls that pass it: GEMM's bias, applied by its epilogue variants.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// A number a call passes by value.
@@ -105,9 +109,14 @@ pub struct ScalarDecl {
     pub min: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<f64>,
-    /// The value trials pass; none: the middle of the range (0 where it has no range).
+    /// The value trials pass; none: the default, else the middle of the range (0 where it
+    /// has no range).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trial: Option<f64>,
+    /// The value a call that leaves it out means. A variant may not take a scalar with a
+    /// default, and then refuses calls that pass another value (GEMM's α and β).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,7 +158,8 @@ impl ScalarDecl {
 
     pub fn trial_value(&self) -> f64 {
         let (lo, hi) = (self.min.unwrap_or(0.0), self.max.unwrap_or(0.0));
-        self.trial.unwrap_or(if self.min.is_some() && self.max.is_some() { (lo + hi) / 2.0 } else { 0.0 })
+        let middle = if self.min.is_some() && self.max.is_some() { (lo + hi) / 2.0 } else { 0.0 };
+        self.trial.or(self.default).unwrap_or(middle)
     }
 }
 
@@ -361,6 +371,9 @@ impl Family {
             if operand.align.is_some_and(|a| !a.is_power_of_two()) {
                 problems.push(format!("{what}: align must be a power of two"));
             }
+            if operand.optional && operand.access != Access::Read {
+                problems.push(format!("{what}: only operands read may be optional (a call must pass what a kernel writes)"));
+            }
         }
         for scalar in &self.scalars {
             name("scalar", &scalar.name, &mut problems);
@@ -370,6 +383,9 @@ impl Family {
             }
             if !(lo..=hi).contains(&scalar.trial_value()) {
                 problems.push(format!("scalar `{}`: its trial value {} is outside {lo}..={hi}", scalar.name, scalar.trial_value()));
+            }
+            if let Some(default) = scalar.default.filter(|d| !(lo..=hi).contains(d)) {
+                problems.push(format!("scalar `{}`: its default {default} is outside {lo}..={hi}", scalar.name));
             }
         }
         let with_elem: Vec<&str> = quantities.iter().copied().chain([ELEM]).collect();

@@ -324,8 +324,12 @@ impl LaunchSpec {
                     }
                 }
                 ParamKind::TensorMap { operand: o, box_, swizzle } => {
-                    if operand(o)?.dims.len() != 2 {
+                    let decl = operand(o)?;
+                    if decl.dims.len() != 2 {
                         return Err(format!("parameter `{name}`: tensor maps are of matrices; `{o}` is a vector"));
+                    }
+                    if decl.optional {
+                        return Err(format!("parameter `{name}`: `{o}` is optional, and a call that leaves it out has no tensor to map; take it as a pointer"));
                     }
                     if ![32, 64, 128].contains(swizzle) {
                         return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
@@ -355,7 +359,7 @@ impl LaunchSpec {
                     .count()
             };
             let (pointers, maps) = (count(false), count(true));
-            if pointers + maps == 0 || pointers > 1 || maps > 1 {
+            if (pointers + maps == 0 && !decl.optional) || pointers > 1 || maps > 1 {
                 return Err(format!(
                     "{what} takes operand `{}` as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
                     decl.name
@@ -368,7 +372,7 @@ impl LaunchSpec {
                 ));
             }
         }
-        for scalar in &family.scalars {
+        for scalar in family.scalars.iter().filter(|s| s.default.is_none()) {
             if !self.params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar: s } if *s == scalar.name)) {
                 return Err(format!(
                     "{what} takes scalar `{}`: add a parameter with kind = \"scalar\", scalar = \"{}\"",

@@ -1,7 +1,7 @@
 //! Host-side inputs and float64 references.
 
 use rand::Rng;
-use tilesmith_runtime::{Element, GemmShape};
+use tilesmith_runtime::{Activation, Element, GemmShape};
 
 /// `len` random elements, uniform in [-1, 1): fresh on every call, never all zeros.
 pub fn random<T: Element>(len: usize) -> Vec<T> {
@@ -80,4 +80,67 @@ pub fn read_region<T: Element>(out: &[T], rows: usize, cols: usize, ld: usize) -
         }
     }
     (region, unwritten, outside)
+}
+
+/// A GEMM epilogue's inputs as the host made them: C = act(α·A·B + β·C₀ + bias + row_bias).
+#[derive(Clone, Debug)]
+pub struct EpilogueInputs<T> {
+    pub activation: Activation,
+    pub alpha: f32,
+    pub beta: f32,
+    /// N elements.
+    pub bias: Option<Vec<T>>,
+    /// M elements.
+    pub row_bias: Option<Vec<T>>,
+    /// C before the call, as stored (its leading dimension); read where β ≠ 0.
+    pub c: Option<Vec<T>>,
+}
+
+impl<T: Element> EpilogueInputs<T> {
+    /// C = A·B.
+    pub fn plain() -> Self {
+        EpilogueInputs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, c: None }
+    }
+
+    /// Random α, β and biases for an activation, sized for `shape`: α in [0.5, 1.5); with
+    /// `beta`, β in [0.5, 1.5) and a random C₀ (else β = 0 and C₀ unread, NaN); a bias always,
+    /// a row bias with `row_bias`.
+    pub fn random(activation: Activation, shape: &GemmShape, c_len: usize, beta: bool, row_bias: bool) -> Self {
+        let mut rng = rand::rng();
+        EpilogueInputs {
+            activation,
+            alpha: rng.random_range(0.5..1.5),
+            beta: if beta { rng.random_range(0.5..1.5) } else { 0.0 },
+            bias: Some(random(shape.n)),
+            row_bias: row_bias.then(|| random(shape.m)),
+            c: beta.then(|| random(c_len)),
+        }
+    }
+
+    /// Output (i, j) of C from the float64 product `x` there.
+    pub fn apply(&self, x: f64, i: usize, j: usize, ldc: usize) -> f64 {
+        let mut v = f64::from(self.alpha) * x;
+        if self.beta != 0.0 {
+            v += f64::from(self.beta) * self.c.as_ref().map_or(0.0, |c| c[i * ldc + j].to_f64());
+        }
+        v += self.bias.as_ref().map_or(0.0, |b| b[j].to_f64());
+        v += self.row_bias.as_ref().map_or(0.0, |b| b[i].to_f64());
+        activate(self.activation, v)
+    }
+
+    /// All of C (M×N, row-major) from the product.
+    pub fn apply_all(&self, product: &[f64], shape: &GemmShape) -> Vec<f64> {
+        product.iter().enumerate().map(|(index, x)| self.apply(*x, index / shape.n, index % shape.n, shape.ldc)).collect()
+    }
+}
+
+/// An activation in float64, by its definition.
+pub fn activate(activation: Activation, x: f64) -> f64 {
+    match activation {
+        Activation::None => x,
+        Activation::Relu => x.max(0.0),
+        Activation::GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh()),
+        Activation::GeluErf => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        Activation::Silu => x / (1.0 + (-x).exp()),
+    }
 }

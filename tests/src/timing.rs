@@ -3,11 +3,11 @@
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
 use crate::device::{download, median_ms, rotation, upload, Cublas};
-use crate::host::{random, relative_error, Operands};
+use crate::host::{activate, random, relative_error, Operands};
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
 use rand::Rng;
-use tilesmith_runtime::{Choice, Element, GemmArgs, GemmShape, Gpu, Kernel, Registry, Workspace};
+use tilesmith_runtime::{Activation, Choice, Element, Epilogue, GemmArgs, GemmShape, Gpu, Kernel, Registry, Workspace};
 
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
@@ -22,6 +22,8 @@ pub struct GemmCase<T: Element> {
     cublas: Option<Cublas>,
     /// Largest relative error the spot check allows: the family's declared tolerance.
     tolerance: f64,
+    /// What the timed calls fuse: activation(A·B + bias), the bias on the host and the GPU.
+    pub bias_activation: Option<(Activation, Vec<T>, CudaSlice<T>)>,
 }
 
 impl<T: Element> GemmCase<T> {
@@ -35,7 +37,15 @@ impl<T: Element> GemmCase<T> {
             inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
             outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
         }
-        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None, tolerance })
+        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None, tolerance, bias_activation: None })
+    }
+
+    /// The same problem with activation(A·B + bias) fused, a random bias of N elements.
+    pub fn with_bias_activation(mut self, gpu: &Gpu, activation: Activation) -> Result<Self, String> {
+        let bias = random::<T>(self.shape.n);
+        let device = upload(gpu, &bias)?;
+        self.bias_activation = Some((activation, bias, device));
+        Ok(self)
     }
 
     fn flops(&self) -> f64 {
@@ -75,10 +85,11 @@ impl<T: Element> GemmCase<T> {
         for output in &mut self.outputs {
             gpu.stream().memcpy_htod(&vec![T::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
         }
+        let epilogue = fused(&self.bias_activation);
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
         let ms = median_ms(gpu.stream(), warmup, runs, |i| {
             let (a, b) = &inputs[i % sets];
-            launch(GemmArgs { a, b, c: &mut outputs[i % sets], shape })
+            launch(GemmArgs::new(a, b, &mut outputs[i % sets], shape).with_epilogue(epilogue))
         })?;
         self.spot_check(gpu)?;
         Ok(ms)
@@ -110,7 +121,10 @@ impl<T: Element> GemmCase<T> {
         for _ in 0..256 {
             let (i, j) = (rng.random_range(0..self.shape.m), rng.random_range(0..self.shape.n));
             got.push(c[i * self.shape.ldc + j].to_f64());
-            want.push(operands.c(i, j));
+            want.push(match &self.bias_activation {
+                Some((activation, bias, _)) => activate(*activation, operands.c(i, j) + bias[j].to_f64()),
+                None => operands.c(i, j),
+            });
         }
         let error = relative_error(&got, &want);
         let tolerance = self.tolerance;
@@ -130,8 +144,9 @@ impl<T: Element> GemmCase<T> {
         baseline_ms: f64,
     ) -> Result<Record, String> {
         let choice = {
-            let (a, b) = &self.inputs[0];
-            registry.choose_gemm(gpu, &GemmArgs { a, b, c: &mut self.outputs[0], shape: self.shape }).map_err(|err| err.to_string())?
+            let GemmCase { inputs, outputs, bias_activation, shape, .. } = self;
+            let args = GemmArgs::new(&inputs[0].0, &inputs[0].1, &mut outputs[0], *shape).with_epilogue(fused(bias_activation));
+            registry.choose_gemm(gpu, &args).map_err(|err| err.to_string())?
         };
         let ms = self.time_dispatch(gpu, registry, workspace)?;
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
@@ -171,5 +186,13 @@ impl<T: Element> GemmCase<T> {
             tera(baseline_ms),
             self.inputs.len(),
         ))
+    }
+}
+
+/// The epilogue of timed calls fusing activation(A·B + bias), or none.
+fn fused<T>(bias_activation: &Option<(Activation, Vec<T>, CudaSlice<T>)>) -> Epilogue<'_, T> {
+    match bias_activation {
+        Some((activation, _, bias)) => Epilogue::bias(*activation, bias),
+        None => Epilogue::default(),
     }
 }

@@ -4,10 +4,10 @@
 
 use crate::declared::{self, Case};
 use crate::device::{download, upload};
-use crate::host::{random, read_region, relative_error, Operands};
+use crate::host::{random, read_region, relative_error, EpilogueInputs, Operands};
 use crate::report::Record;
 use crate::timing::GemmCase;
-use tilesmith_runtime::{Dtype, Element, Error, GemmArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
+use tilesmith_runtime::{Activation, Dtype, Element, Epilogue, Error, GemmArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
 use tilesmith_spec::family::{Baseline, Library};
 use tilesmith_spec::GridRule;
 
@@ -110,24 +110,57 @@ fn guard(ld: usize) -> usize {
     64 * ld + 64
 }
 
-fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape) -> Result<f64, String> {
-    let tolerance = gemm_tolerance(kernel, &shape)?;
-    gemm_checked::<T>(gpu, shape, tolerance, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+/// The activation a GEMM variant's epilogue applies, and whether it has one (axis `epilogue`
+/// other than `none`).
+pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
+    let word = kernel.variant().word("epilogue").unwrap_or("none");
+    let activation = Activation::of_epilogue(word).ok_or(format!("epilogue `{word}` is not one the runtime knows"))?;
+    Ok((activation, word != "none"))
 }
 
-/// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows,
-/// checked: every output written, nothing outside C, relative error within the dtype's bound.
+/// The `index`-th correctness case of a variant on `shape`: for an epilogue variant, random α
+/// and bias, and on odd cases also β with a random C and a row bias.
+fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
+    let tolerance = gemm_tolerance(kernel, &shape)?;
+    let epilogue = match epilogue_of(kernel)? {
+        (activation, true) => EpilogueInputs::random(activation, &shape, shape.spans()[2], index % 2 == 1, index % 2 == 1),
+        (_, false) => EpilogueInputs::plain(),
+    };
+    gemm_checked::<T>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+}
+
+/// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows (C's
+/// region random where the epilogue reads it), checked: every output written, nothing outside
+/// C, relative error to the float64 reference within the dtype's bound.
 fn gemm_checked<T: Element>(
     gpu: &Gpu,
     shape: GemmShape,
     tolerance: f64,
+    epilogue: &EpilogueInputs<T>,
     launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>,
 ) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
     let (a, b) = (random::<T>(a_len), random::<T>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
-    let mut dc = upload(gpu, &vec![T::NAN; c_len + guard(shape.ldc)])?;
-    launch(GemmArgs { a: &da, b: &db, c: &mut dc, shape })?;
+    let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![T::NAN; c_len]);
+    c0.resize(c_len + guard(shape.ldc), T::NAN);
+    // Only C's region is C: the gaps between its rows stay poisoned.
+    for (index, value) in c0.iter_mut().enumerate().take(c_len) {
+        if index % shape.ldc >= shape.n {
+            *value = T::NAN;
+        }
+    }
+    let mut dc = upload(gpu, &c0)?;
+    let bias = epilogue.bias.as_deref().map(|b| upload(gpu, b)).transpose()?;
+    let row_bias = epilogue.row_bias.as_deref().map(|b| upload(gpu, b)).transpose()?;
+    let e = Epilogue {
+        activation: epilogue.activation,
+        alpha: epilogue.alpha,
+        beta: epilogue.beta,
+        bias: bias.as_ref(),
+        row_bias: row_bias.as_ref(),
+    };
+    launch(GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(e))?;
     gpu.synchronize().map_err(|err| err.to_string())?;
     let c = download(gpu, &dc)?;
     let (region, unwritten, outside) = read_region(&c, shape.m, shape.n, shape.ldc);
@@ -138,7 +171,7 @@ fn gemm_checked<T: Element>(
     if outside > 0 {
         return Err(format!("{what}: {outside} elements written outside C's {}x{} region", shape.m, shape.n));
     }
-    let error = relative_error(&region, &Operands { shape, a: &a, b: &b }.product());
+    let error = relative_error(&region, &epilogue.apply_all(&Operands { shape, a: &a, b: &b }.product(), &shape));
     if error > tolerance {
         return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
     }
@@ -172,7 +205,7 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
 pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
-    let error = gemm_checked::<T>(gpu, shape, dispatch_tolerance(registry, T::DTYPE, &shape)?, |args| {
+    let error = gemm_checked::<T>(gpu, shape, dispatch_tolerance(registry, T::DTYPE, &shape)?, &EpilogueInputs::plain(), |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
@@ -183,11 +216,31 @@ pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: G
 fn gemm_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shapes = gemm_shapes(kernel);
     let mut worst: f64 = 0.0;
-    for shape in &shapes {
-        worst = worst.max(gemm_once::<T>(gpu, kernel, *shape)?);
+    for (index, shape) in shapes.iter().enumerate() {
+        worst = worst.max(gemm_once::<T>(gpu, kernel, *shape, index)?);
     }
     let refusal = refused_gemm::<T>(gpu, kernel)?;
-    Ok(format!("{} shapes, worst relative error {worst:.2e}; refused as it must: {refusal}", shapes.len()))
+    let bias = refused_bias::<T>(gpu, kernel)?;
+    Ok(format!("{} shapes, worst relative error {worst:.2e}; refused as it must: {refusal}; and {bias}", shapes.len()))
+}
+
+/// A bias the variant must refuse: one element short for an epilogue variant, any for one
+/// without an epilogue. C must be left untouched.
+fn refused_bias<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let shape = gemm_shapes(kernel)[0];
+    let [a_len, b_len, c_len] = shape.spans();
+    let (activation, applies) = epilogue_of(kernel)?;
+    let bias_len = if applies { shape.n - 1 } else { shape.n };
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let bias = upload(gpu, &random::<T>(bias_len))?;
+    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue::bias(activation, &bias));
+    match kernel.gemm(gpu, args) {
+        Err(Error::Refused { rule, .. }) if download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
+        Err(Error::Refused { rule, .. }) => Err(format!("refused a bias ({rule}) but C was written")),
+        Err(other) => Err(format!("expected a refusal of a bias of {bias_len} elements, got: {other}")),
+        Ok(()) => Err(format!("launched with a bias of {bias_len} elements for N = {}; it should have been refused", shape.n)),
+    }
 }
 
 /// A call the variant must refuse: an off-tile shape for an unchecked variant, a C buffer one
@@ -203,7 +256,9 @@ fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
     let [a_len, b_len, _] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
     let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
-    match kernel.gemm(gpu, GemmArgs { a: &da, b: &db, c: &mut dc, shape }) {
+    let (activation, _) = epilogue_of(kernel)?;
+    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
+    match kernel.gemm(gpu, args) {
         Err(Error::Refused { rule, .. }) => {
             let untouched = download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan());
             if untouched {
