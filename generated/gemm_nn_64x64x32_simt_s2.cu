@@ -44,6 +44,8 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 // Epilogue none: C = A·B.
 struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+__device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
+__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
 
 #define TM 64
 #define TN 64

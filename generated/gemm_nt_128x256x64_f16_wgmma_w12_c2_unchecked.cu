@@ -174,6 +174,8 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 // Epilogue none: C = A·B.
 struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+__device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
+__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
 
 #define TM 128
 #define TN 256
@@ -230,13 +232,14 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 }
 
 // Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
-// chunk j, two adjacent columns each, which `ep` turns into outputs. They go to shared memory in the 128-byte swizzle TMA
+// chunk j, two adjacent columns each, which `ep` turns into outputs with their column's
+// biases from `bias`. They go to shared memory in the 128-byte swizzle TMA
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
 // masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, uint32_t out, const CUtensorMap* tmC, T* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, T* C,
                                          int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -250,7 +253,8 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
                 const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
-                const uint32_t value = pack(epilogue_one(ep, d[4 * j + 2 * h], row, col), epilogue_one(ep, d[4 * j + 2 * h + 1], row, col + 1));
+                const float2 v = epilogue_two(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
+                const uint32_t value = pack(v.x, v.y);
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
                     T* p = C + (long long)row * ldc + col;
                     if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
@@ -350,6 +354,10 @@ gemm_nt_128x256x64_f16_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMa
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
             }
+            // This thread's column biases, loaded while the tile's MMAs run.
+            uint32_t bias[TN / 8];
+#pragma unroll
+            for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances 16 elements (32 bytes) along its rows per MMA; an
@@ -377,7 +385,7 @@ gemm_nt_128x256x64_f16_wgmma_w12_c2_unchecked(const __grid_constant__ CUtensorMa
 
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
-            epilogue<false>(d, ep, out, &tmC, nullptr, row0, col0, M, N, ldc, c, t);
+            epilogue<false>(d, ep, bias, out, &tmC, nullptr, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

@@ -101,14 +101,34 @@ __device__ __forceinline__ float activate(float x) {
     return 0.5f * x * (1.0f + t);
 }
 
-// The output at (row, col) from its sum `x`; outside C (a tile's ragged edge) nothing is read.
-__device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int row, int col) {
+// The output at (row, col) from its sum `x` and the bias of its column; outside C (a tile's
+// ragged edge) nothing is read.
+__device__ __forceinline__ float epilogue_biased(const Epilogue& e, float x, int row, int col, float bias) {
     if (row >= e.M || col >= e.N) return x;
-    float v = e.alpha * x;
+    float v = e.alpha * x + bias;
     if (e.beta != 0.0f) v += e.beta * to_float(e.C[(long long)row * e.ldc + col]);
-    if (e.bias) v += to_float(e.bias[col]);
     if (e.row_bias) v += to_float(e.row_bias[row]);
     return activate(v);
+}
+
+__device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int row, int col) {
+    return epilogue_biased(e, x, row, col, e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f);
+}
+
+// The biases of columns col and col + 1 (even col), packed as two T: loaded ahead of the
+// epilogue that uses them, so that it does not wait on them.
+struct alignas(2 * sizeof(T)) BiasPair { T lo, hi; };
+__device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
+    BiasPair pair{ from_float<T>(0.0f), from_float<T>(0.0f) };
+    if (e.bias && col + 1 < e.N) pair = *reinterpret_cast<const BiasPair*>(e.bias + col);
+    else if (e.bias && col < e.N) pair.lo = e.bias[col];
+    return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair.
+__device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, uint32_t bias) {
+    const BiasPair pair = *reinterpret_cast<const BiasPair*>(&bias);
+    return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
 }
 
 #define TM 128

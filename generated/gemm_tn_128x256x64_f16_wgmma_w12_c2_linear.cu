@@ -184,14 +184,34 @@ __device__ __forceinline__ float activate(float x) {
     return x;
 }
 
-// The output at (row, col) from its sum `x`; outside C (a tile's ragged edge) nothing is read.
-__device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int row, int col) {
+// The output at (row, col) from its sum `x` and the bias of its column; outside C (a tile's
+// ragged edge) nothing is read.
+__device__ __forceinline__ float epilogue_biased(const Epilogue& e, float x, int row, int col, float bias) {
     if (row >= e.M || col >= e.N) return x;
-    float v = e.alpha * x;
+    float v = e.alpha * x + bias;
     if (e.beta != 0.0f) v += e.beta * to_float(e.C[(long long)row * e.ldc + col]);
-    if (e.bias) v += to_float(e.bias[col]);
     if (e.row_bias) v += to_float(e.row_bias[row]);
     return activate(v);
+}
+
+__device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int row, int col) {
+    return epilogue_biased(e, x, row, col, e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f);
+}
+
+// The biases of columns col and col + 1 (even col), packed as two T: loaded ahead of the
+// epilogue that uses them, so that it does not wait on them.
+struct alignas(2 * sizeof(T)) BiasPair { T lo, hi; };
+__device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
+    BiasPair pair{ from_float<T>(0.0f), from_float<T>(0.0f) };
+    if (e.bias && col + 1 < e.N) pair = *reinterpret_cast<const BiasPair*>(e.bias + col);
+    else if (e.bias && col < e.N) pair.lo = e.bias[col];
+    return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair.
+__device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, uint32_t bias) {
+    const BiasPair pair = *reinterpret_cast<const BiasPair*>(&bias);
+    return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
 }
 
 #define TM 128
@@ -249,13 +269,14 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 }
 
 // Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
-// chunk j, two adjacent columns each, which `ep` turns into outputs. They go to shared memory in the 128-byte swizzle TMA
+// chunk j, two adjacent columns each, which `ep` turns into outputs with their column's
+// biases from `bias`. They go to shared memory in the 128-byte swizzle TMA
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
 // masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, uint32_t out, const CUtensorMap* tmC, T* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, T* C,
                                          int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -269,7 +290,8 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
                 const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
-                const uint32_t value = pack(epilogue_one(ep, d[4 * j + 2 * h], row, col), epilogue_one(ep, d[4 * j + 2 * h + 1], row, col + 1));
+                const float2 v = epilogue_two(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
+                const uint32_t value = pack(v.x, v.y);
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
                     T* p = C + (long long)row * ldc + col;
                     if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
@@ -369,6 +391,10 @@ gemm_tn_128x256x64_f16_wgmma_w12_c2_linear(const __grid_constant__ CUtensorMap t
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
             }
+            // This thread's column biases, loaded while the tile's MMAs run.
+            uint32_t bias[TN / 8];
+#pragma unroll
+            for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances 16 elements (32 bytes) along its rows per MMA; an
@@ -397,8 +423,8 @@ gemm_tn_128x256x64_f16_wgmma_w12_c2_linear(const __grid_constant__ CUtensorMap t
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
-            if (col0 + TN > N) epilogue<true>(d, ep, out, &tmC, C, row0, col0, M, N, ldc, c, t);
-            else epilogue<false>(d, ep, out, &tmC, C, row0, col0, M, N, ldc, c, t);
+            if (col0 + TN > N) epilogue<true>(d, ep, bias, out, &tmC, C, row0, col0, M, N, ldc, c, t);
+            else epilogue<false>(d, ep, bias, out, &tmC, C, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

@@ -6,11 +6,12 @@
 use crate::chart;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
-use tilesmith_runtime::{plan_gemm, Buffer, Dtype, GemmShape, Gpu, Kernel, Registry, Workspace};
+use tilesmith_runtime::{plan_gemm_with, Activation, Buffer, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Registry, Workspace};
 use tilesmith_spec::family::{Baseline, Family};
 use tilesmith_trials::declared::{self, Case, Shape};
+use tilesmith_trials::fused::{LtGemm, Unfused};
 use tilesmith_trials::report::{self, Record};
-use tilesmith_trials::timing::GemmCase;
+use tilesmith_trials::timing::{FusedBaseline, GemmCase};
 use tilesmith_trials::{trials, with_element};
 
 #[derive(clap::Args)]
@@ -107,11 +108,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut workspace = Workspace::new();
-    // Kernels sharing family, dtype and the axes names always show (a GEMM's layout) share
-    // inputs and one baseline timing per shape.
+    // Kernels sharing family, dtype and the axes names always show (a GEMM's layout), and a
+    // GEMM's epilogue, share inputs and one baseline timing per shape.
     let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
-        let (v, group) = (kernel.variant(), report::group(kernel));
+        let v = kernel.variant();
+        let group = format!("{} {}", report::group(kernel), v.word("epilogue").unwrap_or_default());
         match groups.iter_mut().find(|g| g.0 == v.family && g.1 == v.dtype && g.2 == group) {
             Some(entry) => entry.3.push(kernel),
             None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
@@ -126,10 +128,17 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     let layout = members[0].layout().map_err(|e| e.to_string())?;
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
                     let shape = GemmShape::packed(m, n, k, layout);
+                    let (activation, fused) = trials::epilogue_of(members[0])?;
+                    // A fused epilogue is timed as activation(A·B + bias).
+                    let epilogue = EpilogueArgs {
+                        activation,
+                        bias: fused.then_some(Buffer { len: shape.n, addr: 0 }),
+                        ..EpilogueArgs::default()
+                    };
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
-                        match plan_gemm(kernel.info(), *dtype, &shape, buffers, gpu.sms()) {
+                        match plan_gemm_with(kernel.info(), *dtype, &shape, buffers, &epilogue, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
@@ -138,16 +147,26 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         continue;
                     }
                     let mut case = GemmCase::<T>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
-                    let baseline_ms = case.time_cublas(&gpu)?;
+                    let mut baselines = vec![("cuBLAS".to_string(), case.time_cublas(&gpu)?)];
+                    if fused {
+                        case = case.with_bias_activation(&gpu, activation)?;
+                        baselines = fused_baselines(&gpu, &mut case, activation)?;
+                    }
                     for kernel in runnable {
-                        let record = case.record(&gpu, kernel, baseline_ms)?;
-                        println!("{}", record.summary());
-                        records.push(record);
+                        let record = case.record(&gpu, kernel, baselines[0].1)?;
+                        for (name, ms) in &baselines {
+                            let record = record.against(name, *ms);
+                            println!("{}", record.summary());
+                            records.push(record);
+                        }
                     }
                     if args.dispatch {
-                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baseline_ms)?;
-                        println!("{}", record.summary());
-                        records.push(record);
+                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?;
+                        for (name, ms) in &baselines {
+                            let record = record.against(name, *ms);
+                            println!("{}", record.summary());
+                            records.push(record);
+                        }
                     }
                 }),
                 Baseline::Copy => {
@@ -187,6 +206,32 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     }
     println!("\n{}", report::table(&records));
     Ok(())
+}
+
+/// The baselines of activation(A·B + bias), the first the record's: cuBLASLt's own epilogue
+/// where it has one, then cuBLAS followed by a separate bias + activation kernel; one that
+/// cannot run here is left out, saying why.
+fn fused_baselines<T: tilesmith_runtime::Element>(
+    gpu: &Gpu,
+    case: &mut GemmCase<T>,
+    activation: Activation,
+) -> Result<Vec<(String, f64)>, String> {
+    let mut out = Vec::new();
+    let bias = &case.bias_activation.as_ref().expect("set by the caller").2;
+    let candidates = [
+        LtGemm::new::<T>(gpu, &case.shape, activation, bias).map(FusedBaseline::Lt),
+        Unfused::new(gpu, T::DTYPE, activation).map(FusedBaseline::Unfused),
+    ];
+    for candidate in candidates {
+        match candidate {
+            Ok(baseline) => out.push((baseline.name().to_string(), case.time_fused_baseline(gpu, &baseline)?)),
+            Err(why) => println!("baseline left out: {why}"),
+        }
+    }
+    if out.is_empty() {
+        return Err("no baseline for a fused bias and activation runs here".into());
+    }
+    Ok(out)
 }
 
 fn write_outputs(out: &std::path::Path, records: &[Record], device: &str) -> Result<(), String> {

@@ -61,6 +61,7 @@ warps = 8
 stages = 2
 cluster = 1
 split_k = 1
+epilogue = "none"
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -651,6 +652,7 @@ warps = 12
 stages = 4
 cluster = 2
 split_k = 1
+epilogue = "none"
 bounds = "checked"
 
 [gemm.backends.wgmma]

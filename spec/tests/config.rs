@@ -13,6 +13,7 @@ warps = 8
 stages = 2
 cluster = 1
 split_k = 1
+epilogue = "none"
 bounds = "checked"
 
 [gemm.backends.simt]

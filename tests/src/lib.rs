@@ -6,6 +6,7 @@
 
 pub mod declared;
 pub mod device;
+pub mod fused;
 pub mod harness;
 pub mod host;
 pub mod report;

@@ -69,6 +69,12 @@ impl Record {
         }
     }
 
+    /// The same timing beside another baseline of the same work.
+    pub fn against(&self, baseline_name: &str, baseline_ms: f64) -> Record {
+        let baseline = self.baseline * self.baseline_ms / baseline_ms;
+        Record { baseline_name: baseline_name.to_string(), baseline_ms, baseline, ratio: self.kernel / baseline, ..self.clone() }
+    }
+
     /// A one-line summary for the trial's output.
     pub fn summary(&self) -> String {
         format!(

@@ -3,6 +3,7 @@
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
 use crate::device::{download, median_ms, rotation, upload, Cublas};
+use crate::fused::{LtGemm, Unfused};
 use crate::host::{activate, random, relative_error, Operands};
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
@@ -112,6 +113,23 @@ impl<T: Element> GemmCase<T> {
         })
     }
 
+    /// Median milliseconds of a fused-epilogue baseline on the same inputs and bias:
+    /// cuBLASLt's own epilogue, or cuBLAS and a separate kernel; its last result spot checked.
+    pub fn time_fused_baseline(&mut self, gpu: &Gpu, baseline: &FusedBaseline) -> Result<f64, String> {
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let Some((_, _, bias)) = &self.bias_activation else { return Err("the problem fuses no bias and activation".into()) };
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+            let (a, b) = &inputs[i % sets];
+            match baseline {
+                FusedBaseline::Lt(lt) => lt.run(gpu.stream(), a, b, &mut outputs[i % sets]),
+                FusedBaseline::Unfused(unfused) => unfused.run(gpu.stream(), &shape, a, b, &mut outputs[i % sets], bias),
+            }
+        })?;
+        self.spot_check(gpu)?;
+        Ok(ms)
+    }
+
     /// Compares 256 random elements of the first output set with float64 dot products.
     fn spot_check(&self, gpu: &Gpu) -> Result<(), String> {
         let c = download(gpu, &self.outputs[0])?;
@@ -194,5 +212,22 @@ fn fused<T>(bias_activation: &Option<(Activation, Vec<T>, CudaSlice<T>)>) -> Epi
     match bias_activation {
         Some((activation, _, bias)) => Epilogue::bias(*activation, bias),
         None => Epilogue::default(),
+    }
+}
+
+/// A baseline for activation(A·B + bias).
+pub enum FusedBaseline {
+    /// cuBLASLt with its own epilogue.
+    Lt(LtGemm),
+    /// cuBLAS, then a separate bias + activation kernel.
+    Unfused(Unfused),
+}
+
+impl FusedBaseline {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FusedBaseline::Lt(_) => "cuBLASLt fused",
+            FusedBaseline::Unfused(_) => "cuBLAS + bias kernel",
+        }
     }
 }

@@ -284,6 +284,11 @@ pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Re
             let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
             let mut case = GemmCase::<T>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
             let baseline_ms = case.time_cublas(gpu)?;
+            // An epilogue variant is timed on activation(A·B + bias), beside cuBLAS's A·B
+            // (`tilesmith bench` sets it beside cuBLASLt's fused epilogues).
+            if let (activation, true) = epilogue_of(kernel)? {
+                case = case.with_bias_activation(gpu, activation)?;
+            }
             case.record(gpu, kernel, baseline_ms)
         }),
         Baseline::Copy => {
