@@ -212,6 +212,7 @@ impl Unfused {
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(BIAS_ACT_SOURCE, options).map_err(|e| format!("NVRTC: {e}"))?;
         let module = gpu.context().load_module(ptx).map_err(|e| format!("loading the bias kernel: {e}"))?;
         let function = module.load_function("bias_act16").map_err(|e| format!("loading the bias kernel: {e}"))?;
+        // The kernel's `kind` numbers the activations in `Activation::ALL`'s order.
         let kind = Activation::ALL.iter().position(|a| *a == activation).unwrap_or(0) as i32;
         Ok(Unfused { cublas: Cublas::new(gpu)?, function, kind })
     }
