@@ -687,6 +687,7 @@ warps = 8
 stages = 8
 cluster = 1
 split_k = 2
+epilogue = "none"
 bounds = "checked"
 
 [gemm.backends.wgmma]
