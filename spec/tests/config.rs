@@ -83,7 +83,10 @@ bounds = ["checked", "unchecked"]
     assert_eq!(first.variant.bounds, Bounds::Checked);
     assert_eq!(first.variant.tile, [128, 128, 32]);
     let axes: Vec<(&str, String)> = first.variant.axes.iter().map(|(a, v)| (a.as_str(), v.to_string())).collect();
-    assert_eq!(axes, [("cluster", "1".into()), ("layout", "nn".into()), ("split_k", "1".into()), ("stages", "2".into())]);
+    assert_eq!(
+        axes,
+        [("cluster", "1".into()), ("epilogue", "none".into()), ("layout", "nn".into()), ("split_k", "1".into()), ("stages", "2".into())]
+    );
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
     assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
 }
@@ -137,7 +140,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -328,6 +331,7 @@ fn shipped_names_keep_their_axes() {
             ("stages", stages),
             ("cluster", "1"),
             ("split_k", "1"),
+            ("epilogue", "none"),
             ("bounds", bounds),
         ])
     };
