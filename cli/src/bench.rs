@@ -113,7 +113,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
         let v = kernel.variant();
-        let group = format!("{} {}", report::group(kernel), v.word("epilogue").unwrap_or_default());
+        let group = format!("{} {}", report::group(kernel), Activation::epilogue_of(v));
         match groups.iter_mut().find(|g| g.0 == v.family && g.1 == v.dtype && g.2 == group) {
             Some(entry) => entry.3.push(kernel),
             None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
@@ -147,26 +147,25 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         continue;
                     }
                     let mut case = GemmCase::<T>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
-                    let mut baselines = vec![("cuBLAS".to_string(), case.time_cublas(&gpu)?)];
-                    if fused {
+                    let baselines = if fused {
                         case = case.with_bias_activation(&gpu, activation)?;
-                        baselines = fused_baselines(&gpu, &mut case, activation)?;
-                    }
-                    for kernel in runnable {
-                        let record = case.record(&gpu, kernel, baselines[0].1)?;
+                        fused_baselines(&gpu, &mut case, activation)?
+                    } else {
+                        vec![("cuBLAS".to_string(), case.time_cublas(&gpu)?)]
+                    };
+                    // One row per baseline for each timing.
+                    let mut push = |record: Record| {
                         for (name, ms) in &baselines {
                             let record = record.against(name, *ms);
                             println!("{}", record.summary());
                             records.push(record);
                         }
+                    };
+                    for kernel in runnable {
+                        push(case.record(&gpu, kernel, baselines[0].1)?);
                     }
                     if args.dispatch {
-                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?;
-                        for (name, ms) in &baselines {
-                            let record = record.against(name, *ms);
-                            println!("{}", record.summary());
-                            records.push(record);
-                        }
+                        push(case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?);
                     }
                 }),
                 Baseline::Copy => {

@@ -7,7 +7,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use tilesmith_runtime::dispatch;
-use tilesmith_runtime::{Buffer, Choice, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
+use tilesmith_runtime::{Activation, Buffer, Choice, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
 use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_trials::timing::GemmCase;
 use tilesmith_trials::{trials, with_element};
@@ -203,7 +203,7 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
         .kernels()
         .filter(|k| {
             let v = k.variant();
-            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && v.word("epilogue").unwrap_or("none") == "none"
+            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && Activation::epilogue_of(v) == "none"
         })
         .collect();
     let plain = EpilogueArgs::default();

@@ -5,7 +5,7 @@
 use crate::error::{Context as _, Error};
 use crate::gpu::Gpu;
 use crate::kernel::{Element, GemmArgs, Kernel};
-use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose, runs_on, Buffer, EpilogueArgs, GemmShape, TransposeShape};
+use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose, runs_on, Activation, Buffer, EpilogueArgs, GemmShape, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use tilesmith_spec::tuning::{Alignment, Device, Strategy, TuningTable};
@@ -265,7 +265,7 @@ fn with_epilogue<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str) ->
             && v.warps == wanted.warps
             && v.bounds == wanted.bounds
             && v.tile == wanted.tile
-            && v.word("epilogue").unwrap_or("none") == epilogue
+            && Activation::epilogue_of(v) == epilogue
             && v.axes.iter().filter(|(axis, _)| *axis != "epilogue").eq(wanted.axes.iter().filter(|(axis, _)| *axis != "epilogue"))
     };
     kernels.iter().copied().find(|k| same(k.variant()))
@@ -295,7 +295,7 @@ pub fn choose<'k>(
             v.dtype == dtype
                 && v.family == "gemm"
                 && !k.is_reference()
-                && epilogue.activation.epilogues().contains(&v.word("epilogue").unwrap_or("none"))
+                && epilogue.activation.epilogues().contains(&Activation::epilogue_of(v))
         })
         .collect();
     let class = alignment(dtype, shape, &buffers);

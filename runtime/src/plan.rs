@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
 use tilesmith_spec::family::{ScalarType, SMS};
-use tilesmith_spec::{Access, Built, Dtype, GridRule, Layout, ParamKind, Targets};
+use tilesmith_spec::{Access, Built, Dtype, GridRule, Layout, ParamKind, Targets, Variant};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +76,11 @@ impl Activation {
             Activation::GeluErf => &["gelu_erf"],
             Activation::Silu => &["silu"],
         }
+    }
+
+    /// A GEMM variant's `epilogue` value; `none` for a GEMM family without the axis.
+    pub fn epilogue_of(variant: &Variant) -> &str {
+        variant.word("epilogue").unwrap_or("none")
     }
 
     /// The activation a variant with this `epilogue` value applies.
@@ -544,7 +549,7 @@ pub fn plan_gemm_with(
     if shape.layout.as_str() != layout {
         return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
     }
-    let applied = variant.word("epilogue").unwrap_or("none");
+    let applied = Activation::epilogue_of(variant);
     if !epilogue.activation.epilogues().contains(&applied) {
         return Err(format!(
             "it applies epilogue {applied}, but the call asks for activation {:?} (epilogue {})",

@@ -270,7 +270,7 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
 fn packed_shapes_with_a_zero_are_nothing_to_do_in_every_layout() {
     for built in shipped().iter().filter(|b| b.entry.variant.family == "gemm" && b.entry.variant.is_checked()) {
         let layout = built.entry.variant.word("layout").and_then(Layout::parse).expect("a GEMM has a layout");
-        let activation = Activation::of_epilogue(built.entry.variant.word("epilogue").unwrap_or("none")).expect("a known epilogue");
+        let activation = Activation::of_epilogue(Activation::epilogue_of(&built.entry.variant)).expect("a known epilogue");
         let epilogue = EpilogueArgs { activation, ..EpilogueArgs::default() };
         let plan = |shape: &GemmShape, buffers| plan_gemm_with(built, built.entry.variant.dtype, shape, buffers, &epilogue, 132);
         for (m, n) in [(0, 64), (64, 0), (0, 0)] {

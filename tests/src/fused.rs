@@ -49,13 +49,15 @@ impl LtGemm {
         fn err(what: &'static str) -> impl Fn(cudarc::cublaslt::result::CublasError) -> String {
             move |e| format!("cuBLASLt {what}: {e}")
         }
+        // Allocated first, so that a failure leaves no handle behind.
+        let workspace = gpu.stream().alloc_zeros::<u8>(32 << 20).map_err(|e| format!("cuBLASLt workspace: {e}"))?;
         let handle = lt::create_handle().map_err(err("handle"))?;
         let mut plan = LtGemm {
             handle,
             desc: std::ptr::null_mut(),
             layouts: [std::ptr::null_mut(); 3],
             algo: unsafe { std::mem::zeroed() },
-            workspace: gpu.stream().alloc_zeros::<u8>(32 << 20).map_err(|e| format!("cuBLASLt workspace: {e}"))?,
+            workspace,
         };
         let ty = data_type(T::DTYPE);
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);

@@ -113,7 +113,7 @@ fn guard(ld: usize) -> usize {
 /// The activation a GEMM variant's epilogue applies, and whether it has one (axis `epilogue`
 /// other than `none`).
 pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
-    let word = kernel.variant().word("epilogue").unwrap_or("none");
+    let word = Activation::epilogue_of(kernel.variant());
     let activation = Activation::of_epilogue(word).ok_or(format!("epilogue `{word}` is not one the runtime knows"))?;
     Ok((activation, word != "none"))
 }
