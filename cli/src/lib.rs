@@ -8,6 +8,7 @@ mod chart;
 mod init;
 mod list;
 mod perf_table;
+mod replay;
 mod tune;
 
 use anyhow::{bail, Context, Result};
@@ -101,6 +102,15 @@ enum Command {
         registry: RegistryArg,
         #[command(flatten)]
         args: tune::Args,
+    },
+    /// Replay the dispatcher against a measured tuning table, without a GPU: how the heuristic's
+    /// picks, the table's own with each problem held out, and another GPU's table's measured
+    /// there, beside the fastest candidate.
+    Replay {
+        #[command(flatten)]
+        registry: RegistryArg,
+        #[command(flatten)]
+        args: replay::Args,
     },
     /// Print the perf trials' records as a Markdown table.
     PerfTable {
@@ -288,6 +298,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let target = Target::resolve(&cli.root, &registry)?;
             let out = target.project.as_ref().map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
             done(message(tune::run(args, &target.open()?, out)))
+        }
+        Command::Replay { registry, args } => {
+            let target = Target::resolve(&cli.root, &registry)?;
+            done(message(replay::run(args, &target.open()?)))
         }
         Command::PerfTable { dir } => {
             let dir = match dir {

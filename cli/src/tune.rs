@@ -5,22 +5,29 @@
 //! second run skips what the table already holds. `tilesmith tune` runs it; so does a bundle.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use tilesmith_runtime::dispatch;
 use tilesmith_runtime::{Activation, Buffer, Choice, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
-use tilesmith_spec::tuning::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_spec::tuning::{self, Candidate, Device, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_trials::timing::GemmCase;
 use tilesmith_trials::{trials, with_element};
 
-/// Sizes of M, N and K whose combinations form the default tuning set, up to 2^36
-/// multiply-adds (4096³) a problem: every fourth power of two from 16 to 16384.
+/// The default tuning set, most wanted first (a run out of time keeps what it measured):
+/// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
+/// 14336), the bench's, skinny ones and odd leading dimensions (`!`), then a grid of every
+/// fourth power of two from 16 to 16384 up to 2^36 multiply-adds (4096³).
+const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x14336,\
+16x4096x4096,16x11008x4096,16x4096x11008,16x14336x4096,16x4096x14336,\
+128x4096x4096,128x11008x4096,128x4096x11008,128x14336x4096,128x4096x14336,\
+4096x4096x4096,4096x11008x4096,4096x4096x11008,4096x14336x4096,4096x4096x14336";
+const EXTRA: &str = "1024x1024x1024,2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
+128x8192x8192,96x5120x5120,12288x64x4096,64x64x65536,128x128x128,1024x128x8192,\
+4095x4097x4099!,1023x1025x1027!,513x1025x2047!,1000x1001x1003!,127x4097x4099!,2047x2049x2051!";
 const GRID: [usize; 4] = [16, 256, 4096, 16384];
 const MAX_VOLUME: usize = 1 << 36;
-/// Problems the default set adds to the grid: the bench's, skinny ones, sizes just past a
-/// tile multiple, and odd leading dimensions (`!` marks a problem stored with odd ones).
-const EXTRA: &str = "2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
-16x4096x4096,128x8192x8192,64x64x65536,1024x1024x1024,128x128x128,1024x128x8192,\
-4095x4097x4099!,1023x1025x1027!,127x4097x4099!,2047x2049x2051!";
 /// Timed launches: a first look, then the median of RUNS after WARMUP for candidates within
 /// PRUNE times the fastest so far.
 const WARMUP: usize = 2;
@@ -30,19 +37,20 @@ const PRUNE: f64 = 2.0;
 #[derive(clap::Args)]
 pub struct Args {
     /// Comma-separated problems MxNxK, a trailing `!` for odd leading dimensions; they replace
-    /// the default set (powers of two from 16 to 16384 and sizes between them).
+    /// the default set (transformer layers' problems, the bench's, and a grid of powers of two).
     #[arg(long)]
     shapes: Option<String>,
     /// A file of problems, one or more per line in --shapes' form; `#` starts a comment.
     #[arg(long, value_name = "FILE")]
     shapes_file: Option<PathBuf>,
-    /// Dtypes to tune, comma-separated.
-    #[arg(long, default_value = "bf16,f16")]
+    /// Dtypes to tune, comma-separated. The dispatcher reads a dtype's entries for another of
+    /// the same width where that has none (f16 runs bf16's picks), so one of each width does.
+    #[arg(long, default_value = "bf16")]
     dtypes: String,
     /// Layouts to tune, comma-separated.
     #[arg(long, default_value = "nn,nt,tn,tt")]
     layouts: String,
-    /// Folder of the tables; this GPU's is `<name>-<SMs>sm.json` there (default: the project's
+    /// Folder of the tables; a GPU's is `<name>-<SMs>sm.json` there (default: the project's
     /// tuning/, else tuning/ here).
     #[arg(long, env = "TILESMITH_TUNING_DIR")]
     out: Option<PathBuf>,
@@ -50,13 +58,21 @@ pub struct Args {
     /// replaced; the table's other entries stay).
     #[arg(long)]
     fresh: bool,
+    /// GPUs to tune on, comma-separated ordinals (default: every GPU). The problems are shared
+    /// out among the GPUs of one kind; each kind gets its own table.
+    #[arg(long, value_name = "LIST")]
+    gpus: Option<String>,
+    /// Stop starting problems after this many minutes; what is left is measured by the next
+    /// run, which skips what the table holds.
+    #[arg(long, default_value_t = 10.0)]
+    minutes: f64,
 }
 
 /// A problem of the tuning set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Problem {
-    shape: [usize; 3],
-    odd_ld: bool,
+pub(crate) struct Problem {
+    pub(crate) shape: [usize; 3],
+    pub(crate) odd_ld: bool,
 }
 
 fn parse_problems(text: &str) -> Result<Vec<Problem>, String> {
@@ -87,6 +103,7 @@ fn problems(args: &Args) -> Result<Vec<Problem>, String> {
         problems.extend(parse_problems(&lines.join(",")).map_err(|e| format!("{}: {e}", path.display()))?);
     }
     if problems.is_empty() {
+        problems.extend(parse_problems(LLM)?);
         problems.extend(parse_problems(EXTRA)?);
         for m in GRID {
             for n in GRID {
@@ -113,7 +130,7 @@ fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T
 
 /// The shape of a problem in a layout: packed, or with odd leading dimensions (one more where
 /// the packed one is even).
-fn shape(problem: Problem, layout: Layout) -> GemmShape {
+pub(crate) fn shape(problem: Problem, layout: Layout) -> GemmShape {
     let [m, n, k] = problem.shape;
     let packed = GemmShape::packed(m, n, k, layout);
     if !problem.odd_ld {
@@ -123,73 +140,140 @@ fn shape(problem: Problem, layout: Layout) -> GemmShape {
     GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
 }
 
-/// Tunes on the kernels of `registry`, writing the table into `--out`, else `default_out`.
+/// One kind of GPU being tuned: its table, where it goes, and the problems left.
+struct Kind {
+    device: Device,
+    path: PathBuf,
+    table: Mutex<TuningTable>,
+    queue: Mutex<VecDeque<(Problem, Dtype, Layout)>>,
+}
+
+/// Tunes on the kernels of `registry`, writing the tables into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
     let out = args.out.clone().unwrap_or(default_out);
     let problems = problems(&args)?;
     let dtypes = list(&args.dtypes, "dtype", Dtype::parse)?;
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
-    let gpu = Gpu::new(0).map_err(|e| e.to_string())?;
-    let device = gpu.device();
+    if !(args.minutes > 0.0 && args.minutes.is_finite()) {
+        return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
+    let count = Gpu::count().map_err(|e| e.to_string())?;
+    let ordinals: Vec<usize> = match &args.gpus {
+        Some(text) => list(text, "GPU ordinal", |s| s.parse().ok())?,
+        None => (0..count).collect(),
+    };
+    if let Some(bad) = ordinals.iter().find(|&&o| o >= count) {
+        return Err(format!("--gpus names GPU {bad}, the driver sees {count}"));
+    }
+    let devices: Vec<Device> =
+        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let path = out.join(TuningTable::file_name(&device));
-    let mut table = match path.exists() {
-        true => TuningTable::read(&path)?,
-        false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
-    };
-    if table.device != device {
-        return Err(format!(
-            "{} was measured on {:?}, this is {:?}: move it aside or pass another --out",
-            path.display(),
-            table.device,
-            device
-        ));
-    }
-    table.compiler = compiler;
 
-    let mut groups: Vec<(Problem, Dtype, Layout)> = Vec::new();
-    for &problem in &problems {
-        for &dtype in &dtypes {
-            groups.extend(layouts.iter().map(|&layout| (problem, dtype, layout)));
+    let mut kinds: Vec<Kind> = Vec::new();
+    for device in &devices {
+        if kinds.iter().any(|k| k.device.is(device)) {
+            continue;
         }
+        let path = out.join(TuningTable::file_name(device));
+        let mut table = match path.exists() {
+            true => TuningTable::read(&path)?,
+            false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
+        };
+        if !table.device.is(device) {
+            return Err(format!(
+                "{} was measured on {:?}, this is {:?}: move it aside or pass another --out",
+                path.display(),
+                table.device,
+                device
+            ));
+        }
+        table.compiler = compiler.clone();
+        table.device.clocks = device.clocks;
+        let mut queue = VecDeque::new();
+        let mut skipped = 0;
+        for &problem in &problems {
+            for &dtype in &dtypes {
+                for &layout in &layouts {
+                    let (key, dims) = key(problem, dtype, layout);
+                    if !args.fresh && table.entry(&key, dims).is_some() {
+                        skipped += 1;
+                    } else {
+                        queue.push_back((problem, dtype, layout));
+                    }
+                }
+            }
+        }
+        let gpus = devices.iter().filter(|d| d.is(device)).count();
+        println!(
+            "tuning {} of {} problems ({} dtypes x {} layouts each; {skipped} already measured) on {gpus} {} ({} SMs) into {}",
+            queue.len(),
+            problems.len() * dtypes.len() * layouts.len(),
+            dtypes.len(),
+            layouts.len(),
+            device.name,
+            device.sms,
+            path.display()
+        );
+        kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
     }
-    println!(
-        "tuning {} problems x {} dtypes x {} layouts on {} ({} SMs) into {}",
-        problems.len(),
-        dtypes.len(),
-        layouts.len(),
-        device.name,
-        device.sms,
-        path.display()
-    );
-    let bar = ProgressBar::new(groups.len() as u64);
+    let total: usize = kinds.iter().map(|k| k.queue.lock().map_or(0, |q| q.len())).sum();
+    let bar = ProgressBar::new(total as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
     );
-    let mut skipped = 0;
-    for (problem, dtype, layout) in groups {
-        bar.inc(1);
-        let shape = shape(problem, layout);
-        // Packed odd sizes are unaligned too, `!` or not.
-        let class = dispatch::alignment(dtype, &shape, &shape.spans().map(|len| Buffer { len, addr: 0 }));
-        let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
-        let key = Key::new(dtype, layout, class, dims);
-        if !args.fresh && table.entry(&key, dims).is_some() {
-            skipped += 1;
-            continue;
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = ordinals
+            .iter()
+            .zip(&devices)
+            .map(|(&ordinal, device)| {
+                let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
+                let bar = &bar;
+                scope.spawn(move || work(ordinal, kind, registry, bar, deadline))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
+    });
+    bar.finish_and_clear();
+    for kind in &kinds {
+        let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
+        write(&kind.path, &table)?;
+        let left = kind.queue.lock().map_or(0, |q| q.len());
+        let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
+        println!("{} entries in {}{more}", table.entries.len(), kind.path.display());
+    }
+    results.into_iter().collect()
+}
+
+fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 3]) {
+    let shape = shape(problem, layout);
+    // Packed odd sizes are unaligned too, `!` or not.
+    let class = dispatch::alignment(dtype, &shape, &shape.spans().map(|len| Buffer { len, addr: 0 }));
+    let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
+    (Key::new(dtype, layout, class, dims), dims)
+}
+
+/// One GPU's share: takes its kind's problems one by one until none are left or time is up,
+/// writing the table after each.
+fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, deadline: Instant) -> Result<(), String> {
+    let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
+    loop {
+        if Instant::now() >= deadline {
+            return Ok(());
         }
+        let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
+        let shape = shape(problem, layout);
+        let (key, _) = key(problem, dtype, layout);
         bar.set_message(format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" }));
-        let entry = with_element!(dtype, T => measure::<T>(&gpu, registry, &bar, dtype, shape, key))?;
+        let entry = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
+        bar.inc(1);
         if let Some(entry) = entry {
+            let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
             table.insert(entry);
-            write(&path, &table)?;
+            write(&kind.path, &table)?;
         }
     }
-    bar.finish_and_clear();
-    write(&path, &table)?;
-    println!("{} entries in {} ({skipped} already there)", table.entries.len(), path.display());
-    Ok(())
 }
 
 /// The candidates for a problem, the heuristic's favourites first so that pruning bites early.

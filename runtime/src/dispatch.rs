@@ -8,7 +8,7 @@ use crate::kernel::{Element, GemmArgs, Kernel};
 use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose, runs_on, Activation, Buffer, EpilogueArgs, GemmShape, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
-use tilesmith_spec::tuning::{Alignment, Device, Strategy, TuningTable};
+use tilesmith_spec::tuning::{self, Alignment, Clocks, Device, Strategy, TuningEntry, TuningTable};
 use tilesmith_spec::{Built, Dtype, GridRule, Layout};
 
 /// Rows of the operands the padded strategy moves start 128 bytes apart at least, a whole
@@ -271,12 +271,33 @@ fn with_epilogue<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str) ->
     kernels.iter().copied().find(|k| same(k.variant()))
 }
 
+/// The table the dispatcher reads on `device`, and the factor its M and N are scaled by to look
+/// the call up there: the device's own table (factor 1); else the table of the GPU of the same
+/// compute capability with the nearest SM count (then the nearest SM clock, then by name),
+/// scaled by √(its SMs / this device's) so that the problem it is compared with fills as many
+/// waves of tiles there as the call does here.
+pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t TuningTable, f64)> {
+    if let Some(own) = tables.iter().find(|t| t.device.is(device)) {
+        return Some((own, 1.0));
+    }
+    let clock = |d: &Device| d.clocks.map_or(0, |c| c.sm_mhz);
+    tables
+        .iter()
+        .filter(|t| t.device.capability == device.capability)
+        .min_by_key(|t| (t.device.sms.abs_diff(device.sms), clock(&t.device).abs_diff(clock(device)), t.device.name.clone()))
+        .map(|t| (t, (f64::from(t.device.sms) / f64::from(device.sms.max(1))).sqrt()))
+}
+
+/// How far (in [`tuning::distance`], summed |log2| of M, N and K) a measured problem may lie from
+/// a call and still stand for it; farther, the heuristic does better (`tilesmith replay`).
+const NEAR_ENOUGH: f64 = 1.0;
+
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
-/// (its `epilogue` axis) compete. With a table for this device (same name, compute capability
-/// and SM count): the nearest measured problem of the call's dtype, layout and alignment, its
-/// candidates in rank order (each as the variant of the same axes with the call's epilogue),
-/// the first that takes the call; then the next nearest problem. Otherwise, or when no table
-/// candidate takes it, [`heuristic`].
+/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem of
+/// the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
+/// variants run the same code), its candidates in rank order (each as the variant of the same
+/// axes with the call's dtype and epilogue), the first that takes the call; then the next
+/// nearest problem. Otherwise, or when no table candidate takes it, [`heuristic`].
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
     tables: &[TuningTable],
@@ -299,24 +320,38 @@ pub fn choose<'k>(
         })
         .collect();
     let class = alignment(dtype, shape, &buffers);
-    let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
     let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
         kernel: kernel.clone(),
         strategy,
         transpose: (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten(),
         reason,
     };
-    if let Some(table) = tables.iter().find(|t| &t.device == device) {
-        for entry in table.nearest(dtype, shape.layout, class, problem) {
+    let found = table_for(tables, device);
+    if let Some((table, scale)) = found {
+        let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
+        let problem = [scaled(shape.m), scaled(shape.n), shape.k as u64];
+        let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
+        let near = |entry: &&TuningEntry| tuning::distance(entry.shape, problem) <= NEAR_ENOUGH;
+        let entries = std::iter::once(dtype).chain(widths).flat_map(|d| table.nearest(d, shape.layout, class, problem)).filter(near);
+        for entry in entries {
             for (rank, candidate) in entry.ranked.iter().enumerate() {
                 let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
                 let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy);
                 let kernel = epilogue.activation.epilogues().iter().filter_map(|word| with_epilogue(&gemms, ranked, word)).find(takes);
                 if let Some(kernel) = kernel {
                     let [m, n, k] = entry.shape;
+                    let borrowed = if table.device.is(device) {
+                        String::new()
+                    } else {
+                        format!(
+                            " (the nearest table of compute capability {}.{}, M and N x{scale:.2})",
+                            device.capability[0], device.capability[1]
+                        )
+                    };
                     let reason = format!(
-                        "tuning table {}: nearest measured problem {m}x{n}x{k} ({dtype} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
-                        TuningTable::file_name(device),
+                        "tuning table {}{borrowed}: nearest measured problem {m}x{n}x{k} ({} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
+                        TuningTable::file_name(&table.device),
+                        entry.key.dtype,
                         shape.layout,
                         class,
                         rank + 1,
@@ -328,19 +363,17 @@ pub fn choose<'k>(
             }
         }
     }
-    let why =
-        if tables.iter().any(|t| &t.device == device) { "no table candidate takes this call" } else { "no tuning table for this device" };
+    let why = if found.is_some() {
+        "no measured problem near this call has a candidate that takes it"
+    } else {
+        "no tuning table for this device"
+    };
     let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, call)?;
     Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
 }
 
-/// The heuristic: among the variants that take the call (directly, else padded), the least
-/// estimated time, ties by name. A variant's estimate is its rounds of tiles, each the tile's
-/// multiply-adds at a rate for its backend and tile shape, plus the padded moves at 3 TB/s:
-///
-/// `rounds = ⌈tiles·split_k / SMs⌉`, `time = rounds · 2·TM·TN·⌈K/split_k⌉ / (rate · efficiency)`,
-/// where `rate` is 6 TFLOP/s per SM for wgmma, half that for mma and 1/20 for simt, and
-/// `efficiency = 1 / (1 + 16/TM + 32/TN)` (larger tiles reuse more of what they load).
+/// The heuristic: among the variants that take the call, directly or padded, the least
+/// estimated time ([`estimate_seconds`]), ties by strategy (direct first) and name.
 pub fn heuristic<'k>(
     kernels: &[&'k Kernel],
     transpose: Option<&Kernel>,
@@ -350,11 +383,9 @@ pub fn heuristic<'k>(
     let GemmCall { dtype, shape, buffers, epilogue } = *call;
     let mut best: Option<(f64, &Kernel, Strategy)> = None;
     for (kernel, strategy) in candidates(kernels, transpose, device, call) {
-        if best.is_some_and(|(_, _, s)| s != strategy) {
-            break;
-        }
         let estimate = estimate_seconds(kernel.info(), device, dtype, shape, &buffers, strategy);
-        if best.as_ref().is_none_or(|(t, k, _)| estimate < *t || (estimate == *t && kernel.name() < k.name())) {
+        let better = |(t, k, s): &(f64, &Kernel, Strategy)| estimate < *t || (estimate == *t && (strategy, kernel.name()) < (*s, k.name()));
+        if best.as_ref().is_none_or(better) {
             best = Some((estimate, kernel, strategy));
         }
     }
@@ -368,38 +399,82 @@ pub fn heuristic<'k>(
     Ok((kernel, strategy, estimate))
 }
 
-/// The heuristic's estimate for one candidate, in seconds.
+/// The rates the heuristic assumes where the driver reports no clocks: an H100 SXM's.
+const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
+
+/// The heuristic's model, fitted to the tables measured on H100 and H200 with `tilesmith
+/// replay` (docs/dispatch.md). Multiply-adds per second an SM sustains on a large tile, by
+/// backend, at 1980 MHz.
+fn backend_rate(backend: &str) -> f64 {
+    match backend {
+        "wgmma" => 6.8e12,
+        "mma" => 3.5e12,
+        _ => 0.3e12,
+    }
+}
+/// Seconds a block waits for a load: the bytes its ring holds in flight, over this, bound the
+/// bandwidth it draws.
+const LOAD_LATENCY: f64 = 2.25e-6;
+/// The bandwidth a GEMM's loads reach at best, relative to the DRAM's: above 1, since the
+/// traffic counted is every operand once and part of it comes from the L2.
+const BANDWIDTH_FRACTION: f64 = 1.35;
+/// A launch, filling the ring and draining the last tile.
+const FIXED_SECONDS: f64 = 5e-6;
+/// A round of split-K blocks: the cluster barrier and adding up the slices, per slice.
+const SPLIT_SECONDS: f64 = 0.3e-6;
+/// How much slower mma and simt variants run on operands whose rows are not 16-byte aligned,
+/// element by element.
+const ELEMENT_PATH: f64 = 6.0;
+/// The padded strategy's transposes move rows with odd leading dimensions at this fraction of
+/// the DRAM bandwidth, each read and written once.
+const MOVE_FRACTION: f64 = 0.35;
+
+/// The heuristic's estimate for one candidate, in seconds: the longer of its arithmetic and its
+/// DRAM traffic, plus fixed costs, plus the padded strategy's moves.
+///
+/// Arithmetic: `rounds · 2·TM·TN·⌈K/split⌉ / (rate · clock/1980 MHz · efficiency)` with
+/// `rounds = ⌈tiles·split / SMs⌉` and `efficiency = 1 / (1 + 3/TM + 22/TN)` (larger tiles reuse
+/// more of what they load). Traffic: A, B and C once, at the bandwidth the blocks in flight
+/// draw (each block's ring of `stages` K blocks over [`LOAD_LATENCY`]), at most
+/// [`BANDWIDTH_FRACTION`] of the DRAM's.
 pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], strategy: Strategy) -> f64 {
     let variant = &built.entry.variant;
-    let (&[tm, tn, _], Some(split_k)) = (variant.tile(), variant.count("split_k")) else { return f64::INFINITY };
-    let (tm, tn, split) = (f64::from(tm), f64::from(tn), u64::from(split_k.max(1)));
-    // The padded strategy's GEMM (M and N swapped where C is computed transposed) and the
-    // bytes its moves read and write.
-    let (m, n, moved) = match strategy {
+    let (&[tm, tn, tk], Some(split_k)) = (variant.tile(), variant.count("split_k")) else { return f64::INFINITY };
+    let (tm, tn, tk, split) = (f64::from(tm), f64::from(tn), f64::from(tk), f64::from(split_k.max(1)));
+    let stages = f64::from(variant.count("stages").unwrap_or(2).max(1));
+    let size = f64::from(dtype.size_bytes());
+    let clocks = device.clocks.unwrap_or(DEFAULT_CLOCKS);
+    let bandwidth = f64::from(clocks.memory_gbps.max(1)) * 1e9;
+    // The padded strategy's GEMM (M and N swapped where C is computed transposed), the bytes
+    // its moves read and write, and how many it makes.
+    let (m, n, moved, moves) = match strategy {
         Strategy::Padded => {
             let Some(p) = padding(dtype, shape, buffers) else { return f64::INFINITY };
-            let moved: f64 = [p.a, p.b, p.c]
-                .iter()
-                .flatten()
-                .map(|mv| 2.0 * mv.shape.m as f64 * mv.shape.n as f64 * f64::from(dtype.size_bytes()))
-                .sum();
-            (p.gemm.m, p.gemm.n, moved)
+            let moves: Vec<&Move> = [&p.a, &p.b, &p.c].into_iter().flatten().collect();
+            let moved: f64 = moves.iter().map(|mv| 2.0 * mv.shape.m as f64 * mv.shape.n as f64 * size).sum();
+            (p.gemm.m as f64, p.gemm.n as f64, moved, moves.len() as f64)
         }
-        Strategy::Direct => (shape.m, shape.n, 0.0),
+        Strategy::Direct => (shape.m as f64, shape.n as f64, 0.0, 0.0),
     };
-    let tiles = (m as f64 / tm).ceil() * (n as f64 / tn).ceil();
-    let rounds = (tiles * split as f64 / f64::from(device.sms.max(1))).ceil().max(1.0);
-    let rate = match variant.backend.as_str() {
-        "wgmma" => 6e12,
-        "mma" => 3e12,
-        _ => 0.3e12,
-    };
-    let efficiency = 1.0 / (1.0 + 16.0 / tm + 32.0 / tn);
-    let k = (shape.k as u64).div_ceil(split) as f64;
-    let mut seconds = rounds * 2.0 * tm * tn * k / (rate * efficiency) + moved / 3e12;
+    let k = shape.k as f64;
+    let sms = f64::from(device.sms.max(1));
+    let blocks = (m / tm).ceil() * (n / tn).ceil() * split;
+    let rounds = (blocks / sms).ceil().max(1.0);
+    let efficiency = 1.0 / (1.0 + 3.0 / tm + 22.0 / tn);
+    let rate = backend_rate(&variant.backend) * f64::from(clocks.sm_mhz.max(1)) / 1980.0 * efficiency;
+    let mut compute = rounds * 2.0 * tm * tn * (k / split).ceil() / rate;
+    let element_path = strategy == Strategy::Direct
+        && variant.backend != "wgmma"
+        && [shape.lda, shape.ldb].iter().zip(buffers).any(|(&ld, b)| misaligned(dtype, ld, b.addr));
+    if element_path {
+        compute *= ELEMENT_PATH;
+    }
+    let in_flight = blocks.min(sms) * stages * (tm.min(m) + tn.min(n)) * tk * size;
+    let drawn = (in_flight / LOAD_LATENCY).min(BANDWIDTH_FRACTION * bandwidth);
+    let traffic = (m * k + k * n + m * n) * size / drawn;
+    let mut seconds = compute.max(traffic) + FIXED_SECONDS + moved / (MOVE_FRACTION * bandwidth) + moves * FIXED_SECONDS;
     if let GridRule::SplitK { .. } = built.entry.launch.grid {
-        // The partial sums go through shared memory once more.
-        seconds += 2e-6;
+        seconds += rounds * SPLIT_SECONDS * split;
     }
     seconds
 }

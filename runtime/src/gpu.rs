@@ -15,11 +15,22 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
-use tilesmith_spec::tuning::Device;
+use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype};
 
 /// Dynamic shared memory a block gets without opting in.
 const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
+
+/// The SM clock and DRAM bandwidth the driver reports; `None` where it reports no figure
+/// (the attributes are deprecated and may one day read 0).
+fn read_clocks(ctx: &CudaContext) -> Option<Clocks> {
+    let read = |attribute| ctx.attribute(attribute).ok().filter(|&v| v > 0).map(|v| v as u64);
+    let sm_khz = read(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?;
+    let memory_khz = read(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?;
+    let bus_bits = read(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?;
+    let memory_gbps = 2 * memory_khz * 1000 * (bus_bits / 8) / 1_000_000_000;
+    Some(Clocks { sm_mhz: (sm_khz / 1000) as u32, memory_gbps: memory_gbps as u32 })
+}
 
 /// A GPU with its stream; every launch goes to that stream.
 pub struct Gpu {
@@ -29,20 +40,27 @@ pub struct Gpu {
     capability: (u32, u32),
     smem_opt_in: u32,
     sms: u32,
+    clocks: Option<Clocks>,
     /// Loaded kernels by the SHA-256 of their fatbin, so that a rebuilt registry or a second
     /// registry never gets another fatbin's code under the same name.
     loaded: Mutex<HashMap<String, CudaFunction>>,
 }
 
 impl Gpu {
-    /// Opens GPU `ordinal`. Without a CUDA driver or without a GPU this is an error value.
-    pub fn new(ordinal: usize) -> Result<Gpu> {
+    /// How many GPUs the driver sees. Without a CUDA driver or without a GPU this is an error value.
+    pub fn count() -> Result<usize> {
         // cudarc panics when libcuda cannot be loaded, so look for it first.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(Error::NoDriver("libcuda could not be loaded".into()));
         }
         let count = CudaContext::device_count().map_err(|err| Error::NoGpu(format!("the driver found none ({err})")))?;
-        if ordinal >= count.max(0) as usize {
+        Ok(count.max(0) as usize)
+    }
+
+    /// Opens GPU `ordinal`. Without a CUDA driver or without a GPU this is an error value.
+    pub fn new(ordinal: usize) -> Result<Gpu> {
+        let count = Gpu::count()?;
+        if ordinal >= count {
             return Err(Error::NoGpu(format!("GPU {ordinal} asked for, the driver sees {count}")));
         }
         let ctx = CudaContext::new(ordinal).during("creating a CUDA context")?;
@@ -52,6 +70,7 @@ impl Gpu {
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
             .during("reading the shared-memory limit")?;
         let sms = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).during("reading the multiprocessor count")?;
+        let clocks = read_clocks(&ctx);
         let stream = ctx.default_stream();
         Ok(Gpu {
             ctx,
@@ -60,6 +79,7 @@ impl Gpu {
             capability: (major as u32, minor as u32),
             smem_opt_in: smem_opt_in as u32,
             sms: sms.max(1) as u32,
+            clocks,
             loaded: Mutex::new(HashMap::new()),
         })
     }
@@ -83,7 +103,7 @@ impl Gpu {
 
     /// The GPU as tuning tables name it.
     pub fn device(&self) -> Device {
-        Device { name: self.name.clone(), capability: [self.capability.0, self.capability.1], sms: self.sms }
+        Device { name: self.name.clone(), capability: [self.capability.0, self.capability.1], sms: self.sms, clocks: self.clocks }
     }
 
     /// Its number of multiprocessors, which persistent kernels launch a block per.

@@ -10,7 +10,7 @@ use tilesmith_spec::{Built, Manifest};
 const ALIGNED: u64 = 0x7f00_0000_0000;
 
 fn h200() -> Device {
-    Device { name: "NVIDIA H200".into(), capability: [9, 0], sms: 132 }
+    Device { name: "NVIDIA H200".into(), capability: [9, 0], sms: 132, clocks: None }
 }
 
 fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]) -> TuningEntry {
@@ -100,8 +100,41 @@ fn the_nearest_entry_gives_the_first_candidate_that_takes_the_call() {
     let (name, _, reason) = pick(&registry, &h200(), GemmShape::packed(4000, 4000, 4000, Layout::Tn));
     assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12");
     assert!(reason.contains("rank 2 of 3"), "{reason}");
-    let (name, _, _) = pick(&registry, &h200(), GemmShape::packed(24, 3000, 5000, Layout::Tn));
+    let (name, _, _) = pick(&registry, &h200(), GemmShape::packed(20, 4000, 4600, Layout::Tn));
     assert_eq!(name, "gemm_tn_64x128x64_wgmma_w8_s6_splitk2");
+    // Farther than a factor of 2 in all from every measured problem: the heuristic.
+    let (_, _, reason) = pick(&registry, &h200(), GemmShape::packed(24, 3000, 5000, Layout::Tn));
+    assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
+}
+
+#[test]
+fn a_gpu_without_a_table_borrows_the_nearest_of_its_architecture() {
+    let registry = registry();
+    let h100 = Device { name: "NVIDIA H100 80GB HBM3".into(), ..h200() };
+    let (name, _, reason) = pick(&registry, &h100, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
+    assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12_unchecked");
+    assert!(reason.contains("NVIDIA_H200-132sm.json (the nearest table of compute capability 9.0, M and N x1.00)"), "{reason}");
+    // Half the SMs: M and N are scaled by √2 to find the problem that fills as many waves
+    // there, 2896² (distance 1 from 4096³) stands for 4096² on 66 SMs, but 5793² does not.
+    let half = Device { name: "NVIDIA H100 PCIe".into(), sms: 66, ..h200() };
+    let (_, _, reason) = pick(&registry, &half, GemmShape::packed(2896, 2896, 4096, Layout::Tn));
+    assert!(reason.contains("x1.41") && reason.contains("4096x4096x4096"), "{reason}");
+    let (_, _, reason) = pick(&registry, &half, GemmShape::packed(5793, 5793, 4096, Layout::Tn));
+    assert!(reason.contains("heuristic"), "{reason}");
+}
+
+#[test]
+fn a_dtype_without_entries_reads_those_of_its_width() {
+    let registry = registry();
+    let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
+    let plain = EpilogueArgs::default();
+    let call = |dtype| GemmCall { dtype, shape: &shape, buffers: buffers(&shape), epilogue: &plain };
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::F16)).unwrap();
+    assert_eq!(choice.kernel.name(), "gemm_tn_128x256x64_f16_wgmma_w12_unchecked");
+    assert!(choice.reason.contains("(bf16 tn Aligned)"), "{}", choice.reason);
+    // f32 has no twin of its width in the table: the heuristic.
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::F32)).unwrap();
+    assert!(choice.reason.contains("heuristic"), "{}", choice.reason);
 }
 
 #[test]
@@ -122,20 +155,25 @@ fn odd_leading_dimensions_take_the_padded_strategy_from_their_own_class() {
 #[test]
 fn without_a_table_for_the_device_the_heuristic_picks_what_runs_there() {
     let registry = registry();
-    let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108 };
+    let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108, clocks: None };
     let (name, strategy, reason) = pick(&registry, &a100, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
     assert!(reason.contains("no tuning table for this device") && reason.contains("heuristic"), "{reason}");
     assert!(!name.contains("wgmma"), "sm_90a code does not run on an A100: {name}");
     assert_eq!(strategy, Strategy::Direct);
-    // An H200 with another SM count (a MIG slice, say) has no table either; sm_90a runs there.
+    // A GPU of compute capability 9.0 whose table there is none of, nor of any like it.
     let slice = Device { sms: 66, ..h200() };
-    let (name, _, reason) = pick(&registry, &slice, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
-    assert!(name.contains("wgmma") && reason.contains("heuristic"), "{name}: {reason}");
-    // Odd leading dimensions on an A100: a checked mma variant takes them as they are.
+    let no_table = Registry::new(Path::new("registry"), registry.kernels().map(|k| k.info().clone()).collect(), Vec::new());
+    let (name, _, reason) = pick(&no_table, &slice, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
+    assert!(name.contains("wgmma") && reason.contains("no tuning table") && reason.contains("heuristic"), "{name}: {reason}");
+    // Odd leading dimensions: the element-wise loads they force on mma cost more than moving
+    // the operands into aligned scratch, on an A100 and on an H200 with no table.
     let odd = GemmShape { lda: 4099, ldb: 4099, ldc: 4097, ..GemmShape::packed(4095, 4097, 4099, Layout::Tn) };
     let (name, strategy, _) = pick(&registry, &a100, odd);
-    assert_eq!(strategy, Strategy::Direct);
-    assert!(name.contains("128x") && !name.contains("unchecked"), "{name}");
+    assert_eq!(strategy, Strategy::Padded);
+    assert!(name.contains("128x") && !name.contains("wgmma"), "{name}");
+    let (name, strategy, _) = pick(&no_table, &slice, odd);
+    assert_eq!(strategy, Strategy::Padded);
+    assert!(name.contains("wgmma"), "{name}");
 }
 
 #[test]
@@ -171,7 +209,7 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
     let plain = choose_with(&registry, &h200(), &shape, buffers(&shape), &EpilogueArgs::default()).unwrap();
     assert_eq!(plain.kernel.name(), "gemm_tn_128x256x64_wgmma_w12_unchecked");
     // The heuristic, too, picks only variants applying the activation.
-    let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108 };
+    let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108, clocks: None };
     let choice = choose_with(&registry, &a100, &shape, buffers(&shape), &gelu).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x128x32_gelu_tanh");
     // No nn variant has an epilogue: refused, naming it.

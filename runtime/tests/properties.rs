@@ -58,7 +58,7 @@ fn gemm_shape() -> impl Strategy<Value = GemmShape> {
 }
 
 fn h100() -> Device {
-    Device { name: "NVIDIA H100 80GB HBM3".into(), capability: [9, 0], sms: 132 }
+    Device { name: "NVIDIA H100 80GB HBM3".into(), capability: [9, 0], sms: 132, clocks: None }
 }
 
 proptest! {

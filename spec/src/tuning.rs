@@ -25,13 +25,34 @@ pub struct TuningTable {
     pub entries: Vec<TuningEntry>,
 }
 
-/// A GPU as tables tell them apart.
+/// A GPU as tables tell them apart: by name, compute capability and SM count ([`Device::is`]);
+/// its clocks say how it compares with another GPU of the same architecture.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Device {
     pub name: String,
     /// [major, minor].
     pub capability: [u32; 2],
     pub sms: u32,
+    /// Absent in tables written before they were recorded, and where the driver does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<Clocks>,
+}
+
+/// A GPU's peak rates as the driver reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Clocks {
+    /// The SMs' peak clock.
+    pub sm_mhz: u32,
+    /// DRAM bandwidth: two transfers per memory clock over the bus width.
+    pub memory_gbps: u32,
+}
+
+impl Device {
+    /// Whether `other` is the same kind of GPU, whose table applies as it is: same name,
+    /// compute capability and SM count (clocks are not compared; they vary with settings).
+    pub fn is(&self, other: &Device) -> bool {
+        self.name == other.name && self.capability == other.capability && self.sms == other.sms
+    }
 }
 
 /// Whether a call's operands suit TMA as they are: 16-byte-aligned starts and leading
@@ -131,7 +152,7 @@ pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
 
 /// Log-space distance between a problem and an entry's: the sum over M, N and K of
 /// |log2(a) - log2(b)|.
-fn distance(a: [u64; 3], b: [u64; 3]) -> f64 {
+pub fn distance(a: [u64; 3], b: [u64; 3]) -> f64 {
     a.iter().zip(b).map(|(&x, y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
 }
 
@@ -231,7 +252,7 @@ impl TuningTable {
         let mut tables: Vec<(PathBuf, TuningTable)> = Vec::new();
         for path in paths {
             let table = TuningTable::read(&path)?;
-            if let Some((other, _)) = tables.iter().find(|(_, t)| t.device == table.device) {
+            if let Some((other, _)) = tables.iter().find(|(_, t)| t.device.is(&table.device)) {
                 return Err(format!("{} and {} are both tables for {:?}; keep one", other.display(), path.display(), table.device));
             }
             tables.push((path, table));
@@ -276,6 +297,19 @@ mod tests {
     }
 
     #[test]
+    fn a_device_is_its_name_capability_and_sms_whatever_its_clocks() {
+        let h100 = Device { name: "NVIDIA H100 80GB HBM3".into(), capability: [9, 0], sms: 132, clocks: None };
+        let clocked = Device { clocks: Some(Clocks { sm_mhz: 1980, memory_gbps: 3352 }), ..h100.clone() };
+        assert!(h100.is(&clocked) && clocked.is(&h100));
+        assert!(!h100.is(&Device { sms: 114, ..h100.clone() }));
+        // Tables written before clocks were recorded read as devices without them.
+        let old: Device = serde_json::from_str(r#"{"name": "NVIDIA H100 80GB HBM3", "capability": [9, 0], "sms": 132}"#).unwrap();
+        assert_eq!(old, h100);
+        let text = serde_json::to_string(&clocked).unwrap();
+        assert_eq!(serde_json::from_str::<Device>(&text).unwrap(), clocked);
+    }
+
+    #[test]
     fn buckets_round_log2() {
         assert_eq!([bucket(1), bucket(16), bucket(22), bucket(23), bucket(3000), bucket(4096)], [0, 4, 4, 5, 12, 12]);
     }
@@ -306,7 +340,7 @@ mod tests {
         };
         let mut table = TuningTable {
             format: TUNING_FORMAT,
-            device: Device { name: "GPU".into(), capability: [9, 0], sms: 132 },
+            device: Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None },
             compiler: String::new(),
             entries: vec![],
         };

@@ -1,0 +1,140 @@
+//! Replays the dispatcher against a measured tuning table, on the CPU: for each problem the
+//! table holds, what the heuristic picks (as on a GPU without a table), what the table picks
+//! with that problem held out (how well its neighbours stand for it), and what another GPU's
+//! table picks where one is given (as the nearest-table fallback would); each pick at the time
+//! the table measured for it, beside the fastest candidate's and cuBLAS's. For fitting the
+//! heuristic and judging a table's coverage without a GPU.
+
+use crate::tune;
+use std::path::PathBuf;
+use tilesmith_runtime::dispatch::{self, GemmCall};
+use tilesmith_runtime::{Buffer, EpilogueArgs, GemmShape, Registry};
+use tilesmith_spec::tuning::{Alignment, Clocks, Device, TuningEntry, TuningTable};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The measured table to replay.
+    table: PathBuf,
+    /// Also pick from this table of another GPU, as the dispatcher does where a GPU has no
+    /// table of its own.
+    #[arg(long, value_name = "FILE")]
+    borrow: Option<PathBuf>,
+    /// The measured GPU's SM clock and DRAM bandwidth, `MHZ:GBPS`, where the table does not
+    /// record them (tables written before they were).
+    #[arg(long, value_name = "MHZ:GBPS", value_parser = parse_clocks)]
+    clocks: Option<Clocks>,
+    /// Print every problem, not only the summary.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn parse_clocks(text: &str) -> Result<Clocks, String> {
+    let parse = |part: Option<&str>| part.and_then(|p| p.trim().parse::<u32>().ok()).filter(|&v| v > 0);
+    let mut parts = text.split(':');
+    match (parse(parts.next()), parse(parts.next()), parts.next()) {
+        (Some(sm_mhz), Some(memory_gbps), None) => Ok(Clocks { sm_mhz, memory_gbps }),
+        _ => Err(format!("`{text}` is not MHZ:GBPS with both above 0, e.g. 1980:3350")),
+    }
+}
+
+/// One way of picking, and how its picks measured.
+struct Policy {
+    name: &'static str,
+    /// log(cuBLAS / pick) summed over the problems whose pick the table measured.
+    log_sum: f64,
+    measured: usize,
+    /// Picks the table has no time for (a candidate it did not measure).
+    unmeasured: usize,
+    under: usize,
+    worst: Option<(f64, String)>,
+}
+
+impl Policy {
+    fn new(name: &'static str) -> Policy {
+        Policy { name, log_sum: 0.0, measured: 0, unmeasured: 0, under: 0, worst: None }
+    }
+
+    /// Counts a pick; returns its ratio to cuBLAS where the table measured it.
+    fn add(&mut self, entry: &TuningEntry, pick: Option<(String, tilesmith_spec::tuning::Strategy)>, problem: &str) -> Option<f64> {
+        let ratio = pick
+            .and_then(|(name, strategy)| entry.ranked.iter().find(|c| c.variant == name && c.strategy == strategy).map(|c| c.ratio(entry)));
+        match ratio {
+            Some(ratio) => {
+                self.log_sum += ratio.ln();
+                self.measured += 1;
+                self.under += usize::from(ratio < 0.9);
+                if self.worst.as_ref().is_none_or(|(w, _)| ratio < *w) {
+                    self.worst = Some((ratio, problem.to_string()));
+                }
+            }
+            None => self.unmeasured += 1,
+        }
+        ratio
+    }
+
+    fn summary(&self) -> String {
+        let mean = (self.log_sum / self.measured.max(1) as f64).exp();
+        let worst = self.worst.as_ref().map_or("-".into(), |(w, p)| format!("{w:.2} ({p})"));
+        format!("| {} | {mean:.3} | {} | {} | {} | {worst} |", self.name, self.measured, self.under, self.unmeasured)
+    }
+}
+
+/// The call a table entry stands for, stored as `tilesmith tune` measured it.
+fn call_shape(entry: &TuningEntry) -> GemmShape {
+    let [m, n, k] = entry.shape.map(|d| d as usize);
+    let packed = GemmShape::packed(m, n, k, entry.key.layout);
+    let packed_class = dispatch::alignment(entry.key.dtype, &packed, &packed.spans().map(|len| Buffer { len, addr: 0 }));
+    let odd_ld = entry.key.alignment == Alignment::Unaligned && packed_class == Alignment::Aligned;
+    tune::shape(tune::Problem { shape: [m, n, k], odd_ld }, entry.key.layout)
+}
+
+pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
+    let table = TuningTable::read(&args.table)?;
+    let borrowed = args.borrow.as_deref().map(TuningTable::read).transpose()?;
+    let device = Device { clocks: table.device.clocks.or(args.clocks), ..table.device.clone() };
+    let kernels: Vec<_> = registry.kernels().collect();
+    let unknown = table.unknown_variants(|name| registry.kernel(name).is_ok());
+    if !unknown.is_empty() {
+        println!("note: {} variants the table ranks are not in this registry (e.g. {})", unknown.len(), unknown[0]);
+    }
+    let mut policies = vec![Policy::new("fastest measured"), Policy::new("heuristic"), Policy::new("table, problem held out")];
+    if borrowed.is_some() {
+        policies.push(Policy::new("the other GPU's table"));
+    }
+    let plain = EpilogueArgs::default();
+    for entry in &table.entries {
+        let shape = call_shape(entry);
+        let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
+        let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
+        let problem = format!("{}x{}x{} {} {} {:?}", shape.m, shape.n, shape.k, entry.key.dtype, shape.layout, entry.key.alignment);
+        let pick = |tables: &[TuningTable]| {
+            dispatch::choose(kernels.iter().copied(), tables, &device, &call).ok().map(|c| (c.kernel.name().to_string(), c.strategy))
+        };
+        // Held out in every dtype: the dispatcher reads a dtype of the same width where the
+        // call's has no entry, and the twin would stand in for the problem itself.
+        let mut held_out = table.clone();
+        held_out
+            .entries
+            .retain(|e| !(e.shape == entry.shape && e.key.layout == entry.key.layout && e.key.alignment == entry.key.alignment));
+        let mut picks = vec![entry.ranked.first().map(|c| (c.variant.clone(), c.strategy)), pick(&[]), pick(&[held_out])];
+        if let Some(other) = &borrowed {
+            picks.push(pick(std::slice::from_ref(other)));
+        }
+        let mut line = format!("{problem}:");
+        for (policy, pick) in policies.iter_mut().zip(picks) {
+            let label = pick.as_ref().map_or("none".into(), |(name, strategy)| format!("{name} {strategy:?}"));
+            let ratio = policy.add(entry, pick, &problem).map_or("unmeasured".into(), |r| format!("{r:.2}"));
+            line += &format!("  {}: {label} {ratio};", policy.name);
+        }
+        if args.verbose {
+            println!("{line}");
+        }
+    }
+    println!("{} problems of {} ({} SMs)\n", table.entries.len(), table.device.name, table.device.sms);
+    println!("| picks by | geometric mean x cuBLAS | measured | under 0.9 | unmeasured | worst |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for policy in &policies {
+        println!("{}", policy.summary());
+    }
+    Ok(())
+}
