@@ -197,9 +197,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             for &dtype in &dtypes {
                 for &layout in &layouts {
                     let (key, dims) = key(problem, dtype, layout);
+                    let queued = queue.iter().any(|&(p, d, l)| self::key(p, d, l) == (key, dims));
                     if !args.fresh && table.entry(&key, dims).is_some() {
                         skipped += 1;
-                    } else {
+                    } else if !queued {
                         queue.push_back((problem, dtype, layout));
                     }
                 }
@@ -246,12 +247,14 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     results.into_iter().collect()
 }
 
+/// The entry a problem makes: as the dispatcher sees the call ([`dispatch::canonical`]), so a
+/// matrix-vector product in nn is the tn entry.
 fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 3]) {
-    let shape = shape(problem, layout);
+    let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
     let class = dispatch::alignment(dtype, &shape, &shape.spans().map(|len| Buffer { len, addr: 0 }));
     let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
-    (Key::new(dtype, layout, class, dims), dims)
+    (Key::new(dtype, shape.layout, class, dims), dims)
 }
 
 /// One GPU's share: takes its kind's problems one by one until none are left or time is up,

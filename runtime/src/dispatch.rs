@@ -46,6 +46,7 @@ impl Choice {
     /// Enqueues C = A·B with this pick, using `workspace` for the padded strategy. A choice
     /// made for another call is checked like any launch, and refused if it does not fit.
     pub fn run<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
+        let args = GemmArgs { shape: canonical(T::DTYPE, &args.shape), ..args };
         match (self.strategy, &self.transpose) {
             (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
             (Strategy::Padded, Some(transpose)) => run_padded(gpu, &self.kernel, transpose, args, workspace),
@@ -80,6 +81,36 @@ impl Workspace {
         }
         Ok(self.buffer.as_mut().expect("reserved above"))
     }
+}
+
+/// The call as the dispatcher sees it, the same memory read the same way: an operand stored as
+/// one row has any leading dimension (it takes the smallest 16-byte multiple), and A or B
+/// stored as rows of one element one after another (M = 1 column-major, N = 1 row-major, with a
+/// leading dimension of 1) is that one row in the other storage order. A matrix-vector product
+/// then needs no moves in any layout.
+pub fn canonical(dtype: Dtype, shape: &GemmShape) -> GemmShape {
+    let per_line = (16 / dtype.size_bytes().max(1)) as usize;
+    let one_row = |row_len: usize| row_len.max(1).next_multiple_of(per_line.max(1));
+    let mut out = *shape;
+    let (mut a_row, mut b_row) = (shape.layout.a_row_major(), shape.layout.b_row_major());
+    if !a_row && shape.m == 1 && shape.lda == 1 {
+        a_row = true;
+    }
+    if b_row && shape.n == 1 && shape.ldb == 1 {
+        b_row = false;
+    }
+    out.layout = layout_of(a_row, b_row);
+    let [(a_rows, a_len), (b_rows, b_len), (c_rows, c_len)] = out.stored();
+    if a_rows == 1 {
+        out.lda = one_row(a_len);
+    }
+    if b_rows == 1 {
+        out.ldb = one_row(b_len);
+    }
+    if c_rows == 1 {
+        out.ldc = one_row(c_len);
+    }
+    out
 }
 
 /// Whether an operand with this leading dimension and start needs moving for TMA.
@@ -246,6 +277,8 @@ pub fn candidates<'k>(
     device: &Device,
     call: &GemmCall<'_>,
 ) -> Vec<(&'k Kernel, Strategy)> {
+    let shape = canonical(call.dtype, call.shape);
+    let call = &GemmCall { shape: &shape, ..*call };
     let mut out = Vec::new();
     for strategy in [Strategy::Direct, Strategy::Padded] {
         for &kernel in kernels {
@@ -257,16 +290,19 @@ pub fn candidates<'k>(
     out
 }
 
-/// The variant that differs from `kernel` in its `epilogue` axis only, having `epilogue`.
-fn with_epilogue<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str) -> Option<&'k Kernel> {
+/// The variant that differs from `kernel` at most in its `epilogue` axis, having `epilogue`,
+/// and in its layout where `layout` is given, having that one.
+fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: Option<Layout>) -> Option<&'k Kernel> {
     let wanted = kernel.variant();
+    let free = |axis: &str| axis == "epilogue" || (layout.is_some() && axis == "layout");
     let same = |v: &tilesmith_spec::Variant| {
         v.backend == wanted.backend
             && v.warps == wanted.warps
             && v.bounds == wanted.bounds
             && v.tile == wanted.tile
             && Activation::epilogue_of(v) == epilogue
-            && v.axes.iter().filter(|(axis, _)| *axis != "epilogue").eq(wanted.axes.iter().filter(|(axis, _)| *axis != "epilogue"))
+            && layout.is_none_or(|l| v.word("layout") == Some(l.as_str()))
+            && v.axes.iter().filter(|(axis, _)| !free(axis)).eq(wanted.axes.iter().filter(|(axis, _)| !free(axis)))
     };
     kernels.iter().copied().find(|k| same(k.variant()))
 }
@@ -304,8 +340,10 @@ pub fn choose<'k>(
     device: &Device,
     call: &GemmCall<'_>,
 ) -> std::result::Result<Choice, String> {
-    let GemmCall { dtype, shape, buffers, epilogue } = *call;
-    check_gemm_call(shape, buffers)?;
+    check_gemm_call(call.shape, call.buffers)?;
+    let shape = &canonical(call.dtype, call.shape);
+    let call = &GemmCall { shape, ..*call };
+    let GemmCall { dtype, buffers, epilogue, .. } = *call;
     let all: Vec<&Kernel> = kernels.into_iter().collect();
     let transpose = transposer(all.iter().copied(), device, dtype);
     let gemms: Vec<&Kernel> = all
@@ -337,7 +375,13 @@ pub fn choose<'k>(
             for (rank, candidate) in entry.ranked.iter().enumerate() {
                 let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
                 let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy);
-                let kernel = epilogue.activation.epilogues().iter().filter_map(|word| with_epilogue(&gemms, ranked, word)).find(takes);
+                // A padded candidate was measured for the entry's operands; the call's may move
+                // others, which gives the GEMM another layout: the same variant in that one.
+                let layout = match candidate.strategy {
+                    Strategy::Padded => padding(dtype, shape, &buffers).map(|p| p.gemm.layout),
+                    Strategy::Direct => None,
+                };
+                let kernel = epilogue.activation.epilogues().iter().filter_map(|word| sibling(&gemms, ranked, word, layout)).find(takes);
                 if let Some(kernel) = kernel {
                     let [m, n, k] = entry.shape;
                     let borrowed = if table.device.is(device) {
