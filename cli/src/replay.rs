@@ -138,3 +138,40 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilesmith_spec::tuning::{Candidate, Key, Strategy};
+    use tilesmith_spec::{Dtype, Layout};
+
+    #[test]
+    fn clocks_are_two_positive_numbers() {
+        assert_eq!(parse_clocks("1980:3350"), Ok(Clocks { sm_mhz: 1980, memory_gbps: 3350 }));
+        for bad in ["1980", "0:3350", "1980:x", "1:2:3"] {
+            assert!(parse_clocks(bad).unwrap_err().contains("MHZ:GBPS"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_policy_scores_picks_at_their_measured_ratio() {
+        let shape = [16, 4096, 4096];
+        let entry = TuningEntry {
+            key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, shape),
+            shape,
+            cublas_ms: 1.0,
+            ranked: vec![
+                Candidate { variant: "fast".into(), strategy: Strategy::Direct, ms: 0.5 },
+                Candidate { variant: "slow".into(), strategy: Strategy::Direct, ms: 2.0 },
+            ],
+        };
+        let mut policy = Policy::new("test");
+        assert_eq!(policy.add(&entry, Some(("fast".into(), Strategy::Direct)), "a"), Some(2.0));
+        assert_eq!(policy.add(&entry, Some(("slow".into(), Strategy::Direct)), "b"), Some(0.5));
+        // Measured direct, not padded; and no pick at all: neither counts toward the mean.
+        assert_eq!(policy.add(&entry, Some(("fast".into(), Strategy::Padded)), "c"), None);
+        assert_eq!(policy.add(&entry, None, "d"), None);
+        assert_eq!((policy.measured, policy.unmeasured, policy.under), (2, 2, 1));
+        assert!(policy.summary().starts_with("| test | 1.000 | 2 | 1 | 2 | 0.50 (b) |"), "{}", policy.summary());
+    }
+}
