@@ -163,6 +163,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     if let Some(bad) = ordinals.iter().find(|&&o| o >= count) {
         return Err(format!("--gpus names GPU {bad}, the driver sees {count}"));
     }
+    // Two workers on one GPU would time each other's kernels.
+    if ordinals.is_empty() || (1..ordinals.len()).any(|i| ordinals[..i].contains(&ordinals[i])) {
+        return Err(format!("--gpus must name each GPU once and at least one; got {:?}", args.gpus.as_deref().unwrap_or("")));
+    }
     let devices: Vec<Device> =
         ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();

@@ -331,9 +331,10 @@ const NEAR_ENOUGH: f64 = 1.0;
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
 /// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem of
 /// the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
-/// variants run the same code), its candidates in rank order (each as the variant of the same
-/// axes with the call's dtype and epilogue), the first that takes the call; then the next
-/// nearest problem. Otherwise, or when no table candidate takes it, [`heuristic`].
+/// variants run the same code) within [`NEAR_ENOUGH`], its candidates in rank order (each as the
+/// variant of the same axes with the call's dtype and epilogue), the first that takes the call;
+/// then the next nearest problem. Otherwise, or when no near candidate takes it, [`heuristic`].
+/// The call is seen as [`canonical`] makes it.
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
     tables: &[TuningTable],
@@ -424,7 +425,9 @@ pub fn heuristic<'k>(
     device: &Device,
     call: &GemmCall<'_>,
 ) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
-    let GemmCall { dtype, shape, buffers, epilogue } = *call;
+    let shape = &canonical(call.dtype, call.shape);
+    let call = &GemmCall { shape, ..*call };
+    let GemmCall { dtype, buffers, epilogue, .. } = *call;
     let mut best: Option<(f64, &Kernel, Strategy)> = None;
     for (kernel, strategy) in candidates(kernels, transpose, device, call) {
         let estimate = estimate_seconds(kernel.info(), device, dtype, shape, &buffers, strategy);
