@@ -449,9 +449,8 @@ pub fn heuristic<'k>(
 /// The rates the heuristic assumes where the driver reports no clocks: an H100 SXM's.
 const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
 
-/// The heuristic's model, fitted to the tables measured on H100 and H200 with `tilesmith
-/// replay` (docs/dispatch.md). Multiply-adds per second an SM sustains on a large tile, by
-/// backend, at 1980 MHz.
+/// The heuristic's model, fitted to the H200's table with `tilesmith replay` (docs/dispatch.md).
+/// Floating-point operations per second an SM sustains on a large tile, by backend, at 1980 MHz.
 fn backend_rate(backend: &str) -> f64 {
     match backend {
         "wgmma" => 6.8e12,
