@@ -296,14 +296,8 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
         .collect();
     let plain = EpilogueArgs::default();
     let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &plain };
-    let mut out: Vec<(f64, Kernel, Strategy)> = dispatch::candidates(&gemms, transpose, &device, &call)
-        .into_iter()
-        .map(|(kernel, strategy)| {
-            (dispatch::estimate_seconds(kernel.info(), &device, dtype, shape, &buffers, strategy), kernel.clone(), strategy)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.name().cmp(b.1.name())));
-    (out.into_iter().map(|(_, kernel, strategy)| (kernel, strategy)).collect(), transpose.cloned())
+    let ranked = dispatch::by_estimate(&gemms, transpose, &device, &call);
+    (ranked.into_iter().map(|(_, kernel, strategy)| (kernel.clone(), strategy)).collect(), transpose.cloned())
 }
 
 fn measure<T: tilesmith_runtime::Element>(

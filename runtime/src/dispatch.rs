@@ -89,8 +89,9 @@ impl Workspace {
 /// leading dimension of 1) is that one row in the other storage order. A matrix-vector product
 /// then needs no moves in any layout.
 pub fn canonical(dtype: Dtype, shape: &GemmShape) -> GemmShape {
-    let per_line = (16 / dtype.size_bytes().max(1)) as usize;
-    let one_row = |row_len: usize| row_len.max(1).next_multiple_of(per_line.max(1));
+    let per_line = (16 / dtype.size_bytes().max(1)).max(1) as usize;
+    // A row too long to round up keeps its leading dimension; the checks refuse it later.
+    let one_row = |row_len: usize, ld: usize| row_len.max(1).checked_next_multiple_of(per_line).unwrap_or(ld);
     let mut out = *shape;
     let (mut a_row, mut b_row) = (shape.layout.a_row_major(), shape.layout.b_row_major());
     if !a_row && shape.m == 1 && shape.lda == 1 {
@@ -102,13 +103,13 @@ pub fn canonical(dtype: Dtype, shape: &GemmShape) -> GemmShape {
     out.layout = layout_of(a_row, b_row);
     let [(a_rows, a_len), (b_rows, b_len), (c_rows, c_len)] = out.stored();
     if a_rows == 1 {
-        out.lda = one_row(a_len);
+        out.lda = one_row(a_len, out.lda);
     }
     if b_rows == 1 {
-        out.ldb = one_row(b_len);
+        out.ldb = one_row(b_len, out.ldb);
     }
     if c_rows == 1 {
-        out.ldc = one_row(c_len);
+        out.ldc = one_row(c_len, out.ldc);
     }
     out
 }
@@ -269,16 +270,9 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
     }
 }
 
-/// The GEMM variants of the dtype that take the call on the device, with their strategy:
-/// directly where they can; for an unaligned call, also padded.
-pub fn candidates<'k>(
-    kernels: &[&'k Kernel],
-    transpose: Option<&Kernel>,
-    device: &Device,
-    call: &GemmCall<'_>,
-) -> Vec<(&'k Kernel, Strategy)> {
-    let shape = canonical(call.dtype, call.shape);
-    let call = &GemmCall { shape: &shape, ..*call };
+/// The GEMM variants of the dtype that take the (canonical) call on the device, with their
+/// strategy: directly where they can; for an unaligned call, also padded.
+fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>) -> Vec<(&'k Kernel, Strategy)> {
     let mut out = Vec::new();
     for strategy in [Strategy::Direct, Strategy::Padded] {
         for &kernel in kernels {
@@ -317,10 +311,11 @@ pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t 
         return Some((own, 1.0));
     }
     let clock = |d: &Device| d.clocks.map_or(0, |c| c.sm_mhz);
+    let nearness = |t: &TuningTable| (t.device.sms.abs_diff(device.sms), clock(&t.device).abs_diff(clock(device)));
     tables
         .iter()
         .filter(|t| t.device.capability == device.capability)
-        .min_by_key(|t| (t.device.sms.abs_diff(device.sms), clock(&t.device).abs_diff(clock(device)), t.device.name.clone()))
+        .min_by(|a, b| nearness(a).cmp(&nearness(b)).then_with(|| a.device.name.cmp(&b.device.name)))
         .map(|t| (t, (f64::from(t.device.sms) / f64::from(device.sms.max(1))).sqrt()))
 }
 
@@ -372,14 +367,15 @@ pub fn choose<'k>(
         let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
         let near = |entry: &&TuningEntry| tuning::distance(entry.shape, problem) <= NEAR_ENOUGH;
         let entries = std::iter::once(dtype).chain(widths).flat_map(|d| table.nearest(d, shape.layout, class, problem)).filter(near);
+        // A padded candidate was measured for the entry's operands; the call's may move others,
+        // which gives the GEMM another layout: the same variant in that one.
+        let padded_layout = padding(dtype, shape, &buffers).map(|p| p.gemm.layout);
         for entry in entries {
             for (rank, candidate) in entry.ranked.iter().enumerate() {
                 let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
                 let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy);
-                // A padded candidate was measured for the entry's operands; the call's may move
-                // others, which gives the GEMM another layout: the same variant in that one.
                 let layout = match candidate.strategy {
-                    Strategy::Padded => padding(dtype, shape, &buffers).map(|p| p.gemm.layout),
+                    Strategy::Padded => padded_layout,
                     Strategy::Direct => None,
                 };
                 let kernel = epilogue.activation.epilogues().iter().filter_map(|word| sibling(&gemms, ranked, word, layout)).find(takes);
@@ -417,26 +413,33 @@ pub fn choose<'k>(
     Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
 }
 
-/// The heuristic: among the variants that take the call, directly or padded, the least
-/// estimated time ([`estimate_seconds`]), ties by strategy (direct first) and name.
+/// The variants that take the call, directly or padded, each with the heuristic's estimate
+/// ([`estimate_seconds`]), least first; ties by strategy (direct first) and name.
+pub fn by_estimate<'k>(
+    kernels: &[&'k Kernel],
+    transpose: Option<&Kernel>,
+    device: &Device,
+    call: &GemmCall<'_>,
+) -> Vec<(f64, &'k Kernel, Strategy)> {
+    let shape = &canonical(call.dtype, call.shape);
+    let call = &GemmCall { shape, ..*call };
+    let mut out: Vec<(f64, &Kernel, Strategy)> = candidates(kernels, transpose, device, call)
+        .into_iter()
+        .map(|(kernel, strategy)| (estimate_seconds(kernel.info(), device, call.dtype, shape, &call.buffers, strategy), kernel, strategy))
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| (a.2, a.1.name()).cmp(&(b.2, b.1.name()))));
+    out
+}
+
+/// The heuristic: the first of [`by_estimate`].
 pub fn heuristic<'k>(
     kernels: &[&'k Kernel],
     transpose: Option<&Kernel>,
     device: &Device,
     call: &GemmCall<'_>,
 ) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
-    let shape = &canonical(call.dtype, call.shape);
-    let call = &GemmCall { shape, ..*call };
-    let GemmCall { dtype, buffers, epilogue, .. } = *call;
-    let mut best: Option<(f64, &Kernel, Strategy)> = None;
-    for (kernel, strategy) in candidates(kernels, transpose, device, call) {
-        let estimate = estimate_seconds(kernel.info(), device, dtype, shape, &buffers, strategy);
-        let better = |(t, k, s): &(f64, &Kernel, Strategy)| estimate < *t || (estimate == *t && (strategy, kernel.name()) < (*s, k.name()));
-        if best.as_ref().is_none_or(better) {
-            best = Some((estimate, kernel, strategy));
-        }
-    }
-    let (estimate, kernel, strategy) = best.ok_or_else(|| {
+    let (estimate, kernel, strategy) = by_estimate(kernels, transpose, device, call).into_iter().next().ok_or_else(|| {
+        let GemmCall { dtype, shape, epilogue, .. } = *call;
         let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
         format!(
             "no {dtype} {} variant{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
