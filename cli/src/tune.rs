@@ -5,7 +5,7 @@
 //! second run skips what the table already holds. `tilesmith tune` runs it; so does a bundle.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -193,15 +193,15 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         table.compiler = compiler.clone();
         table.device.clocks = device.clocks;
         let mut queue = VecDeque::new();
+        let mut queued = HashSet::new();
         let mut skipped = 0;
         for &problem in &problems {
             for &dtype in &dtypes {
                 for &layout in &layouts {
                     let (key, dims) = key(problem, dtype, layout);
-                    let queued = queue.iter().any(|&(p, d, l)| self::key(p, d, l) == (key, dims));
                     if !args.fresh && table.entry(&key, dims).is_some() {
                         skipped += 1;
-                    } else if !queued {
+                    } else if queued.insert((key, dims)) {
                         queue.push_back((problem, dtype, layout));
                     }
                 }
