@@ -68,20 +68,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
         "@!done bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
 
-// A box of a 2D tensor into shared memory; `x` runs along rows, `y` over rows. Completes
-// `bytes` on `bar`; parts of the box outside the tensor are filled with zeros.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+// A box of a 3D tensor into shared memory; `x` runs along rows, `y` over rows, `z` over the
+// problems of a batch. Completes `bytes` on `bar`; parts of the box outside the tensor are
+// filled with zeros.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar) {
     asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3 }], [%4];\n"
-        :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, { %2, %3, %4 }], [%5];\n"
+        :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
 }
 
-// As tma_load_2d, into the same offset of every block of the cluster in `mask`, completing on
+// As tma_load_3d, into the same offset of every block of the cluster in `mask`, completing on
 // each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar, uint16_t mask) {
+__device__ __forceinline__ void tma_load_3d_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar, uint16_t mask) {
     asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, { %2, %3 }], [%4], %5;\n"
-        :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, { %2, %3, %4 }], [%5], %6;\n"
+        :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(mask) : "memory");
 }
 
 // Arrives on the barrier at `bar`'s offset in block `rank` of the cluster. With the default
@@ -119,11 +120,11 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
 
-// A box of shared memory into a 2D tensor; TMA clips what lies outside it. Tracked as a bulk
-// group of the issuing thread.
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];\n"
-                 :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
+// A box of shared memory into a 3D tensor (problem `z` of a batch); TMA clips what lies
+// outside it. Tracked as a bulk group of the issuing thread.
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, { %1, %2, %3 }], [%4];\n"
+                 :: "l"(map), "r"(x), "r"(y), "r"(z), "r"(src) : "memory");
 }
 
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
@@ -176,6 +177,7 @@ struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
 __device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 
 #define TM 128
 #define TN 128
@@ -235,11 +237,11 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // biases from `bias`. They go to shared memory in the 128-byte swizzle TMA
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
-// store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C,
-// masked, since TMA would write whole 16-byte pieces past N.
+// store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C
+// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
 __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, T* C,
-                                         int row0, int col0, int M, int N, int ldc, int c, int t) {
+                                         int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int round = 0; round < TN / OUT_COLS; ++round) {
@@ -270,7 +272,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
             for (int block = 0; block < OUT_COLS / 64; ++block) {
                 const int col = col0 + round * OUT_COLS + block * 64;
                 if (EDGE && col + 64 > N) break;
-                tma_store_2d(tmC, out + block * OUT_BLOCK_BYTES, col, row0);
+                tma_store_3d(tmC, out + block * OUT_BLOCK_BYTES, col, row0, problem);
             }
             bulk_commit();
         }
@@ -279,17 +281,19 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
 
 // Warp specialization needs the register cap at entry that (THREADS, 1) gives, for setmaxnreg.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmC, T* __restrict__ C, int M, int N, int K, int ldc)
+gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, const __grid_constant__ CUtensorMap tmC, T* __restrict__ C, int M, int N, int K, int ldc, int batch, long long stride_a, long long stride_b, long long stride_c)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
     // 128-byte swizzling repeats every 1024 bytes: tiles start on such a boundary.
     const uint32_t base = (smem_addr(smem) + 1023) & ~1023u;
-    // The grid walks units of CLUSTER tiles stacked along M, one tile per block of a cluster;
-    // a tile past the last row (odd tile rows) is computed on zeros and its stores are clipped.
+    // The grid walks units of CLUSTER tiles stacked along M, one tile per block of a cluster,
+    // `units` per problem, problem after problem; a tile past the last row (odd tile rows) is
+    // computed on zeros and its stores are clipped.
     const int tiles_m = (M + TM - 1) / TM, tiles_n = (N + TN - 1) / TN;
     const int groups_m = (tiles_m + CLUSTER - 1) / CLUSTER;
     const int units = groups_m * tiles_n;
+    const int all_units = units * batch;
     const int k_blocks = (K + TK - 1) / TK;
     const int first_unit = blockIdx.x / CLUSTER, unit_stride = gridDim.x / CLUSTER;
     const int kb_begin = 0, kb_end = k_blocks;
@@ -308,10 +312,12 @@ gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, con
         // Producer: one thread keeps the ring full.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         int stage = 0, phase = 0;
-        for (int unit = first_unit; threadIdx.x == 0 && unit < units; unit += unit_stride) {
+        for (int unit = first_unit; threadIdx.x == 0 && unit < all_units; unit += unit_stride) {
             int group_m, tile_n;
-            tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
+            tile_coords(unit % units, groups_m, tiles_n, group_m, tile_n);
             const int tile_m = group_m * CLUSTER + rank;
+            // A broadcast operand (stride 0) has one problem in its map.
+            const int problem = unit / units, za = stride_a ? problem : 0, zb = stride_b ? problem : 0;
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&empty[stage]), phase ^ 1);
                 const uint32_t bar = smem_addr(&full[stage]);
@@ -320,15 +326,15 @@ gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, con
                 const uint32_t b = a + A_BYTES;
 #if A_MN_MAJOR
 #pragma unroll
-                for (int i = 0; i < TM / 64; ++i) tma_load_2d(a + i * BLOCK_BYTES, &tmA, tile_m * TM + i * 64, kb * TK, bar);
+                for (int i = 0; i < TM / 64; ++i) tma_load_3d(a + i * BLOCK_BYTES, &tmA, tile_m * TM + i * 64, kb * TK, za, bar);
 #else
-                tma_load_2d(a, &tmA, kb * TK, tile_m * TM, bar);
+                tma_load_3d(a, &tmA, kb * TK, tile_m * TM, za, bar);
 #endif
 #if B_MN_MAJOR
 #pragma unroll
-                for (int i = 0; i < TN / 64; ++i) tma_load_2d(b + i * BLOCK_BYTES, &tmB, tile_n * TN + i * 64, kb * TK, bar);
+                for (int i = 0; i < TN / 64; ++i) tma_load_3d(b + i * BLOCK_BYTES, &tmB, tile_n * TN + i * 64, kb * TK, zb, bar);
 #else
-                tma_load_2d(b, &tmB, kb * TK, tile_n * TN, bar);
+                tma_load_3d(b, &tmB, kb * TK, tile_n * TN, zb, bar);
 #endif
                 if (++stage == STAGES) { stage = 0; phase ^= 1; }
             }
@@ -341,10 +347,11 @@ gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, con
         int stage = 0, phase = 0, previous = 0;
         const Epilogue ep = Epilogue{};
         float d[TN / 2];
-        for (int unit = first_unit; unit < units; unit += unit_stride) {
+        for (int unit = first_unit; unit < all_units; unit += unit_stride) {
             int group_m, tile_n;
-            tile_coords(unit, groups_m, tiles_n, group_m, tile_n);
+            tile_coords(unit % units, groups_m, tiles_n, group_m, tile_n);
             const int tile_m = group_m * CLUSTER + rank;
+            const int problem = unit / units;
             if (kb_end == kb_begin) {
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
@@ -380,9 +387,10 @@ gemm_nt_128x128x64_f16_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, con
 
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
+            const long long offset_c = problem * stride_c;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
-            if (col0 + TN > N) epilogue<true>(d, ep, bias, out, &tmC, C, row0, col0, M, N, ldc, c, t);
-            else epilogue<false>(d, ep, bias, out, &tmC, C, row0, col0, M, N, ldc, c, t);
+            if (col0 + TN > N) epilogue<true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else epilogue<false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

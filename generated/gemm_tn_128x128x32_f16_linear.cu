@@ -93,6 +93,12 @@ struct Epilogue {
     int ldc, M, N;
 };
 
+// The epilogue of a problem of a batch, whose C lies `offset` elements on (biases are shared).
+__device__ __forceinline__ Epilogue at_problem(Epilogue e, long long offset) {
+    e.C += offset;
+    return e;
+}
+
 __device__ __forceinline__ float activate(float x) {
     return x;
 }
@@ -216,8 +222,12 @@ struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
 // Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-gemm_tn_128x128x32_f16_linear(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, const T* __restrict__ bias, const T* __restrict__ row_bias)
+gemm_tn_128x128x32_f16_linear(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, int batch, long long stride_a, long long stride_b, long long stride_c, float alpha, float beta, const T* __restrict__ bias, const T* __restrict__ row_bias)
 {
+// Problem blockIdx.z of the batch: its A, B and C lie whole strides on.
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem_base = smem_addr(smem);
 

@@ -50,6 +50,12 @@ struct Epilogue {
     int ldc, M, N;
 };
 
+// The epilogue of a problem of a batch, whose C lies `offset` elements on (biases are shared).
+__device__ __forceinline__ Epilogue at_problem(Epilogue e, long long offset) {
+    e.C += offset;
+    return e;
+}
+
 __device__ __forceinline__ float activate(float x) {
     return x / (1.0f + expf(-x));
 }
@@ -173,8 +179,12 @@ struct alignas(4 * sizeof(T)) Quad { T e[4]; };
 // At least 256 resident threads per SM: a second small block hides one block's barrier behind
 // the other's arithmetic, and naming the target keeps ptxas from spilling to reach a higher one.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-gemm_tn_64x64x32_f32_simt_s2_silu(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, float alpha, float beta, const T* __restrict__ bias, const T* __restrict__ row_bias)
+gemm_tn_64x64x32_f32_simt_s2_silu(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, int batch, long long stride_a, long long stride_b, long long stride_c, float alpha, float beta, const T* __restrict__ bias, const T* __restrict__ row_bias)
 {
+// Problem blockIdx.z of the batch: its A, B and C lie whole strides on.
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     extern __shared__ float4 smem4[];
     float* const smem = reinterpret_cast<float*>(smem4);
     constexpr int A_FLOATS = TK * (TM + PAD);

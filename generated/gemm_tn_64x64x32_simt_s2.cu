@@ -46,6 +46,7 @@ struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
 __device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 
 #define TM 64
 #define TN 64
@@ -136,8 +137,12 @@ struct alignas(4 * sizeof(T)) Quad { T e[4]; };
 // At least 256 resident threads per SM: a second small block hides one block's barrier behind
 // the other's arithmetic, and naming the target keeps ptxas from spilling to reach a higher one.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-gemm_tn_64x64x32_simt_s2(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc)
+gemm_tn_64x64x32_simt_s2(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, int batch, long long stride_a, long long stride_b, long long stride_c)
 {
+// Problem blockIdx.z of the batch: its A, B and C lie whole strides on.
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     extern __shared__ float4 smem4[];
     float* const smem = reinterpret_cast<float*>(smem4);
     constexpr int A_FLOATS = TK * (TM + PAD);

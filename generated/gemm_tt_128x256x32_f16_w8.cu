@@ -89,6 +89,7 @@ struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
 __device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 
 #define TM 128
 #define TN 256
@@ -179,8 +180,12 @@ struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
 // Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gemm_tt_128x256x32_f16_w8(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc)
+gemm_tt_128x256x32_f16_w8(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc, int batch, long long stride_a, long long stride_b, long long stride_c)
 {
+// Problem blockIdx.z of the batch: its A, B and C lie whole strides on.
+    A += blockIdx.z * stride_a;
+    B += blockIdx.z * stride_b;
+    C += blockIdx.z * stride_c;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem_base = smem_addr(smem);
 

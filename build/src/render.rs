@@ -165,6 +165,7 @@ fn signature(params: &[Param], family: &Family) -> String {
                 format!("{constness}{element}* __restrict__ {}", param.name)
             }
             ParamKind::I32 { .. } => format!("int {}", param.name),
+            ParamKind::I64 { .. } => format!("long long {}", param.name),
             ParamKind::Scalar { scalar } => {
                 let ty = family.scalar(scalar).map_or("float", |s| s.ty.cuda_type());
                 format!("{ty} {}", param.name)

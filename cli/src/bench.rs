@@ -25,6 +25,10 @@ pub struct Args {
     /// run on the shapes it accepts (unchecked variants skip shapes off their tile).
     #[arg(long)]
     shapes: Option<String>,
+    /// Time every GEMM shape as a strided batch of this many problems, stored one after
+    /// another, beside cuBLAS's strided batch (cublasGemmStridedBatchedEx).
+    #[arg(long, default_value_t = 1, value_name = "PROBLEMS")]
+    batch: usize,
     /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
     #[arg(long, value_name = "BENCH_JSON")]
     replot: Option<PathBuf>,
@@ -86,6 +90,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         return replot(from, &out);
     }
     let given = args.shapes.as_deref().map(parse_shapes).transpose()?;
+    if args.batch == 0 {
+        return Err("--batch must be at least 1 problem".into());
+    }
     let mut globs = GlobSetBuilder::new();
     for pattern in &args.kernels {
         globs.add(Glob::new(pattern).map_err(|e| format!("--kernels `{pattern}`: {e}"))?);
@@ -127,8 +134,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                 Baseline::CublasGemm => with_element!(*dtype, T => {
                     let layout = members[0].layout().map_err(|e| e.to_string())?;
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
-                    let shape = GemmShape::packed(m, n, k, layout);
+                    let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
                     let (activation, fused) = trials::epilogue_of(members[0])?;
+                    if fused && shape.is_batched() {
+                        skipped.extend(members.iter().map(|k| format!("{} {what}: fused-epilogue baselines are of single problems", k.name())));
+                        continue;
+                    }
                     // A fused epilogue is timed as activation(A·B + bias).
                     let epilogue = EpilogueArgs {
                         activation,
@@ -137,7 +148,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     };
                     let mut runnable = Vec::new();
                     for &kernel in members {
-                        let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
+                        let buffers = Buffer::unallocated(shape.spans());
                         match plan_gemm_with(kernel.info(), *dtype, &shape, buffers, &epilogue, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),

@@ -83,7 +83,7 @@ impl Policy {
 fn call_shape(entry: &TuningEntry) -> GemmShape {
     let [m, n, k] = entry.shape.map(|d| d as usize);
     let packed = GemmShape::packed(m, n, k, entry.key.layout);
-    let packed_class = dispatch::alignment(entry.key.dtype, &packed, &packed.spans().map(|len| Buffer { len, addr: 0 }));
+    let packed_class = dispatch::alignment(entry.key.dtype, &packed, &Buffer::unallocated(packed.spans()));
     let odd_ld = entry.key.alignment == Alignment::Unaligned && packed_class == Alignment::Aligned;
     tune::shape(tune::Problem { shape: [m, n, k], odd_ld }, entry.key.layout)
 }
@@ -104,7 +104,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
     let plain = EpilogueArgs::default();
     for entry in &table.entries {
         let shape = call_shape(entry);
-        let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
+        let buffers = Buffer::unallocated(shape.spans());
         let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
         let problem = format!("{}x{}x{} {} {} {:?}", shape.m, shape.n, shape.k, entry.key.dtype, shape.layout, entry.key.alignment);
         let pick = |tables: &[TuningTable]| {

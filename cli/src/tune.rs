@@ -253,7 +253,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 3]) {
     let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
-    let class = dispatch::alignment(dtype, &shape, &shape.spans().map(|len| Buffer { len, addr: 0 }));
+    let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
     let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
     (Key::new(dtype, shape.layout, class, dims), dims)
 }
@@ -282,7 +282,7 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, dea
 
 /// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
 fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -> (Vec<(Kernel, Strategy)>, Option<Kernel>) {
-    let buffers = shape.spans().map(|len| Buffer { len, addr: 0 });
+    let buffers = Buffer::unallocated(shape.spans());
     let device = gpu.device();
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
     // Tables rank main loops: the variants without an epilogue; the dispatcher maps a pick to

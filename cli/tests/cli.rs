@@ -670,7 +670,7 @@ ptx = "compute_90a"
     let toolchain = succeeds(None, &["toolchain"]);
     let tool = toolchain.lines().find_map(|line| line.strip_prefix("cuobjdump: ")).unwrap();
     let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64.fatbin"), "--dump-sass");
-    assert!(sass.contains("UTMALDG.2D.MULTICAST"), "no multicast TMA load in\n{sass}");
+    assert!(sass.contains("UTMALDG.3D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
 
 /// A Hopper variant whose dynamic shared memory just fits the limit: its mbarriers' static
@@ -1208,11 +1208,11 @@ fn a_family_added_as_data_generates_builds_lists_and_gets_trials() {
 
     // The runtime's one launch path checks a call of the new family by its declaration.
     let built = &registry.variants[0];
-    let buffer = |len| tilesmith_runtime::Buffer { len, addr: 0x7f00_0000_0000 };
+    let [x, y] = tilesmith_runtime::Buffer::unallocated([1000, 1000]);
     let call = |alpha: f64| {
         tilesmith_runtime::Call::default()
-            .operand("x", tilesmith_spec::Dtype::F32, buffer(1000))
-            .operand("y", tilesmith_spec::Dtype::F32, buffer(1000))
+            .operand("x", tilesmith_spec::Dtype::F32, x)
+            .operand("y", tilesmith_spec::Dtype::F32, y)
             .quantity("n", 1000)
             .scalar("alpha", alpha)
     };
@@ -1221,14 +1221,14 @@ fn a_family_added_as_data_generates_builds_lists_and_gets_trials() {
     assert_eq!(launch.args[3], tilesmith_runtime::Arg::F32(2.0));
     let err = tilesmith_runtime::plan_call(built, &call(1e6), 132).unwrap_err();
     assert!(err.contains("scalar `alpha` = 1000000 is outside its range -1000..=1000"), "{err}");
-    let missing = tilesmith_runtime::Call::default().operand("x", tilesmith_spec::Dtype::F32, buffer(1000)).quantity("n", 1000);
+    let missing = tilesmith_runtime::Call::default().operand("x", tilesmith_spec::Dtype::F32, x).quantity("n", 1000);
     let err = tilesmith_runtime::plan_call(built, &missing, 132).unwrap_err();
     assert_eq!(err, "the call does not pass operand `y`");
     let err = tilesmith_runtime::plan_call(built, &call(1.0).quantity("m", 3), 132).unwrap_err();
     assert!(err.contains("the call gives quantity `m`, which a scale call does not take (it takes n)"), "{err}");
     let short = call(1.0);
     let short = tilesmith_runtime::Call {
-        operands: vec![short.operands[0].clone(), ("y".into(), tilesmith_spec::Dtype::F32, buffer(999))],
+        operands: vec![short.operands[0].clone(), ("y".into(), tilesmith_spec::Dtype::F32, tilesmith_runtime::Buffer { len: 999, ..y })],
         ..short
     };
     let err = tilesmith_runtime::plan_call(built, &short, 132).unwrap_err();

@@ -157,8 +157,12 @@ fn layout_of(a_row_major: bool, b_row_major: bool) -> Layout {
     *Layout::ALL.iter().find(|l| l.a_row_major() == a_row_major && l.b_row_major() == b_row_major).expect("four layouts")
 }
 
-/// The padded strategy's plan for a call; `None` where its scratch would not fit an address.
+/// The padded strategy's plan for a call; `None` where its scratch would not fit an address,
+/// and for a batch (its moves are of one matrix each).
 fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Padding> {
+    if shape.is_batched() {
+        return None;
+    }
     let size = dtype.size_bytes() as usize;
     let pad = |elements: usize| Some(elements.max(1).checked_mul(size)?.checked_next_multiple_of(PADDED_ROW_BYTES)? / size);
     let mut bytes: usize = 0;
@@ -180,14 +184,14 @@ fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Pad
     let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major())?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
     if !misaligned(dtype, shape.ldc, buffers[2].addr) {
-        let gemm = GemmShape { m, n, k, lda, ldb, ldc: shape.ldc, layout: layout_of(a_row, b_row) };
+        let gemm = GemmShape { m, n, k, lda, ldb, ldc: shape.ldc, layout: layout_of(a_row, b_row), batch: shape.batch };
         return Some(Padding { a, b, c: None, gemm, swapped: false, bytes });
     }
     // Cᵀ (N×M) = Bᵀ·Aᵀ: Bᵀ is row-major where B is column-major, with B's leading dimension.
     let ldd = pad(m)?;
     let offset = scratch(n, ldd)?;
     let c = Some(Move { shape: TransposeShape { m: n, n: m, ldx: ldd, ldy: shape.ldc }, offset });
-    let gemm = GemmShape { m: n, n: m, k, lda: ldb, ldb: lda, ldc: ldd, layout: layout_of(!b_row, !a_row) };
+    let gemm = GemmShape { m: n, n: m, k, lda: ldb, ldb: lda, ldc: ldd, layout: layout_of(!b_row, !a_row), batch: shape.batch };
     Some(Padding { a, b, c, gemm, swapped: true, bytes })
 }
 
@@ -360,7 +364,9 @@ pub fn choose<'k>(
         transpose: (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten(),
         reason,
     };
-    let found = table_for(tables, device);
+    // Tables measure single problems; a batch's tiles fill the GPU as a larger problem's would,
+    // which only the heuristic's model counts.
+    let found = table_for(tables, device).filter(|_| !shape.is_batched());
     if let Some((table, scale)) = found {
         let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
         let problem = [scaled(shape.m), scaled(shape.n), shape.k as u64];
@@ -404,7 +410,9 @@ pub fn choose<'k>(
             }
         }
     }
-    let why = if found.is_some() {
+    let why = if shape.is_batched() {
+        "a batch of problems, which tables do not measure"
+    } else if found.is_some() {
         "no measured problem near this call has a candidate that takes it"
     } else {
         "no tuning table for this device"
@@ -506,8 +514,9 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
         Strategy::Direct => (shape.m as f64, shape.n as f64, 0.0, 0.0),
     };
     let k = shape.k as f64;
+    let problems = shape.batch.count as f64;
     let sms = f64::from(device.sms.max(1));
-    let blocks = (m / tm).ceil() * (n / tn).ceil() * split;
+    let blocks = (m / tm).ceil() * (n / tn).ceil() * split * problems;
     let rounds = (blocks / sms).ceil().max(1.0);
     let efficiency = 1.0 / (1.0 + 3.0 / tm + 22.0 / tn);
     let rate = backend_rate(&variant.backend) * f64::from(clocks.sm_mhz.max(1)) / 1980.0 * efficiency;
@@ -520,7 +529,7 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     }
     let in_flight = blocks.min(sms) * stages * (tm.min(m) + tn.min(n)) * tk * size;
     let drawn = (in_flight / LOAD_LATENCY).min(BANDWIDTH_FRACTION * bandwidth);
-    let traffic = (m * k + k * n + m * n) * size / drawn;
+    let traffic = problems * (m * k + k * n + m * n) * size / drawn;
     let mut seconds = compute.max(traffic) + FIXED_SECONDS + moved / (MOVE_FRACTION * bandwidth) + moves * FIXED_SECONDS;
     if let GridRule::SplitK { .. } = built.entry.launch.grid {
         seconds += rounds * SPLIT_SECONDS * split;
@@ -537,6 +546,13 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
     let (c, _c) = args.c.device_ptr_mut(stream);
     let call = [Buffer { len: args.a.len(), addr: a }, Buffer { len: args.b.len(), addr: b }, Buffer { len: c_len, addr: c }];
     check_gemm_call(&args.shape, call).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    if args.shape.is_batched() {
+        return Err(Error::Refused {
+            name: kernel.name().to_string(),
+            rule: "the padded strategy moves one matrix per operand and takes no batch: align the rows and batch strides to 16 bytes"
+                .into(),
+        });
+    }
     let padding = padding(T::DTYPE, &args.shape, &call).ok_or_else(|| Error::Refused {
         name: kernel.name().to_string(),
         rule: "the padded strategy's scratch would not fit an address".into(),
@@ -574,11 +590,12 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Batch;
 
     #[test]
     fn padding_transposes_what_is_not_aligned() {
         // tn: A row-major 4095x4099 (lda odd), B column-major, stored 4097x4099 (ldb aligned).
-        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn };
+        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn, batch: Batch::ONE };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
         let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
         assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
@@ -590,7 +607,7 @@ mod tests {
 
     #[test]
     fn an_unaligned_c_is_computed_transposed() {
-        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4099, ldc: 4097, layout: Layout::Tn };
+        let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4099, ldc: 4097, layout: Layout::Tn, batch: Batch::ONE };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
         let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
         // A (t) and B (n) both move and flip: A becomes n, B becomes t; Cᵀ = Bᵀ·Aᵀ then takes

@@ -186,6 +186,7 @@ impl Gpu {
             .map(|arg| match *arg {
                 Arg::Pointer(addr) => Ok(Value::Pointer(addr)),
                 Arg::I32(value) => Ok(Value::I32(value)),
+                Arg::I64(value) => Ok(Value::I64(value)),
                 Arg::U32(value) => Ok(Value::U32(value)),
                 Arg::F32(value) => Ok(Value::F32(value)),
                 Arg::F64(value) => Ok(Value::F64(value)),
@@ -201,6 +202,7 @@ impl Gpu {
             match value {
                 Value::Pointer(addr) => builder.arg(addr),
                 Value::I32(value) => builder.arg(value),
+                Value::I64(value) => builder.arg(value),
                 Value::U32(value) => builder.arg(value),
                 Value::F32(value) => builder.arg(value),
                 Value::F64(value) => builder.arg(value),
@@ -223,6 +225,7 @@ impl Gpu {
             .map(|value| match value {
                 Value::Pointer(addr) => addr as *const u64 as *mut c_void,
                 Value::I32(value) => value as *const i32 as *mut c_void,
+                Value::I64(value) => value as *const i64 as *mut c_void,
                 Value::U32(value) => value as *const u32 as *mut c_void,
                 Value::F32(value) => value as *const f32 as *mut c_void,
                 Value::F64(value) => value as *const f64 as *mut c_void,
@@ -265,6 +268,7 @@ impl Gpu {
 enum Value {
     Pointer(u64),
     I32(i32),
+    I64(i64),
     U32(u32),
     F32(f32),
     F64(f64),
@@ -296,17 +300,16 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
         64 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
         _ => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
     };
-    let strides = [map.row_stride_bytes];
-    let element_strides = [1u32, 1];
+    let element_strides = [1u32; 3];
     let mut encoded = CUtensorMap { opaque: [0; 16] };
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut encoded,
             data_type,
-            2,
+            map.rank,
             map.addr as *mut c_void,
             map.dims.as_ptr(),
-            strides.as_ptr(),
+            map.strides_bytes.as_ptr(),
             map.box_.as_ptr(),
             element_strides.as_ptr(),
             CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,

@@ -32,8 +32,8 @@ pub use fatbin::Fatbin;
 pub use gpu::Gpu;
 pub use kernel::{CallBuilder, Element, Epilogue, GemmArgs, Kernel, TransposeArgs};
 pub use plan::{
-    check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, runs_on, Activation, Arg, Buffer, Call, EpilogueArgs, GemmShape,
-    Launch, TensorMapArg, TransposeShape,
+    check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, runs_on, Activation, Arg, Batch, Buffer, Call, EpilogueArgs,
+    GemmShape, Launch, TensorMapArg, TransposeShape,
 };
 pub use registry::{Embedded, Registry, REGISTRY_VAR};
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Layout, Variant};

@@ -13,7 +13,16 @@ pub struct Buffer {
     pub addr: u64,
 }
 
-/// C (M×N, row-major) = A (M×K) · B (K×N), stored as `layout` says, with leading dimensions.
+impl Buffer {
+    /// Buffers of these lengths at 256-byte-aligned addresses 2^48 bytes apart, none at 0: for
+    /// asking whether a variant takes a call, without memory.
+    pub fn unallocated<const N: usize>(lens: [usize; N]) -> [Buffer; N] {
+        std::array::from_fn(|i| Buffer { len: lens[i], addr: (i as u64 + 1) << 48 })
+    }
+}
+
+/// C (M×N, row-major) = A (M×K) · B (K×N), stored as `layout` says, with leading dimensions;
+/// for each problem of a strided batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GemmShape {
     pub m: usize,
@@ -23,14 +32,51 @@ pub struct GemmShape {
     pub ldb: usize,
     pub ldc: usize,
     pub layout: Layout,
+    pub batch: Batch,
+}
+
+/// A strided batch of GEMM problems: `count` of them, problem p's A, B and C `p·strides[i]`
+/// elements on from the first's (cuBLAS's strided batch). A stride of 0 for A or B makes every
+/// problem read the same matrix (a broadcast); C's must keep the problems' outputs apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Batch {
+    pub count: usize,
+    /// Elements between problems of A, B and C.
+    pub strides: [usize; 3],
+}
+
+impl Batch {
+    /// One problem.
+    pub const ONE: Batch = Batch { count: 1, strides: [0; 3] };
+}
+
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch::ONE
+    }
 }
 
 impl GemmShape {
-    /// Leading dimensions equal to the stored rows' lengths: no padding.
+    /// Leading dimensions equal to the stored rows' lengths: no padding; one problem.
     pub fn packed(m: usize, n: usize, k: usize, layout: Layout) -> GemmShape {
         let lda = if layout.a_row_major() { k } else { m };
         let ldb = if layout.b_row_major() { n } else { k };
-        GemmShape { m, n, k, lda, ldb, ldc: n, layout }
+        GemmShape { m, n, k, lda, ldb, ldc: n, layout, batch: Batch::ONE }
+    }
+
+    /// `count` problems of this shape, each matrix right after the previous problem's.
+    pub fn batched(self, count: usize) -> GemmShape {
+        GemmShape { batch: Batch { count, strides: self.problem_spans() }, ..self }
+    }
+
+    /// With this batch.
+    pub fn with_batch(self, batch: Batch) -> GemmShape {
+        GemmShape { batch, ..self }
+    }
+
+    /// Whether it is more than one problem.
+    pub fn is_batched(&self) -> bool {
+        self.batch.count != 1
     }
 
     /// (rows, row length) of A, B and C as stored.
@@ -40,11 +86,21 @@ impl GemmShape {
         [a, b, (self.m, self.n)]
     }
 
-    /// Elements each of A, B and C spans.
-    pub fn spans(&self) -> [usize; 3] {
+    /// Elements each of A, B and C of one problem spans.
+    pub fn problem_spans(&self) -> [usize; 3] {
         let lds = [self.lda, self.ldb, self.ldc];
         let stored = self.stored();
         [0, 1, 2].map(|i| span(stored[i].0, stored[i].1, lds[i]).unwrap_or(usize::MAX))
+    }
+
+    /// Elements each of A, B and C spans over every problem: what its buffer must hold.
+    pub fn spans(&self) -> [usize; 3] {
+        let one = self.problem_spans();
+        let Batch { count, strides } = self.batch;
+        [0, 1, 2].map(|i| match (count, one[i]) {
+            (0, _) | (_, 0) => 0,
+            _ => (count - 1).checked_mul(strides[i]).and_then(|s| s.checked_add(one[i])).unwrap_or(usize::MAX),
+        })
     }
 }
 
@@ -181,6 +237,7 @@ pub struct Launch {
 pub enum Arg {
     Pointer(u64),
     I32(i32),
+    I64(i64),
     U32(u32),
     F32(f32),
     F64(f64),
@@ -188,16 +245,20 @@ pub enum Arg {
     TensorMap(TensorMapArg),
 }
 
-/// A 2D tensor map of an operand as stored, checked against TMA's rules.
+/// A tensor map of an operand as stored, checked against TMA's rules: 2D, or 3D over the
+/// problems of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorMapArg {
     pub addr: u64,
     pub dtype: Dtype,
-    /// [row length, rows], in elements.
-    pub dims: [u64; 2],
-    pub row_stride_bytes: u64,
-    /// [elements along a row, rows] copied at a time.
-    pub box_: [u32; 2],
+    /// 2 or 3: [row length, rows] or [row length, rows, problems].
+    pub rank: u32,
+    /// Elements along each side; the third is 1 in rank 2.
+    pub dims: [u64; 3],
+    /// Bytes between rows, and between problems (rank 3).
+    pub strides_bytes: [u64; 2],
+    /// Elements copied at a time along each side.
+    pub box_: [u32; 3],
     pub swizzle_bytes: u32,
 }
 
@@ -217,7 +278,8 @@ fn order(row_major: bool) -> &'static str {
     }
 }
 
-/// One operand as stored: rows of `cols` elements, `ld` apart.
+/// One operand as stored: rows of `cols` elements, `ld` apart; with a batch, `problems` of
+/// them `stride` elements apart (1 and 0 otherwise).
 #[derive(Clone, Debug)]
 struct Stored {
     name: String,
@@ -226,23 +288,60 @@ struct Stored {
     rows: usize,
     cols: usize,
     ld: usize,
+    problems: usize,
+    stride: usize,
     /// How it is stored, for messages: `row-major`, `column-major, layout nn`.
     layout: String,
     dtype: Dtype,
 }
 
+impl Stored {
+    /// Elements one problem's matrix spans.
+    fn span(&self) -> Option<usize> {
+        span(self.rows, self.cols, self.ld)
+    }
+
+    /// Elements every problem's matrix spans, from the first's start.
+    fn batch_span(&self) -> Option<usize> {
+        let one = self.span()?;
+        if one == 0 || self.problems == 0 {
+            return Some(0);
+        }
+        (self.problems - 1).checked_mul(self.stride)?.checked_add(one)
+    }
+
+    /// The bytes it spans, [start, end), for telling whether operands overlap.
+    fn bytes(&self) -> (u128, u128) {
+        let start = u128::from(self.buffer.addr);
+        let len = self.batch_span().map_or(u128::MAX, |n| n as u128 * u128::from(self.dtype.size_bytes()));
+        (start, start.saturating_add(len))
+    }
+}
+
 /// The rules every call meets, whatever the kernel: rows no longer than their leading
-/// dimension, and a buffer that holds what the matrix spans.
+/// dimension, and a buffer that holds what the matrix spans (every problem's, with a batch).
 fn check_stored(op: &Stored) -> Result<(), String> {
-    let Stored { name, ld_name, buffer, rows, cols, ld, layout, .. } = op;
+    let Stored { name, ld_name, buffer, rows, cols, ld, layout, problems, stride, .. } = op;
     let (rows, cols, ld) = (*rows, *cols, *ld);
     // An empty matrix is never read or written, whatever its leading dimension.
     if rows > 0 && cols > 0 && ld < cols {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
     }
-    let needed = span(rows, cols, ld).ok_or(format!("{name} spans more elements than an address can hold"))?;
+    if *problems == 0 {
+        return Ok(());
+    }
+    let needed = op.span().ok_or(format!("{name} spans more elements than an address can hold"))?;
     if buffer.len < needed {
         return Err(format!("{name} holds {} elements, but {rows} rows of {cols} with {ld_name} = {ld} span {needed}", buffer.len));
+    }
+    let all = op
+        .batch_span()
+        .ok_or(format!("{name}'s {problems} problems, {stride} elements apart, span more elements than an address can hold"))?;
+    if buffer.len < all {
+        return Err(format!(
+            "{name} holds {} elements, but {problems} problems of {needed} elements, {stride} apart, span {all}",
+            buffer.len
+        ));
     }
     Ok(())
 }
@@ -281,6 +380,11 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             return Err(format!("the call gives quantity `{name}` twice"));
         }
     }
+    for &name in &all {
+        if let (false, Some(default)) = (quantities.contains_key(name), family.default_quantity(name)) {
+            quantities.insert(name, default);
+        }
+    }
     if let Some(missing) = all.iter().find(|q| !quantities.contains_key(*q)) {
         return Err(format!("the call does not give quantity `{missing}` (a {} call gives {})", variant.family, all.join(", ")));
     }
@@ -309,6 +413,15 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
     };
     let takes_scalar = |name: &str| params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar } if scalar == name));
+    let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
+    if let Some(batch) = family.batch.as_deref() {
+        let walks = params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == batch));
+        if problems > 1 && !walks {
+            return Err(format!(
+                "the call gives {batch} = {problems} problems, but this variant computes one at a time: pick a variant that walks a batch"
+            ));
+        }
+    }
     let applied = |axis_note: String| if axis_note.is_empty() { String::new() } else { format!(" ({axis_note})") };
     let own_axes =
         || family.axes.iter().filter_map(|a| Some(format!("{} {}", a.name, variant.word(&a.name)?))).collect::<Vec<_>>().join(", ");
@@ -386,8 +499,22 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
                 return Err(format!("{} holds {} elements, but it takes {length} = {cols} of them", decl.name, buffer.len));
             }
         }
-        let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype };
+        // Strides matter only between problems; with one, the operand is one matrix.
+        let stride = match decl.batch_stride.as_deref() {
+            Some(name) if problems > 1 => size(env(name).unwrap_or(0))?,
+            _ => 0,
+        };
+        let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype, problems: size(problems)?, stride };
         check_stored(&op)?;
+        if let (Some(name), true) = (decl.batch_stride.as_deref(), problems > 1) {
+            let one = op.span().unwrap_or(usize::MAX);
+            if decl.access == Access::Write && stride < one && one > 0 {
+                return Err(format!(
+                    "{name} = {stride}: the {problems} problems' {} would overlap, each spanning {one} elements; {name} must be at least {one}",
+                    decl.name
+                ));
+            }
+        }
         if decl.ld.is_some() && ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
             return Err(format!(
                 "{} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
@@ -398,7 +525,26 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         if buffer.addr % align != 0 {
             return Err(format!("{} starts at {:#x}, which is not {align}-byte aligned", decl.name, buffer.addr));
         }
+        let stride_bytes = op.stride as u64 * u64::from(dtype.size_bytes());
+        if let (Some(name), false) = (decl.batch_stride.as_deref(), stride_bytes.is_multiple_of(align)) {
+            return Err(format!(
+                "{name} = {} elements puts the {} of problem 1 {stride_bytes} bytes on, which is not {align}-byte aligned as this {} variant needs",
+                op.stride, decl.name, variant.bounds
+            ));
+        }
         stored.insert(&decl.name, op);
+    }
+    // A kernel reads its inputs while it writes its outputs: they may not share memory.
+    for written in stored.values().filter(|o| family.operand(&o.name).is_some_and(|d| d.access == Access::Write)) {
+        for read in stored.values().filter(|o| family.operand(&o.name).is_some_and(|d| d.access == Access::Read)) {
+            let ((ws, we), (rs, re)) = (written.bytes(), read.bytes());
+            if ws < we && rs < re && ws < re && rs < we {
+                return Err(format!(
+                    "{} (bytes {rs:#x}..{re:#x}) overlaps {} (bytes {ws:#x}..{we:#x}), which the kernel writes while it reads {}",
+                    read.name, written.name, read.name
+                ));
+            }
+        }
     }
 
     // Entries are checked when read; a parameter naming what the family lacks is refused anyway.
@@ -415,7 +561,13 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
                 None => Err(missing(&param.name, operand)),
             },
             ParamKind::TensorMap { operand, box_, swizzle } => {
-                tensor_map(stored.get(operand.as_str()).ok_or_else(|| missing(&param.name, operand))?, *box_, *swizzle).map(Arg::TensorMap)
+                tensor_map(stored.get(operand.as_str()).ok_or_else(|| missing(&param.name, operand))?, box_, *swizzle).map(Arg::TensorMap)
+            }
+            ParamKind::I64 { value } => {
+                let given = *quantities.get(value.as_str()).ok_or_else(|| missing(&param.name, value))?;
+                i64::try_from(given)
+                    .map(Arg::I64)
+                    .map_err(|_| format!("{value} = {given} does not fit the kernel's 64-bit parameter `{}`", param.name))
             }
             ParamKind::I32 { value } => {
                 let given = *quantities.get(value.as_str()).ok_or_else(|| missing(&param.name, value))?;
@@ -435,8 +587,11 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         })
         .collect::<Result<Vec<Arg>, String>>()?;
 
-    let writes_nothing =
-        stored.values().filter(|s| family.operand(&s.name).is_some_and(|o| o.access == Access::Write)).all(|s| s.rows == 0 || s.cols == 0);
+    let writes_nothing = problems == 0
+        || stored
+            .values()
+            .filter(|s| family.operand(&s.name).is_some_and(|o| o.access == Access::Write))
+            .all(|s| s.rows == 0 || s.cols == 0);
     if writes_nothing {
         return Ok(None);
     }
@@ -459,7 +614,8 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         rule => {
             let along = |i: usize| family.tile.get(i).and_then(|q| quantities.get(q.as_str()).copied()).unwrap_or(1);
             let (m, n) = (along(0), along(1));
-            rule.grid(m, n, sms, spec.cluster).ok_or(format!("a {m}×{n} problem needs more blocks than a CUDA grid holds"))?
+            rule.grid(m, n, problems, sms, spec.cluster)
+                .ok_or(format!("{problems} {m}×{n} problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"))?
         }
     };
     let dynamic_smem_bytes = spec
@@ -471,24 +627,52 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
     Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args }))
 }
 
-/// TMA's rules for a 2D tensor: a 16-byte-aligned start, rows a multiple of 16 bytes apart and
-/// less than 2^40 bytes, at most 2^32 elements along each side.
-fn tensor_map(o: &Stored, box_: [u32; 2], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
+/// TMA's rules for a tensor: a 16-byte-aligned start, rows (and problems) a multiple of 16
+/// bytes apart and less than 2^40 bytes, at most 2^32 elements along each side. A box of 3
+/// sides maps every problem of a batch; one problem, or a stride of 0 (every problem reads the
+/// same matrix), has a third side of 1.
+fn tensor_map(o: &Stored, box_: &[u32], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
     let name = &o.name;
     let addr = o.buffer.addr;
     if !addr.is_multiple_of(16) {
         return Err(format!("{name} starts at {addr:#x}; TMA needs 16-byte-aligned operands"));
     }
-    let row_stride_bytes = (o.ld as u64).saturating_mul(u64::from(o.dtype.size_bytes()));
+    let size = u64::from(o.dtype.size_bytes());
+    let row_stride_bytes = (o.ld as u64).saturating_mul(size);
     if row_stride_bytes % 16 != 0 || row_stride_bytes >= 1 << 40 {
         return Err(format!("the rows of {name} are {row_stride_bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
     }
-    let dims = [o.cols as u64, o.rows as u64];
+    let problems = if o.stride > 0 { o.problems as u64 } else { 1 };
+    let dims = [o.cols as u64, o.rows as u64, problems];
     if dims.iter().any(|&d| d > u64::from(u32::MAX)) {
         return Err(format!("{name} is {} x {} as stored; TMA takes at most 2^32 - 1 elements a side", o.rows, o.cols));
     }
+    let row_stride_bytes = row_stride_bytes.max(16);
+    let problem_stride_bytes = if problems > 1 {
+        let bytes = (o.stride as u64).saturating_mul(size);
+        if bytes % 16 != 0 || bytes >= 1 << 40 {
+            return Err(format!("the problems of {name} are {bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
+        }
+        bytes
+    } else {
+        // Never stepped over; a valid stride past one problem's rows.
+        row_stride_bytes.saturating_mul(dims[1].max(1)).min((1 << 40) - 16)
+    };
+    let (rank, box_) = match *box_ {
+        [x, y] => (2, [x, y, 1]),
+        [x, y, z] => (3, [x, y, z]),
+        _ => return Err(format!("a tensor map of {name} has a box of {} sides; TMA maps take 2 or 3 here", box_.len())),
+    };
     // An empty side is never read (the kernel issues no loads then), but TMA wants at least 1.
-    Ok(TensorMapArg { addr, dtype: o.dtype, dims: dims.map(|d| d.max(1)), row_stride_bytes: row_stride_bytes.max(16), box_, swizzle_bytes })
+    Ok(TensorMapArg {
+        addr,
+        dtype: o.dtype,
+        rank,
+        dims: dims.map(|d| d.max(1)),
+        strides_bytes: [row_stride_bytes, problem_stride_bytes],
+        box_,
+        swizzle_bytes,
+    })
 }
 
 fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
@@ -503,7 +687,8 @@ fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String>
 }
 
 /// Checks what any GEMM call must meet before anything reads its buffers: leading dimensions
-/// at least the stored rows' lengths, and buffers that hold what A, B and C span.
+/// at least the stored rows' lengths, and buffers that hold what A, B and C span (every
+/// problem's).
 pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), String> {
     let letters = shape.layout.as_str();
     let stored = shape.stored();
@@ -523,6 +708,8 @@ pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), St
             ld: lds[i],
             layout: layouts[i].clone(),
             dtype: Dtype::F32,
+            problems: shape.batch.count,
+            stride: shape.batch.strides[i],
         })
     })
 }
@@ -569,6 +756,12 @@ pub fn plan_gemm_with(
         .quantity("ldb", s.ldb as u64)
         .quantity("ldc", s.ldc as u64);
     // Only what differs from the defaults, so that plain calls fit GEMM families without them.
+    if s.is_batched() {
+        call = call.quantity("batch", s.batch.count as u64);
+        for (name, stride) in ["stride_a", "stride_b", "stride_c"].into_iter().zip(s.batch.strides) {
+            call = call.quantity(name, stride as u64);
+        }
+    }
     if epilogue.alpha != 1.0 {
         call = call.scalar("alpha", f64::from(epilogue.alpha));
     }

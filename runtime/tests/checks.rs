@@ -1,7 +1,7 @@
 //! The launch checks, the registry and the no-GPU path, all without a GPU.
 
 use std::path::Path;
-use tilesmith_runtime::{runs_on, Arg, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
+use tilesmith_runtime::{runs_on, Arg, Batch, Buffer, Error, GemmShape, Gpu, Layout, Registry, TransposeShape};
 use tilesmith_spec::{Built, Dtype, Manifest, Param, ParamKind, Targets};
 
 fn built(name: &str) -> Built {
@@ -19,7 +19,7 @@ fn built_from(entry: tilesmith_spec::Entry) -> Built {
 const ALIGNED: u64 = 0x7f00_0000_0000;
 
 fn buffers(shape: &GemmShape) -> [Buffer; 3] {
-    shape.spans().map(|len| Buffer { len, addr: ALIGNED })
+    Buffer::unallocated(shape.spans())
 }
 
 fn gemm(name: &str, dtype: Dtype, shape: GemmShape) -> Result<Option<tilesmith_runtime::Launch>, String> {
@@ -77,8 +77,10 @@ fn gemm_refusals_name_the_rule() {
 fn arguments_follow_the_parameter_list() {
     let shape = GemmShape { lda: 40, ..GemmShape::packed(300, 200, 32, Layout::Tn) };
     let launch = gemm("gemm_tn_128x128x32", Dtype::Bf16, shape).unwrap().unwrap();
-    let p = Arg::Pointer(ALIGNED);
-    assert_eq!(launch.args, [p, p, p, Arg::I32(300), Arg::I32(200), Arg::I32(32), Arg::I32(40), Arg::I32(32), Arg::I32(200)]);
+    let [a, b, c] = buffers(&shape).map(|b| Arg::Pointer(b.addr));
+    let one_problem = [Arg::I32(1), Arg::I64(0), Arg::I64(0), Arg::I64(0)];
+    let sizes = [Arg::I32(300), Arg::I32(200), Arg::I32(32), Arg::I32(40), Arg::I32(32), Arg::I32(200)];
+    assert_eq!(launch.args, [[a, b, c].as_slice(), &sizes, &one_problem].concat());
 
     // A parameter added to the contract is passed, and checked, with no change to the runtime.
     let mut built = built("gemm_tn_128x128x32");
@@ -112,7 +114,7 @@ fn leading_dimensions_past_the_parameter_range_are_refused() {
             }
         }
         let shape = TransposeShape { ldx: ld, ..TransposeShape::packed(2, 64) };
-        let buffers = shape.spans().map(|len| Buffer { len, addr: ALIGNED });
+        let buffers = Buffer::unallocated(shape.spans());
         assert_eq!(
             tilesmith_runtime::plan_transpose(&built("transpose_64x64_f32"), Dtype::F32, &shape, buffers, 132).unwrap_err(),
             format!("ldx = {ld} does not fit the kernel's 32-bit parameter `ldx` (at most 2147483647)")
@@ -150,8 +152,7 @@ fn built_checked_odd() -> Result<Option<tilesmith_runtime::Launch>, String> {
 #[test]
 fn transpose_checks() {
     let plan = |name: &str, shape: TransposeShape, lens: [usize; 2]| {
-        let buffers = lens.map(|len| Buffer { len, addr: ALIGNED });
-        tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, buffers, 132)
+        tilesmith_runtime::plan_transpose(&built(name), Dtype::F32, &shape, Buffer::unallocated(lens), 132)
     };
     let shape = TransposeShape::packed(100, 70);
     assert_eq!(TransposeShape { ldx: 75, ldy: 101, ..shape }.spans(), [99 * 75 + 70, 69 * 101 + 100]);
@@ -308,11 +309,12 @@ fn a_split_k_gemm_launches_a_cluster_per_tile_whole() {
         .map(|a| match a {
             Arg::Pointer(_) => "pointer",
             Arg::I32(_) => "i32",
+            Arg::I64(_) => "i64",
             Arg::TensorMap(_) => "map",
             Arg::U32(_) | Arg::F32(_) | Arg::F64(_) => "scalar",
         })
         .collect();
-    assert_eq!(kinds, ["map", "map", "pointer", "i32", "i32", "i32", "i32"]);
+    assert_eq!(kinds, ["map", "map", "pointer", "i32", "i32", "i32", "i32", "i32", "i64", "i64", "i64"]);
 }
 
 #[test]
@@ -343,20 +345,20 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
     assert_eq!(launch.grid, [128, 1, 1], "384 tiles: 3 rounds of 128 blocks");
     assert_eq!(launch.block, [384, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
-    assert_eq!((a.dims, a.row_stride_bytes, a.box_, a.swizzle_bytes), ([4000, 4000], 8192, [64, 128], 128));
+    assert_eq!((a.dims, a.strides_bytes[0], a.box_, a.swizzle_bytes), ([4000, 4000, 1], 8192, [64, 128, 1], 128));
     let Arg::TensorMap(b) = launch.args[1] else { panic!("{:?}", launch.args[1]) };
-    assert_eq!((b.dims, b.box_), ([4000, 3000], [64, 256]));
+    assert_eq!((b.dims, b.box_), ([4000, 3000, 1], [64, 256, 1]));
     let Arg::TensorMap(c) = launch.args[2] else { panic!("{:?}", launch.args[2]) };
-    assert_eq!((c.dims, c.row_stride_bytes, c.box_), ([3000, 4000], 6000, [64, 64]));
+    assert_eq!((c.dims, c.strides_bytes[0], c.box_), ([3000, 4000, 1], 6000, [64, 64, 1]));
 
     // MN-major operands are mapped as stored, in 64-element boxes along their rows.
     let nt = GemmShape::packed(512, 1024, 256, Layout::Nt);
     let launch = gemm("gemm_nt_128x256x64_f16_wgmma_w12", Dtype::F16, nt).unwrap().unwrap();
     assert_eq!(launch.grid, [16, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!() };
-    assert_eq!((a.dims, a.box_), ([512, 256], [64, 64]));
+    assert_eq!((a.dims, a.box_), ([512, 256, 1], [64, 64, 1]));
     let Arg::TensorMap(b) = launch.args[1] else { panic!() };
-    assert_eq!((b.dims, b.box_), ([1024, 256], [64, 64]));
+    assert_eq!((b.dims, b.box_), ([1024, 256, 1], [64, 64, 1]));
 
     // Clusters of 2 blocks along M: the grid is whole clusters, at most one block per SM.
     let mut clustered = built("gemm_tn_128x256x64_wgmma_w12");
@@ -406,4 +408,60 @@ fn an_embedded_registry_needs_no_files_and_refuses_what_is_missing() {
     let garbage = Box::leak(Box::new(tilesmith_runtime::Embedded { manifest: b"{ not json", ..*complete }));
     let err = Registry::embedded(garbage).unwrap_err().to_string();
     assert!(err.contains("the registry embedded from /somewhere/my-kernels/manifest.json") && err.contains("does not parse"), "{err}");
+}
+
+#[test]
+fn a_strided_batch_is_mapped_per_problem_and_its_bad_strides_are_refused() {
+    let one = GemmShape::packed(512, 512, 64, Layout::Tn);
+    let batch = one.batched(64);
+    assert_eq!(batch.batch.strides, [512 * 64, 512 * 64, 512 * 512]);
+    assert_eq!(batch.spans(), [64 * 512 * 64, 64 * 512 * 64, 64 * 512 * 512]);
+
+    // Hopper: the tiles of every problem share one persistent grid, each operand mapped in 3D.
+    let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, batch).unwrap().unwrap();
+    assert_eq!(launch.grid, [128, 1, 1], "64 problems of 8 tiles: 4 rounds of 128 blocks");
+    let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
+    assert_eq!((a.rank, a.dims, a.strides_bytes), (3, [64, 512, 64], [128, 512 * 64 * 2]));
+    let Arg::TensorMap(c) = launch.args[2] else { panic!("{:?}", launch.args[2]) };
+    assert_eq!((c.dims, c.strides_bytes), ([512, 512, 64], [1024, 512 * 512 * 2]));
+    assert!(launch.args.contains(&Arg::I32(64)) && launch.args.contains(&Arg::I64(512 * 512)));
+    // A stride of 0 shares B: its map holds one problem.
+    let shared_b = one.with_batch(Batch { count: 64, strides: [512 * 64, 0, 512 * 512] });
+    let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, shared_b).unwrap().unwrap();
+    let Arg::TensorMap(b) = launch.args[1] else { panic!() };
+    assert_eq!(b.dims, [64, 512, 1]);
+    // One block per tile and problem elsewhere: the problems along z.
+    assert_eq!(gemm("gemm_tn_128x128x32", Dtype::Bf16, batch).unwrap().unwrap().grid, [4, 4, 64]);
+    assert_eq!(gemm("gemm_tn_128x128x32", Dtype::Bf16, one.batched(0)), Ok(None), "no problems, nothing to do");
+
+    let refused = |name: &str, shape: GemmShape| gemm(name, Dtype::Bf16, shape).unwrap_err();
+    let strides = |strides: [usize; 3]| one.with_batch(Batch { count: 3, strides });
+    assert_eq!(
+        refused("gemm_tn_128x128x32", strides([0, 0, 512 * 511])),
+        "stride_c = 261632: the 3 problems' c would overlap, each spanning 262144 elements; stride_c must be at least 262144"
+    );
+    assert!(refused("gemm_tn_128x128x32", strides([0, 0, 0])).starts_with("stride_c = 0: the 3 problems' c would overlap"));
+    assert_eq!(
+        refused("gemm_tn_128x256x64_wgmma_w12", strides([4, 0, 512 * 512])),
+        "stride_a = 4 elements puts the a of problem 1 8 bytes on, which is not 16-byte aligned as this checked variant needs"
+    );
+    assert_eq!(
+        refused("gemm_tn_128x128x32", one.with_batch(Batch { count: 70_000, strides: [0, 0, 512 * 512] })),
+        "70000 512×512 problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"
+    );
+    // Buffers that hold one problem, not three.
+    let short = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &batch, Buffer::unallocated(one.spans()), 132);
+    assert_eq!(short.unwrap_err(), "a holds 32768 elements, but 64 problems of 32768 elements, 32768 apart, span 2097152");
+}
+
+#[test]
+fn an_input_overlapping_the_output_is_refused() {
+    let shape = GemmShape::packed(256, 256, 256, Layout::Tn);
+    let [a, b, c] = Buffer::unallocated(shape.spans());
+    let inside_c = Buffer { addr: c.addr + 1024, ..a };
+    let err = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &shape, [inside_c, b, c], 132).unwrap_err();
+    assert_eq!(
+        err,
+        "a (bytes 0x3000000000400..0x3000000020400) overlaps c (bytes 0x3000000000000..0x3000000020000), which the kernel writes while it reads a"
+    );
 }

@@ -70,7 +70,7 @@ fn registry() -> Registry {
 }
 
 fn buffers(shape: &GemmShape) -> [Buffer; 3] {
-    shape.spans().map(|len| Buffer { len, addr: ALIGNED })
+    Buffer::unallocated(shape.spans())
 }
 
 /// The dispatcher's pick for a bf16 call with this epilogue.

@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use std::path::Path;
 use tilesmith_runtime::dispatch::{self, choose};
 use tilesmith_runtime::{
-    check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, Activation, Buffer, Call, EpilogueArgs, GemmShape, Layout,
-    Registry, TransposeShape,
+    check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, Activation, Batch, Buffer, Call, EpilogueArgs, GemmShape,
+    Layout, Registry, TransposeShape,
 };
 use tilesmith_spec::manifest::Check;
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Device, Strategy as Pick};
@@ -47,14 +47,21 @@ fn dtype() -> impl Strategy<Value = Dtype> {
     prop::sample::select(Dtype::ALL.to_vec())
 }
 
+/// One problem mostly; else a batch of any count and strides.
+fn batch() -> impl Strategy<Value = Batch> {
+    prop_oneof![3 => Just(Batch::ONE), 1 => (size(), size(), size(), size()).prop_map(|(count, a, b, c)| Batch { count, strides: [a, b, c] })]
+}
+
 fn gemm_shape() -> impl Strategy<Value = GemmShape> {
-    (size(), size(), size(), size(), size(), size(), layout(), any::<bool>()).prop_map(|(m, n, k, lda, ldb, ldc, layout, packed)| {
-        if packed {
-            GemmShape::packed(m % 5000, n % 5000, k % 5000, layout)
-        } else {
-            GemmShape { m, n, k, lda, ldb, ldc, layout }
-        }
-    })
+    (size(), size(), size(), size(), size(), size(), layout(), any::<bool>(), batch()).prop_map(
+        |(m, n, k, lda, ldb, ldc, layout, packed, batch)| {
+            if packed {
+                GemmShape::packed(m % 5000, n % 5000, k % 5000, layout).batched(batch.count % 100)
+            } else {
+                GemmShape { m, n, k, lda, ldb, ldc, layout, batch }
+            }
+        },
+    )
 }
 
 fn h100() -> Device {
@@ -172,10 +179,10 @@ proptest! {
     #[test]
     fn grid_rules_never_panic(
         tm in any::<u32>(), tn in any::<u32>(), splits in any::<u32>(), m in any::<u64>(), n in any::<u64>(),
-        sms in any::<u32>(), cluster in any::<[u32; 3]>(),
+        batch in any::<u64>(), sms in any::<u32>(), cluster in any::<[u32; 3]>(),
     ) {
         for rule in [GridRule::TilesMn { tm, tn }, GridRule::Persistent { tm, tn }, GridRule::SplitK { tm, tn, splits }] {
-            if let Some(grid) = rule.grid(m, n, sms, cluster) {
+            if let Some(grid) = rule.grid(m, n, batch, sms, cluster) {
                 prop_assert!(grid.iter().all(|&g| g >= 1));
             }
         }
@@ -247,7 +254,7 @@ fn a_registry_manifest_with_ld_multiple_zero_is_refused_by_name() {
 fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
     let variants = shipped();
     let all = [Buffer { len: usize::MAX, addr: 0x7f00_0000_0000 }; 3];
-    let huge = GemmShape { m: 1, n: 16, k: 16, lda: 1 << 63, ldb: 16, ldc: 16, layout: Layout::Tn };
+    let huge = GemmShape { m: 1, n: 16, k: 16, lda: 1 << 63, ldb: 16, ldc: 16, layout: Layout::Tn, batch: Batch::ONE };
     let big = GemmShape::packed(i32::MAX as usize, i32::MAX as usize, i32::MAX as usize, Layout::Tn);
     for built in &variants {
         for shape in [huge, big, GemmShape { lda: usize::MAX, ..huge }] {
@@ -264,7 +271,7 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
             &dispatch::GemmCall { dtype: Dtype::Bf16, shape: &shape, buffers: all, epilogue: &EpilogueArgs::default() },
         );
     }
-    assert_eq!(GridRule::Persistent { tm: 128, tn: 256 }.grid(u64::MAX, u64::MAX, 132, [2, 1, 1]), None);
+    assert_eq!(GridRule::Persistent { tm: 128, tn: 256 }.grid(u64::MAX, u64::MAX, 1, 132, [2, 1, 1]), None);
     assert_eq!(dispatch::alignment(Dtype::Bf16, &huge, &all), Alignment::Aligned);
 }
 

@@ -31,6 +31,12 @@ pub struct Family {
     /// The quantity each edge of the `tile` axis tiles, in order; none: the family has no tile.
     #[serde(default)]
     pub tile: Vec<String>,
+    /// The quantity that counts a call's problems (a strided batch): problem p reads and writes
+    /// each operand with a `batch_stride` p strides on from its start, and shares the others. A
+    /// call that leaves it out computes one problem; one that leaves a stride out gives 0 (every
+    /// problem reads the same operand). None: calls are single problems.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<String>,
     /// The family's own axes, beside the common ones (dtype, tile, backend, warps, bounds).
     #[serde(default)]
     pub axes: Vec<AxisDecl>,
@@ -89,6 +95,10 @@ pub struct OperandDecl {
     /// A fixed element type; none: the variant's dtype.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
+    /// The quantity that holds the elements between the operand of one problem of a batch and
+    /// the next (the family's `batch`); none: every problem shares it (GEMM's bias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_stride: Option<String>,
     /// Bytes its start must be aligned to, beyond an element and the variant's own rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub align: Option<u32>,
@@ -286,9 +296,27 @@ impl Family {
         self.operands.iter().filter_map(|o| o.ld.as_deref())
     }
 
-    /// The quantities a call gives: the shape's, then the leading dimensions.
+    /// The batch-stride quantities the operands name.
+    pub fn batch_strides(&self) -> impl Iterator<Item = &str> {
+        self.operands.iter().filter_map(|o| o.batch_stride.as_deref())
+    }
+
+    /// The quantities a call gives: the shape's, the leading dimensions, then the batch's
+    /// count and strides.
     pub fn all_quantities(&self) -> Vec<&str> {
-        self.quantities.iter().map(String::as_str).chain(self.lds()).collect()
+        self.quantities.iter().map(String::as_str).chain(self.lds()).chain(self.batch.as_deref()).chain(self.batch_strides()).collect()
+    }
+
+    /// The value a call that leaves `quantity` out means: 1 problem, strides of 0; none for the
+    /// others, which every call gives.
+    pub fn default_quantity(&self, quantity: &str) -> Option<u64> {
+        if self.batch.as_deref() == Some(quantity) {
+            Some(1)
+        } else if self.batch_strides().any(|s| s == quantity) {
+            Some(0)
+        } else {
+            None
+        }
     }
 
     pub fn operand(&self, name: &str) -> Option<&OperandDecl> {
@@ -315,6 +343,14 @@ impl Family {
         }
         for q in &self.quantities {
             name("quantity", q, &mut problems);
+        }
+        if let Some(batch) = &self.batch {
+            name("batch", batch, &mut problems);
+            if !self.operands.iter().any(|o| o.access == Access::Write && o.batch_stride.is_some()) {
+                problems.push(format!(
+                    "batch `{batch}`: every operand written needs a batch_stride, or the problems would write over each other"
+                ));
+            }
         }
         for edge in &self.tile {
             if !self.quantities.contains(edge) {
@@ -370,6 +406,13 @@ impl Family {
             }
             if operand.align.is_some_and(|a| !a.is_power_of_two()) {
                 problems.push(format!("{what}: align must be a power of two"));
+            }
+            match (&operand.batch_stride, &self.batch) {
+                (Some(stride), Some(_)) => name("batch stride", stride, &mut problems),
+                (Some(_), None) => {
+                    problems.push(format!("{what}: a batch stride needs the family's `batch` (the quantity counting problems)"))
+                }
+                (None, _) => {}
             }
             if operand.optional && operand.access != Access::Read {
                 problems.push(format!("{what}: only operands read may be optional (a call must pass what a kernel writes)"));

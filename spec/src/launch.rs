@@ -32,43 +32,44 @@ pub struct LaunchSpec {
 }
 
 /// How the launch grid follows from the problem shape. The tile rules walk the quantities the
-/// family's first two tile edges tile (M and N of a GEMM).
+/// family's first two tile edges tile (M and N of a GEMM), for each problem of a batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GridRule {
-    /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, 1).
+    /// One block per TM×TN tile of the M×N problem: grid = (⌈N/TN⌉, ⌈M/TM⌉, batch).
     TilesMn { tm: u32, tn: u32 },
     /// At most a block per multiprocessor, in whole clusters along M; cluster c of the grid's
     /// C walks the cluster tiles c, c + C, ... (a cluster tile is a column of cluster[0]
-    /// output tiles). As few clusters as take the same number of rounds as one per
+    /// output tiles; the batch's problems one after another). As few clusters as take the same number of rounds as one per
     /// multiprocessor would, so that every cluster gets the same number of tiles.
     Persistent { tm: u32, tn: u32 },
     /// `splits` blocks per TM×TN tile, each taking a slice of K, launched as a cluster that
-    /// adds up its partial sums: grid = (⌈N/TN⌉·splits, ⌈M/TM⌉, 1), clusters of [splits, 1, 1].
+    /// adds up its partial sums: grid = (⌈N/TN⌉·splits, ⌈M/TM⌉, batch), clusters of [splits, 1, 1].
     SplitK { tm: u32, tn: u32, splits: u32 },
     /// Each side an expression of the call's quantities and `sms` (`x = "cdiv(rows, 4)"`).
     Expr { x: Expr, y: Expr, z: Expr },
 }
 
 impl GridRule {
-    /// The grid for an M×N problem on a GPU with `sms` multiprocessors, launched in clusters of
-    /// `cluster` blocks; `None` when a dimension would exceed CUDA's limits.
-    pub fn grid(&self, m: u64, n: u64, sms: u32, cluster: [u32; 3]) -> Option<[u32; 3]> {
+    /// The grid for `batch` M×N problems on a GPU with `sms` multiprocessors, launched in
+    /// clusters of `cluster` blocks; `None` when a dimension would exceed CUDA's limits.
+    pub fn grid(&self, m: u64, n: u64, batch: u64, sms: u32, cluster: [u32; 3]) -> Option<[u32; 3]> {
         match *self {
             GridRule::Expr { .. } => None,
-            GridRule::TilesMn { tm, tn } => GridRule::SplitK { tm, tn, splits: 1 }.grid(m, n, sms, cluster),
+            GridRule::TilesMn { tm, tn } => GridRule::SplitK { tm, tn, splits: 1 }.grid(m, n, batch, sms, cluster),
             GridRule::SplitK { tm, tn, splits } => {
                 let x = u32::try_from(n.div_ceil(u64::from(tn.max(1))).checked_mul(u64::from(splits.max(1)))?)
                     .ok()
                     .filter(|&x| x <= i32::MAX as u32)?;
                 let y = u32::try_from(m.div_ceil(u64::from(tm.max(1)))).ok().filter(|&y| y <= 65_535)?;
-                Some([x.max(1), y.max(1), 1])
+                let z = u32::try_from(batch).ok().filter(|&z| z <= 65_535)?;
+                Some([x.max(1), y.max(1), z.max(1)])
             }
             GridRule::Persistent { tm, tn } => {
                 let per_cluster = u64::from(cluster[0].max(1));
                 let tiles_m = m.div_ceil(u64::from(tm.max(1))).checked_next_multiple_of(per_cluster)?;
-                // The kernels count tiles in an int.
-                let tiles = tiles_m.checked_mul(n.div_ceil(u64::from(tn.max(1))))?;
+                // The kernels count tiles, over every problem, in an int.
+                let tiles = tiles_m.checked_mul(n.div_ceil(u64::from(tn.max(1))))?.checked_mul(batch.max(1))?;
                 let units = (tiles / per_cluster).max(1);
                 let rounds = units.div_ceil((u64::from(sms) / per_cluster).max(1));
                 let clusters = units.div_ceil(rounds);
@@ -103,16 +104,20 @@ pub enum ParamKind {
     Pointer { operand: String, access: Access },
     /// A quantity of the call as a 32-bit signed `int`; the runtime refuses values outside 0..=2^31-1.
     I32 { value: String },
+    /// A quantity as a 64-bit `long long` (a batch stride, in elements); at most 2^63-1.
+    I64 { value: String },
     /// A scalar of the call, passed as the type the family declares for it.
     Scalar { scalar: String },
     /// A TMA descriptor (`CUtensorMap`, passed by value as `const __grid_constant__`) of an
     /// operand as stored: rows × row length with its leading dimension, the variant's element
     /// type, copied in boxes of `box_` = [elements along a row, rows], with `swizzle`-byte
-    /// swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros.
+    /// swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros. A third side of 1 maps the
+    /// operand of every problem of a batch, its batch stride apart (one problem where the
+    /// stride is 0): coordinates (x, y, problem).
     TensorMap {
         operand: String,
         #[serde(rename = "box")]
-        box_: [u32; 2],
+        box_: Vec<u32>,
         swizzle: u32,
     },
 }
@@ -136,7 +141,7 @@ struct RawParam {
     value: Option<String>,
     scalar: Option<String>,
     #[serde(rename = "box")]
-    box_: Option<[u32; 2]>,
+    box_: Option<Vec<u32>>,
     swizzle: Option<u32>,
 }
 
@@ -162,7 +167,8 @@ impl TryFrom<RawParam> for Param {
                 &["operand", "access"],
                 raw.operand.clone().zip(raw.access).map(|(operand, access)| ParamKind::Pointer { operand, access }),
             ),
-            "i32" => (&["value"], raw.value.map(|value| ParamKind::I32 { value })),
+            "i32" => (&["value"], raw.value.clone().map(|value| ParamKind::I32 { value })),
+            "i64" => (&["value"], raw.value.map(|value| ParamKind::I64 { value })),
             "scalar" => (&["scalar"], raw.scalar.map(|scalar| ParamKind::Scalar { scalar })),
             "tensor_map" => (
                 &["operand", "box", "swizzle"],
@@ -172,7 +178,7 @@ impl TryFrom<RawParam> for Param {
                     swizzle,
                 }),
             ),
-            other => return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, scalar, tensor_map)")),
+            other => return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, i64, scalar, tensor_map)")),
         };
         if let Some(extra) = given.iter().find(|field| !fields.contains(field)) {
             return Err(format!("parameter `{name}`: a {} parameter has no field `{extra}` (it takes {})", raw.kind, fields.join(", ")));
@@ -187,6 +193,7 @@ impl ParamKind {
     pub fn max_value(&self) -> Option<u64> {
         match self {
             ParamKind::I32 { .. } => Some(i32::MAX as u64),
+            ParamKind::I64 { .. } => Some(i64::MAX as u64),
             _ => None,
         }
     }
@@ -307,7 +314,7 @@ impl LaunchSpec {
                         ));
                     }
                 }
-                ParamKind::I32 { value } => {
+                ParamKind::I32 { value } | ParamKind::I64 { value } => {
                     if !quantities.contains(&value.as_str()) {
                         return Err(format!(
                             "parameter `{name}` takes `{value}`, which {what} does not give (its quantities: {})",
@@ -334,8 +341,13 @@ impl LaunchSpec {
                     if ![32, 64, 128].contains(swizzle) {
                         return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
                     }
-                    if box_.iter().any(|&b| !(1..=256).contains(&b)) {
-                        return Err(format!("parameter `{name}`: box sides must be 1 to 256 elements, got {box_:?}"));
+                    if !(2..=3).contains(&box_.len()) || box_.iter().any(|&b| !(1..=256).contains(&b)) {
+                        return Err(format!("parameter `{name}`: a box has 2 or 3 sides of 1 to 256 elements, got {box_:?}"));
+                    }
+                    if box_.len() == 3 && (box_[2] != 1 || decl.batch_stride.is_none()) {
+                        return Err(format!(
+                            "parameter `{name}`: a box's third side runs over the problems of a batch, one at a time: it must be 1, and `{o}` must have a batch_stride"
+                        ));
                     }
                     let row_bytes = box_[0] * variant.dtype.size_bytes();
                     if row_bytes > *swizzle || !row_bytes.is_multiple_of(16) {
@@ -346,7 +358,11 @@ impl LaunchSpec {
                 }
             }
         }
-        let gives = |quantity: &str| self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } if value == quantity));
+        let gives = |quantity: &str| {
+            self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == quantity))
+        };
+        // A kernel that takes the batch walks it, and must know where each problem's operands lie.
+        let walks_batch = family.batch.as_deref().is_some_and(gives);
         for decl in &family.operands {
             let count = |tensor_map: bool| {
                 self.params
@@ -362,6 +378,12 @@ impl LaunchSpec {
             if (pointers + maps == 0 && !decl.optional) || pointers > 1 || maps > 1 {
                 return Err(format!(
                     "{what} takes operand `{}` as a pointer, a tensor map or one of each; the contract has {pointers} pointer(s) and {maps} tensor map(s)",
+                    decl.name
+                ));
+            }
+            if let Some(stride) = decl.batch_stride.as_deref().filter(|s| walks_batch && pointers + maps > 0 && !gives(s)) {
+                return Err(format!(
+                    "the kernel walks a batch and takes `{}`, but not its batch stride: add an i64 parameter with value = \"{stride}\"",
                     decl.name
                 ));
             }
@@ -484,31 +506,36 @@ mod tests {
     #[test]
     fn tiles_grid_rounds_up_and_refuses_overflow() {
         let rule = GridRule::TilesMn { tm: 128, tn: 64 };
-        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([64, 32, 1]));
-        assert_eq!(rule.grid(1, 65, 132, [1, 1, 1]), Some([2, 1, 1]));
-        assert_eq!(rule.grid(128 * 65_536, 64, 132, [1, 1, 1]), None);
+        assert_eq!(rule.grid(4096, 4096, 1, 132, [1, 1, 1]), Some([64, 32, 1]));
+        assert_eq!(rule.grid(4096, 4096, 8, 132, [1, 1, 1]), Some([64, 32, 8]));
+        assert_eq!(rule.grid(64, 64, 65_536, 132, [1, 1, 1]), None);
+        assert_eq!(rule.grid(1, 65, 1, 132, [1, 1, 1]), Some([2, 1, 1]));
+        assert_eq!(rule.grid(128 * 65_536, 64, 1, 132, [1, 1, 1]), None);
     }
 
     #[test]
     fn split_k_grid_has_a_block_per_slice_of_each_tile() {
         let rule = GridRule::SplitK { tm: 64, tn: 128, splits: 4 };
-        assert_eq!(rule.grid(16, 4096, 132, [4, 1, 1]), Some([128, 1, 1]));
-        assert_eq!(rule.grid(65, 129, 132, [4, 1, 1]), Some([8, 2, 1]));
-        assert_eq!(rule.grid(64 * 65_536, 128, 132, [4, 1, 1]), None);
+        assert_eq!(rule.grid(16, 4096, 1, 132, [4, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(65, 129, 1, 132, [4, 1, 1]), Some([8, 2, 1]));
+        assert_eq!(rule.grid(64 * 65_536, 128, 1, 132, [4, 1, 1]), None);
     }
 
     #[test]
     fn persistent_grid_is_one_block_per_multiprocessor_at_most() {
         let rule = GridRule::Persistent { tm: 128, tn: 256 };
         // 512 tiles take 4 rounds on 132 SMs; 128 blocks take 4 rounds too, 4 tiles each.
-        assert_eq!(rule.grid(4096, 4096, 132, [1, 1, 1]), Some([128, 1, 1]));
-        assert_eq!(rule.grid(8192, 8192, 132, [1, 1, 1]), Some([128, 1, 1]));
-        assert_eq!(rule.grid(4096, 4352, 132, [1, 1, 1]), Some([109, 1, 1]), "544 tiles: 5 rounds of at most 109");
-        assert_eq!(rule.grid(300, 300, 132, [1, 1, 1]), Some([6, 1, 1]));
-        assert_eq!(rule.grid(1 << 30, 1 << 30, 132, [1, 1, 1]), None);
+        assert_eq!(rule.grid(4096, 4096, 1, 132, [1, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(8192, 8192, 1, 132, [1, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(4096, 4352, 1, 132, [1, 1, 1]), Some([109, 1, 1]), "544 tiles: 5 rounds of at most 109");
+        assert_eq!(rule.grid(300, 300, 1, 132, [1, 1, 1]), Some([6, 1, 1]));
+        assert_eq!(rule.grid(1 << 30, 1 << 30, 1, 132, [1, 1, 1]), None);
         // Clusters of 2 along M: 3 tile rows round up to 2 cluster rows of 2 tiles.
-        assert_eq!(rule.grid(300, 300, 132, [2, 1, 1]), Some([8, 1, 1]));
-        assert_eq!(rule.grid(4096, 4096, 131, [2, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(300, 300, 1, 132, [2, 1, 1]), Some([8, 1, 1]));
+        assert_eq!(rule.grid(4096, 4096, 1, 131, [2, 1, 1]), Some([128, 1, 1]));
+        // A batch walks its problems' tiles as one: 64 problems of 8 tiles take 4 rounds of 128.
+        assert_eq!(rule.grid(512, 512, 64, 132, [1, 1, 1]), Some([128, 1, 1]));
+        assert_eq!(rule.grid(128, 256, 3, 132, [1, 1, 1]), Some([3, 1, 1]));
     }
 
     #[test]
@@ -516,7 +543,7 @@ mod tests {
         let json = r#"[{"name":"A","kind":"pointer","operand":"a","access":"read"},{"name":"lda","kind":"i32","value":"lda"},
             {"name":"tmB","kind":"tensor_map","operand":"b","box":[64,256],"swizzle":128},{"name":"eps","kind":"scalar","scalar":"eps"}]"#;
         let params: Vec<Param> = serde_json::from_str(json).unwrap();
-        assert_eq!(params[2].kind, ParamKind::TensorMap { operand: "b".into(), box_: [64, 256], swizzle: 128 });
+        assert_eq!(params[2].kind, ParamKind::TensorMap { operand: "b".into(), box_: vec![64, 256], swizzle: 128 });
         assert_eq!(params[0].kind, ParamKind::Pointer { operand: "a".into(), access: Access::Read });
         assert_eq!(params[1].kind, ParamKind::I32 { value: "lda".into() });
         assert_eq!(params[3].kind, ParamKind::Scalar { scalar: "eps".into() });

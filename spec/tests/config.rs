@@ -392,7 +392,10 @@ fn bad_declarations_are_reported_at_the_family_table() {
         ("{ name = \"stages\"", "{ name = \"tile\"", "axis `tile`: axis names are C identifiers, unique, and not one of"),
         ("bytes = \"(m * k", "bytes = \"(m * kk", "work.bytes: expression `(m * kk + k * n + m * n) * elem` uses `kk`"),
         ("tile = [\"m\", \"n\", \"k\"]", "tile = [\"m\", \"n\", \"x\"]", "tile edge `x` is not a quantity (quantities: m, n, k)"),
-        ("ld = \"ldc\" }", "ld = \"lda\" }", "leading dimension `lda`: the name is taken"),
+        ("ld = \"ldc\",", "ld = \"lda\",", "leading dimension `lda`: the name is taken"),
+        ("batch_stride = \"stride_c\"", "batch_stride = \"stride_a\"", "batch stride `stride_a`: the name is taken"),
+        (", batch_stride = \"stride_c\"", "", "batch `batch`: every operand written needs a batch_stride"),
+        ("batch = \"batch\"", "batch = \"m\"", "batch `m`: the name is taken"),
     ];
     for (from, to, rule) in cases {
         assert!(family.contains(from), "{from}");

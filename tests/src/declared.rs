@@ -530,8 +530,9 @@ impl Case {
 pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32) -> Result<(), String> {
     let entry = &kernel.info().entry;
     let mut call = Call::default();
-    for op in stored(&entry.declaration, &entry.variant, shape)? {
-        call = call.operand(&op.decl.name, op.dtype, Buffer { len: op.span(), addr: 0 });
+    for (index, op) in stored(&entry.declaration, &entry.variant, shape)?.into_iter().enumerate() {
+        // Apart, as buffers of a call are.
+        call = call.operand(&op.decl.name, op.dtype, Buffer { len: op.span(), addr: (index as u64 + 1) << 48 });
     }
     for (q, v) in shape {
         call = call.quantity(q, *v);

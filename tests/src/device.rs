@@ -79,7 +79,8 @@ impl Cublas {
         CudaBlas::new(gpu.stream().clone()).map(|blas| Cublas { blas }).map_err(|err| format!("creating a cuBLAS handle: {err}"))
     }
 
-    /// C = A·B with f32 accumulation (no TF32 for f32: the handle keeps the default math mode).
+    /// C = A·B with f32 accumulation (no TF32 for f32: the handle keeps the default math mode);
+    /// a batch through cublasGemmStridedBatchedEx.
     /// cuBLAS is column-major, so it computes Cᵀ = Bᵀ·Aᵀ: a row-major operand is a column-major
     /// one transposed.
     pub fn gemm<T: Element>(
@@ -101,29 +102,64 @@ impl Cublas {
         let (b_ptr, _b) = b.device_ptr(stream);
         let (c_ptr, _c) = c.device_ptr_mut(stream);
         let dim = |d: usize| i32::try_from(d).map_err(|_| format!("{d} is too large for cuBLAS"));
+        let stride = |d: usize| i64::try_from(d).map_err(|_| format!("{d} is too large for cuBLAS"));
+        let (transa, transb) = (op(shape.layout.b_row_major()), op(shape.layout.a_row_major()));
+        let (alpha, beta) = ((&alpha as *const f32).cast::<c_void>(), (&beta as *const f32).cast::<c_void>());
+        let (compute, algo) = (cublasComputeType_t::CUBLAS_COMPUTE_32F, cublasGemmAlgo_t::CUBLAS_GEMM_DFALT);
+        let handle = *self.blas.handle();
+        let (a_ptr, b_ptr, c_ptr) = (a_ptr as *const c_void, b_ptr as *const c_void, c_ptr as *mut c_void);
+        let [sa, sb, sc] = shape.batch.strides;
         unsafe {
-            blas::gemm_ex(
-                *self.blas.handle(),
-                op(shape.layout.b_row_major()),
-                op(shape.layout.a_row_major()),
-                dim(shape.n)?,
-                dim(shape.m)?,
-                dim(shape.k)?,
-                (&alpha as *const f32).cast::<c_void>(),
-                b_ptr as *const c_void,
-                data_type,
-                dim(shape.ldb)?,
-                a_ptr as *const c_void,
-                data_type,
-                dim(shape.lda)?,
-                (&beta as *const f32).cast::<c_void>(),
-                c_ptr as *mut c_void,
-                data_type,
-                dim(shape.ldc)?,
-                cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
-            )
+            if shape.is_batched() {
+                blas::gemm_strided_batched_ex(
+                    handle,
+                    transa,
+                    transb,
+                    dim(shape.n)?,
+                    dim(shape.m)?,
+                    dim(shape.k)?,
+                    alpha,
+                    b_ptr,
+                    data_type,
+                    dim(shape.ldb)?,
+                    stride(sb)?,
+                    a_ptr,
+                    data_type,
+                    dim(shape.lda)?,
+                    stride(sa)?,
+                    beta,
+                    c_ptr,
+                    data_type,
+                    dim(shape.ldc)?,
+                    stride(sc)?,
+                    dim(shape.batch.count)?,
+                    compute,
+                    algo,
+                )
+            } else {
+                blas::gemm_ex(
+                    handle,
+                    transa,
+                    transb,
+                    dim(shape.n)?,
+                    dim(shape.m)?,
+                    dim(shape.k)?,
+                    alpha,
+                    b_ptr,
+                    data_type,
+                    dim(shape.ldb)?,
+                    a_ptr,
+                    data_type,
+                    dim(shape.lda)?,
+                    beta,
+                    c_ptr,
+                    data_type,
+                    dim(shape.ldc)?,
+                    compute,
+                    algo,
+                )
+            }
         }
-        .map_err(|err| format!("cuBLAS gemm_ex: {err}"))
+        .map_err(|err| format!("cuBLAS: {err}"))
     }
 }

@@ -9,7 +9,7 @@
 //! both `cargo test` and nextest show it skipped, and the reason is printed once; run anyway
 //! (`--include-ignored`), or with a driver but no GPU, each reports itself ignored with the reason.
 
-use crate::host::{read_region, relative_error, Operands};
+use crate::host::{read_regions, relative_error, Operands};
 use crate::{device, report, trials, with_element};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
@@ -119,8 +119,11 @@ fn cpu_trials(gemm: bool) -> Vec<Trial> {
         check((relative_error(&[3.0, 4.5], &reference) - 0.1).abs() < 1e-12, "0.5 off a norm of 5")?;
         check(relative_error(&[f64::NAN, 4.0], &reference).is_infinite(), "NaN fails")?;
         let poisoned = [1.0f32, f32::NAN, f32::NAN, 2.0, f32::NAN, f32::NAN];
-        let (region, unwritten, outside) = read_region(&poisoned, 2, 2, 3);
-        check(region.len() == 4 && unwritten == 2 && outside == 0, "a 2x2 region of a 2x3 buffer")
+        let (region, unwritten, outside) = read_regions(&poisoned, 2, 2, 3, 1, 0);
+        check(region.len() == 4 && unwritten == 2 && outside == 0, "a 2x2 region of a 2x3 buffer")?;
+        // Two 1x2 problems 3 apart: elements 0, 1 and 3, 4; 2 and 5 are outside.
+        let (region, unwritten, outside) = read_regions(&[1.0f32, f32::NAN, 5.0, 2.0, 3.0, f32::NAN], 1, 2, 2, 2, 3);
+        check(region.len() == 4 && unwritten == 1 && outside == 1, "two problems of a batch, a write between them")
     })];
     if gemm {
         all.push(Trial::test("cpu::reference::layouts", || {

@@ -64,21 +64,33 @@ impl<T: Element> Operands<'_, T> {
     }
 }
 
-/// Splits a poisoned output of `rows` rows with leading dimension `ld` into the values of its
-/// `rows`×`cols` region, and counts region elements left unwritten (NaN) and elements outside
-/// the region that were written (no longer NaN).
-pub fn read_region<T: Element>(out: &[T], rows: usize, cols: usize, ld: usize) -> (Vec<f64>, usize, usize) {
-    let mut region = Vec::with_capacity(rows * cols);
-    let (mut unwritten, mut outside) = (0, 0);
-    for (index, value) in out.iter().enumerate() {
-        let value = value.to_f64();
-        if index / ld < rows && index % ld < cols {
-            unwritten += usize::from(value.is_nan());
-            region.push(value);
-        } else if !value.is_nan() {
-            outside += 1;
+/// Splits a poisoned output of `problems` matrices of `rows` rows with leading dimension `ld`,
+/// `stride` elements apart, into the values of their `rows`×`cols` regions (problem after
+/// problem), and counts region elements left unwritten (NaN) and elements outside every region
+/// that were written (no longer NaN). The regions must not overlap.
+pub fn read_regions<T: Element>(
+    out: &[T],
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    problems: usize,
+    stride: usize,
+) -> (Vec<f64>, usize, usize) {
+    let mut inside = vec![false; out.len()];
+    let mut region = Vec::with_capacity(problems * rows * cols);
+    let mut unwritten = 0;
+    for p in 0..problems {
+        for i in 0..rows {
+            for j in 0..cols {
+                let index = p * stride + i * ld + j;
+                let value = out[index].to_f64();
+                inside[index] = true;
+                unwritten += usize::from(value.is_nan());
+                region.push(value);
+            }
         }
     }
+    let outside = out.iter().zip(&inside).filter(|(value, inside)| !**inside && !value.to_f64().is_nan()).count();
     (region, unwritten, outside)
 }
 
@@ -117,20 +129,22 @@ impl<T: Element> EpilogueInputs<T> {
         }
     }
 
-    /// Output (i, j) of C from the float64 product `x` there.
-    pub fn apply(&self, x: f64, i: usize, j: usize, ldc: usize) -> f64 {
+    /// Output (i, j) of C from the float64 product `x` there, C starting `offset` elements in.
+    pub fn apply(&self, x: f64, i: usize, j: usize, offset: usize, ldc: usize) -> f64 {
         let mut v = f64::from(self.alpha) * x;
         if self.beta != 0.0 {
-            v += f64::from(self.beta) * self.c.as_ref().map_or(0.0, |c| c[i * ldc + j].to_f64());
+            v += f64::from(self.beta) * self.c.as_ref().map_or(0.0, |c| c[offset + i * ldc + j].to_f64());
         }
         v += self.bias.as_ref().map_or(0.0, |b| b[j].to_f64());
         v += self.row_bias.as_ref().map_or(0.0, |b| b[i].to_f64());
         activate(self.activation, v)
     }
 
-    /// All of C (M×N, row-major) from the product.
-    pub fn apply_all(&self, product: &[f64], shape: &GemmShape) -> Vec<f64> {
-        product.iter().enumerate().map(|(index, x)| self.apply(*x, index / shape.n, index % shape.n, shape.ldc)).collect()
+    /// All of C (M×N, row-major) of the problem whose C starts `offset` elements into the
+    /// buffer, from its product.
+    pub fn apply_all(&self, product: &[f64], shape: &GemmShape, offset: usize) -> Vec<f64> {
+        let ldc = shape.ldc;
+        product.iter().enumerate().map(|(index, x)| self.apply(*x, index / shape.n, index % shape.n, offset, ldc)).collect()
     }
 }
 

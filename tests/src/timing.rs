@@ -50,7 +50,14 @@ impl<T: Element> GemmCase<T> {
     }
 
     fn flops(&self) -> f64 {
-        2.0 * (self.shape.m * self.shape.n * self.shape.k) as f64
+        2.0 * (self.shape.batch.count * self.shape.m * self.shape.n * self.shape.k) as f64
+    }
+
+    /// The shape as records state it: M, N, K, after the problem count of a batch.
+    fn dims(&self) -> Vec<usize> {
+        let s = self.shape;
+        let batch = s.is_batched().then_some(s.batch.count);
+        batch.into_iter().chain([s.m, s.n, s.k]).collect()
     }
 
     /// Median milliseconds of the kernel, whose last result is then spot checked.
@@ -130,15 +137,18 @@ impl<T: Element> GemmCase<T> {
         Ok(ms)
     }
 
-    /// Compares 256 random elements of the first output set with float64 dot products.
+    /// Compares 256 random elements of the first output set (of random problems of a batch)
+    /// with float64 dot products.
     fn spot_check(&self, gpu: &Gpu) -> Result<(), String> {
         let c = download(gpu, &self.outputs[0])?;
-        let operands = Operands { shape: self.shape, a: &self.a, b: &self.b };
+        let [sa, sb, sc] = self.shape.batch.strides;
         let mut rng = rand::rng();
         let (mut got, mut want) = (Vec::new(), Vec::new());
         for _ in 0..256 {
+            let p = rng.random_range(0..self.shape.batch.count);
+            let operands = Operands { shape: self.shape, a: &self.a[p * sa..], b: &self.b[p * sb..] };
             let (i, j) = (rng.random_range(0..self.shape.m), rng.random_range(0..self.shape.n));
-            got.push(c[i * self.shape.ldc + j].to_f64());
+            got.push(c[p * sc + i * self.shape.ldc + j].to_f64());
             want.push(match &self.bias_activation {
                 Some((activation, bias, _)) => activate(*activation, operands.c(i, j) + bias[j].to_f64()),
                 None => operands.c(i, j),
@@ -172,7 +182,7 @@ impl<T: Element> GemmCase<T> {
         let mut record = Record::new(
             &choice.kernel,
             gpu,
-            vec![s.m, s.n, s.k],
+            self.dims(),
             "TFLOP/s",
             ms,
             tera(ms),
@@ -191,11 +201,10 @@ impl<T: Element> GemmCase<T> {
     pub fn record(&mut self, gpu: &Gpu, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
         let kernel_ms = self.time_kernel(gpu, kernel)?;
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
-        let s = self.shape;
         Ok(Record::new(
             kernel,
             gpu,
-            vec![s.m, s.n, s.k],
+            self.dims(),
             "TFLOP/s",
             kernel_ms,
             tera(kernel_ms),

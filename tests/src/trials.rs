@@ -4,10 +4,12 @@
 
 use crate::declared::{self, Case};
 use crate::device::{download, upload};
-use crate::host::{random, read_region, relative_error, EpilogueInputs, Operands};
+use crate::host::{random, read_regions, relative_error, EpilogueInputs, Operands};
 use crate::report::Record;
 use crate::timing::GemmCase;
-use tilesmith_runtime::{Activation, Dtype, Element, Epilogue, Error, GemmArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
+use tilesmith_runtime::{
+    Activation, Batch, Dtype, Element, Epilogue, Error, GemmArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace,
+};
 use tilesmith_spec::family::{Baseline, Library};
 use tilesmith_spec::GridRule;
 
@@ -130,8 +132,9 @@ fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: us
 }
 
 /// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows (C's
-/// region random where the epilogue reads it), checked: every output written, nothing outside
-/// C, relative error to the float64 reference within the dtype's bound.
+/// regions random where the epilogue reads them), checked: every output of every problem
+/// written, nothing outside them, relative error to the float64 reference within the dtype's
+/// bound.
 fn gemm_checked<T: Element>(
     gpu: &Gpu,
     shape: GemmShape,
@@ -144,9 +147,13 @@ fn gemm_checked<T: Element>(
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
     let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![T::NAN; c_len]);
     c0.resize(c_len + guard(shape.ldc), T::NAN);
-    // Only C's region is C: the gaps between its rows stay poisoned.
+    // Only C's regions are C: the gaps between rows and between problems stay poisoned.
+    let Batch { count, strides: [sa, sb, sc] } = shape.batch;
+    let [_, _, c_span] = shape.problem_spans();
     for (index, value) in c0.iter_mut().enumerate().take(c_len) {
-        if index % shape.ldc >= shape.n {
+        let problem = if sc > 0 { (index / sc).min(count.saturating_sub(1)) } else { 0 };
+        let offset = index - problem * sc;
+        if offset >= c_span || offset % shape.ldc >= shape.n {
             *value = T::NAN;
         }
     }
@@ -163,15 +170,23 @@ fn gemm_checked<T: Element>(
     launch(GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(e))?;
     gpu.synchronize().map_err(|err| err.to_string())?;
     let c = download(gpu, &dc)?;
-    let (region, unwritten, outside) = read_region(&c, shape.m, shape.n, shape.ldc);
-    let what = format!("{}x{}x{} (lda {}, ldb {}, ldc {})", shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc);
+    let (region, unwritten, outside) = read_regions(&c, shape.m, shape.n, shape.ldc, count, sc);
+    let batch = if shape.is_batched() { format!("{count} x ") } else { String::new() };
+    let what = format!("{batch}{}x{}x{} (lda {}, ldb {}, ldc {}", shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc)
+        + &if shape.is_batched() { format!(", strides {sa}, {sb}, {sc})") } else { ")".into() };
     if unwritten > 0 {
-        return Err(format!("{what}: {unwritten} of {} outputs left unwritten", shape.m * shape.n));
+        return Err(format!("{what}: {unwritten} of {} outputs left unwritten", count * shape.m * shape.n));
     }
     if outside > 0 {
-        return Err(format!("{what}: {outside} elements written outside C's {}x{} region", shape.m, shape.n));
+        return Err(format!("{what}: {outside} elements written outside C's {}x{} regions", shape.m, shape.n));
     }
-    let error = relative_error(&region, &epilogue.apply_all(&Operands { shape, a: &a, b: &b }.product(), &shape));
+    let reference: Vec<f64> = (0..count)
+        .flat_map(|p| {
+            let product = Operands { shape, a: &a[p * sa..], b: &b[p * sb..] }.product();
+            epilogue.apply_all(&product, &shape, p * sc)
+        })
+        .collect();
+    let error = relative_error(&region, &reference);
     if error > tolerance {
         return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
     }
@@ -195,9 +210,16 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
         packed(4095, 257, 129),
         odd(300, 301, 302),
         odd(1000, 999, 998),
+        // Batches: B shared by every problem; rows too odd for TMA.
+        packed(257, 129, 65).with_batch(Batch { count: 5, strides: [257 * 65, 0, 257 * 129] }),
+        odd(100, 99, 98).batched(4),
     ]
     .into_iter()
-    .map(|s| (format!("{}x{}x{}{}", s.m, s.n, s.k, if packed(s.m, s.n, s.k) == s { "" } else { "_odd_ld" }), s))
+    .map(|s| {
+        let batch = if s.is_batched() { format!("batch{}_", s.batch.count) } else { String::new() };
+        let odd = if packed(s.m, s.n, s.k) == s.with_batch(Batch::ONE) { "" } else { "_odd_ld" };
+        (format!("{batch}{}x{}x{}{odd}", s.m, s.n, s.k), s)
+    })
     .collect()
 }
 
@@ -219,9 +241,48 @@ fn gemm_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, St
     for (index, shape) in shapes.iter().enumerate() {
         worst = worst.max(gemm_once::<T>(gpu, kernel, *shape, index)?);
     }
+    let batched = batched_shape(kernel);
+    worst = worst.max(gemm_once::<T>(gpu, kernel, batched, 1)?);
     let refusal = refused_gemm::<T>(gpu, kernel)?;
     let bias = refused_bias::<T>(gpu, kernel)?;
-    Ok(format!("{} shapes, worst relative error {worst:.2e}; refused as it must: {refusal}; and {bias}", shapes.len()))
+    let overlap = refused_overlap::<T>(gpu, kernel)?;
+    Ok(format!(
+        "{} shapes and a batch of {}, worst relative error {worst:.2e}; refused as it must: {refusal}; {bias}; and {overlap}",
+        shapes.len(),
+        batched.batch.count
+    ))
+}
+
+/// A strided batch of 3 problems of the variant's first trial shape: A shared by all (stride
+/// 0), B packed, C with a gap between problems that must stay untouched. Strides are whole
+/// multiples of the variant's alignment.
+fn batched_shape(kernel: &Kernel) -> GemmShape {
+    let shape = gemm_shapes(kernel)[0];
+    let align = (kernel.info().entry.requires.ptr_align_bytes / kernel.variant().dtype.size_bytes()).max(1) as usize;
+    let [_, b, c] = shape.problem_spans();
+    shape.with_batch(Batch { count: 3, strides: [0, b.next_multiple_of(align), (c + 3).next_multiple_of(align)] })
+}
+
+/// A batch whose problems' outputs overlap (C's stride one row short of a problem) must be
+/// refused, C untouched.
+fn refused_overlap<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let good = batched_shape(kernel);
+    let [_, b, c] = good.batch.strides;
+    let shape = good.with_batch(Batch { strides: [0, b, c.saturating_sub(good.ldc)], ..good.batch });
+    let [a_len, b_len, c_len] = shape.spans();
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    let (activation, _) = epilogue_of(kernel)?;
+    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
+    match kernel.gemm(gpu, args) {
+        Err(Error::Refused { rule, .. }) if download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
+        Err(Error::Refused { rule, .. }) => Err(format!("refused overlapping outputs ({rule}) but C was written")),
+        Err(other) => Err(format!("expected a refusal of overlapping outputs, got: {other}")),
+        Ok(()) => Err(format!(
+            "launched a batch whose C stride {} is below a problem's span; it should have been refused",
+            shape.batch.strides[2]
+        )),
+    }
 }
 
 /// A bias the variant must refuse: one element short for an epilogue variant, any for one
