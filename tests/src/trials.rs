@@ -151,7 +151,7 @@ fn gemm_checked<T: Element>(
     let Batch { count, strides: [sa, sb, sc] } = shape.batch;
     let [_, _, c_span] = shape.problem_spans();
     for (index, value) in c0.iter_mut().enumerate().take(c_len) {
-        let problem = if sc > 0 { (index / sc).min(count.saturating_sub(1)) } else { 0 };
+        let problem = index.checked_div(sc).map_or(0, |p| p.min(count.saturating_sub(1)));
         let offset = index - problem * sc;
         if offset >= c_span || offset % shape.ldc >= shape.n {
             *value = T::NAN;
