@@ -415,8 +415,7 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
     let takes_scalar = |name: &str| params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar } if scalar == name));
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
     if let Some(batch) = family.batch.as_deref() {
-        let walks = params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == batch));
-        if problems > 1 && !walks {
+        if problems > 1 && !entry.launch.takes_quantity(batch) {
             return Err(format!(
                 "the call gives {batch} = {problems} problems, but this variant computes one at a time: pick a variant that walks a batch"
             ));

@@ -200,6 +200,11 @@ impl ParamKind {
 }
 
 impl LaunchSpec {
+    /// Whether a parameter passes this quantity (as an `i32` or an `i64`).
+    pub fn takes_quantity(&self, quantity: &str) -> bool {
+        self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == quantity))
+    }
+
     /// The rules a launch contract meets whatever the template, checked by the build pipeline when it reads a
     /// template's contract and by every reader of a manifest: CUDA's limits on blocks and
     /// clusters, shared memory within each target's limit, a grid whose tile is the variant's
@@ -358,9 +363,7 @@ impl LaunchSpec {
                 }
             }
         }
-        let gives = |quantity: &str| {
-            self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == quantity))
-        };
+        let gives = |quantity: &str| self.takes_quantity(quantity);
         // A kernel that takes the batch walks it, and must know where each problem's operands lie.
         let walks_batch = family.batch.as_deref().is_some_and(gives);
         for decl in &family.operands {

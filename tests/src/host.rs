@@ -76,22 +76,26 @@ pub fn read_regions<T: Element>(
     problems: usize,
     stride: usize,
 ) -> (Vec<f64>, usize, usize) {
-    let mut inside = vec![false; out.len()];
-    let mut region = Vec::with_capacity(problems * rows * cols);
-    let mut unwritten = 0;
-    for p in 0..problems {
-        for i in 0..rows {
-            for j in 0..cols {
-                let index = p * stride + i * ld + j;
-                let value = out[index].to_f64();
-                inside[index] = true;
-                unwritten += usize::from(value.is_nan());
-                region.push(value);
-            }
-        }
-    }
+    let region: Vec<f64> = region_indices(rows, cols, ld, problems, stride).map(|index| out[index].to_f64()).collect();
+    let unwritten = region.iter().filter(|v| v.is_nan()).count();
+    let inside = region_mask(out.len(), rows, cols, ld, problems, stride);
     let outside = out.iter().zip(&inside).filter(|(value, inside)| !**inside && !value.to_f64().is_nan()).count();
     (region, unwritten, outside)
+}
+
+/// The indices of the `rows`×`cols` regions of `problems` matrices with leading dimension
+/// `ld`, `stride` elements apart, problem after problem, row by row.
+fn region_indices(rows: usize, cols: usize, ld: usize, problems: usize, stride: usize) -> impl Iterator<Item = usize> {
+    (0..problems).flat_map(move |p| (0..rows).flat_map(move |i| (0..cols).map(move |j| p * stride + i * ld + j)))
+}
+
+/// Which of `len` elements lie in those regions.
+pub fn region_mask(len: usize, rows: usize, cols: usize, ld: usize, problems: usize, stride: usize) -> Vec<bool> {
+    let mut inside = vec![false; len];
+    for index in region_indices(rows, cols, ld, problems, stride) {
+        inside[index] = true;
+    }
+    inside
 }
 
 /// A GEMM epilogue's inputs as the host made them: C = act(α·A·B + β·C₀ + bias + row_bias).

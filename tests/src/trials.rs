@@ -4,7 +4,7 @@
 
 use crate::declared::{self, Case};
 use crate::device::{download, upload};
-use crate::host::{random, read_regions, relative_error, EpilogueInputs, Operands};
+use crate::host::{random, read_regions, region_mask, relative_error, EpilogueInputs, Operands};
 use crate::report::Record;
 use crate::timing::GemmCase;
 use tilesmith_runtime::{
@@ -149,13 +149,9 @@ fn gemm_checked<T: Element>(
     c0.resize(c_len + guard(shape.ldc), T::NAN);
     // Only C's regions are C: the gaps between rows and between problems stay poisoned.
     let Batch { count, strides: [sa, sb, sc] } = shape.batch;
-    let [_, _, c_span] = shape.problem_spans();
-    for (index, value) in c0.iter_mut().enumerate().take(c_len) {
-        let problem = index.checked_div(sc).map_or(0, |p| p.min(count.saturating_sub(1)));
-        let offset = index - problem * sc;
-        if offset >= c_span || offset % shape.ldc >= shape.n {
-            *value = T::NAN;
-        }
+    let inside = region_mask(c0.len(), shape.m, shape.n, shape.ldc, count, sc);
+    for (value, _) in c0.iter_mut().zip(&inside).filter(|(_, inside)| !**inside) {
+        *value = T::NAN;
     }
     let mut dc = upload(gpu, &c0)?;
     let bias = epilogue.bias.as_deref().map(|b| upload(gpu, b)).transpose()?;
