@@ -524,8 +524,9 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         if buffer.addr % align != 0 {
             return Err(format!("{} starts at {:#x}, which is not {align}-byte aligned", decl.name, buffer.addr));
         }
-        let stride_bytes = op.stride as u64 * u64::from(dtype.size_bytes());
-        if let (Some(name), false) = (decl.batch_stride.as_deref(), stride_bytes.is_multiple_of(align)) {
+        // In u128: a stride of near usize::MAX elements, which a buffer as long may hold, overflows u64 bytes.
+        let stride_bytes = op.stride as u128 * u128::from(dtype.size_bytes());
+        if let (Some(name), false) = (decl.batch_stride.as_deref(), stride_bytes.is_multiple_of(u128::from(align))) {
             return Err(format!(
                 "{name} = {} elements puts the {} of problem 1 {stride_bytes} bytes on, which is not {align}-byte aligned as this {} variant needs",
                 op.stride, decl.name, variant.bounds

@@ -449,6 +449,16 @@ fn a_strided_batch_is_mapped_per_problem_and_its_bad_strides_are_refused() {
         refused("gemm_tn_128x128x32", one.with_batch(Batch { count: 70_000, strides: [0, 0, 512 * 512] })),
         "70000 512×512 problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"
     );
+    // A stride of 2^63 elements that buffers as long hold: its bytes overflow 64 bits (a
+    // panic found by the properties), and the overlap and alignment rules still judge it.
+    let huge = one.with_batch(Batch { count: 2, strides: [1 << 63, 0, 1 << 63] });
+    let buffers = [
+        Buffer { len: usize::MAX, addr: 0x1000_0000 },
+        Buffer { len: 1 << 20, addr: 0x2000_0000 },
+        Buffer { len: usize::MAX, addr: 0x3000_0000 },
+    ];
+    let err = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &huge, buffers, 132).unwrap_err();
+    assert!(err.contains("overlaps"), "{err}");
     // Buffers that hold one problem, not three.
     let short = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &batch, Buffer::unallocated(one.spans()), 132);
     assert_eq!(short.unwrap_err(), "a holds 32768 elements, but 64 problems of 32768 elements, 32768 apart, span 2097152");
