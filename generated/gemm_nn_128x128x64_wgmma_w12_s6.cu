@@ -12,12 +12,14 @@
 //   cluster = 1
 //   split_k = 1
 //   epilogue = none
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
 #include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 T;
@@ -31,11 +33,16 @@ struct alignas(16) Vec { T e[VEC]; };
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 
 template <typename U> __device__ __forceinline__ U from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Rounded to nearest, saturating to the largest finite value (cuda_fp8.h's conversion).
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_float<__nv_fp8_e5m2>(float x) { return __nv_fp8_e5m2(x); }
 
 // True when `p` allows VEC-wide accesses on every row of a matrix with leading dimension `ld`.
 __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
@@ -159,8 +166,9 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
 
-// D[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory: D is overwritten when
-// `accumulate` is 0. TA / TB are set when A / B are stored MN-major (wgmma transposes them).
+// D[64 x 128] (+)= A[64 x 16] * B[16 x 128] (bf16, 32 bytes of K), both from
+// shared memory: D is overwritten when `accumulate` is 0. TA / TB are set when A / B are stored
+// MN-major (wgmma transposes them).
 template <int TA, int TB>
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -172,6 +180,8 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
+// C and its biases.
+typedef __nv_bfloat16 TC;
 // Epilogue none: C = A·B.
 struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
@@ -182,6 +192,9 @@ __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { r
 #define TM 128
 #define TN 128
 #define TK 64
+#define ELEM_BYTES 2
+// Elements of K per MMA: 32 bytes.
+#define MMA_K 16
 #define STAGES 6
 #define CONSUMERS 2
 // Blocks of a cluster take consecutive tile rows and share B, each loading 1/CLUSTER of it.
@@ -197,13 +210,13 @@ __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { r
 #define B_MN_MAJOR 0
 
 // One stage: the A tile, then the B tile. A K-major tile is rows of TK elements (128 bytes);
-// an MN-major one is 64-element blocks of TK rows each, BLOCK_BYTES apart. After the ring,
-// each consumer's 64 x OUT_COLS outputs of an epilogue round, in 64-column blocks of
-// OUT_BLOCK_BYTES.
-#define A_BYTES (TM * TK * 2)
-#define B_BYTES (TN * TK * 2)
+// an MN-major one (16-bit types) is 64-element blocks of TK rows each, BLOCK_BYTES apart.
+// After the ring, each consumer's 64 x OUT_COLS outputs (16-bit) of an epilogue round, in
+// 64-column blocks of OUT_BLOCK_BYTES.
+#define A_BYTES (TM * TK * ELEM_BYTES)
+#define B_BYTES (TN * TK * ELEM_BYTES)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
-#define BLOCK_BYTES (64 * TK * 2)
+#define BLOCK_BYTES (64 * TK * ELEM_BYTES)
 #define OUT_BLOCK_BYTES (64 * 64 * 2)
 #define OUT_COLS 128
 // Floats between rows of the partial sums split-K blocks leave in shared memory: 8 more than
@@ -220,7 +233,7 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 }
 
 // Two adjacent outputs of a row, stored in one access.
-struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
+struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
 
 // Frees a ring buffer: on every block of the cluster, whose B parts it holds.
 __device__ __forceinline__ void release(uint32_t empty_bar) {
@@ -228,7 +241,7 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
 }
 
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const Pair pair{ from_float<T>(lo), from_float<T>(hi) };
+    const Pair pair{ from_float<TC>(lo), from_float<TC>(hi) };
     return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
@@ -240,7 +253,7 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C
 // (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N.
 template <bool EDGE>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, T* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, TC* C,
                                          int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -257,7 +270,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
                 const float2 v = epilogue_two(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
                 const uint32_t value = pack(v.x, v.y);
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
-                    T* p = C + (long long)row * ldc + col;
+                    TC* p = C + (long long)row * ldc + col;
                     if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
                     else if (row < M && col < N) *p = reinterpret_cast<const Pair*>(&value)->lo;
                     continue;
@@ -362,13 +375,13 @@ gemm_nn_128x128x64_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, const _
             for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
-                // A K-major block advances 16 elements (32 bytes) along its rows per MMA; an
+                // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an
                 // MN-major one, 16 rows of 128 bytes.
-                const uint32_t a = base + stage * STAGE_BYTES + c * 64 * TK * 2;
+                const uint32_t a = base + stage * STAGE_BYTES + c * 64 * TK * ELEM_BYTES;
                 const uint32_t b = base + stage * STAGE_BYTES + A_BYTES;
                 wgmma_fence();
 #pragma unroll
-                for (int k = 0; k < TK / 16; ++k) {
+                for (int k = 0; k < TK / MMA_K; ++k) {
                     const uint32_t step_a = A_MN_MAJOR ? k * 16 * 128 : k * 32;
                     const uint32_t step_b = B_MN_MAJOR ? k * 16 * 128 : k * 32;
                     wgmma_m64n128k16<A_MN_MAJOR, B_MN_MAJOR>(

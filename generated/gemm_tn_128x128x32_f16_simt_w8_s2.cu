@@ -12,11 +12,13 @@
 //   cluster = 1
 //   split_k = 1
 //   epilogue = none
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 typedef __half T;
@@ -30,17 +32,24 @@ struct alignas(16) Vec { T e[VEC]; };
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 
 template <typename U> __device__ __forceinline__ U from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Rounded to nearest, saturating to the largest finite value (cuda_fp8.h's conversion).
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_float<__nv_fp8_e5m2>(float x) { return __nv_fp8_e5m2(x); }
 
 // True when `p` allows VEC-wide accesses on every row of a matrix with leading dimension `ld`.
 __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % VEC == 0;
 }
 
+// C and its biases.
+typedef __half TC;
 // Epilogue none: C = A·B.
 struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }

@@ -12,11 +12,13 @@
 //   cluster = 1
 //   split_k = 1
 //   epilogue = gelu_erf
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 T;
@@ -30,11 +32,16 @@ struct alignas(16) Vec { T e[VEC]; };
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(__nv_fp8_e5m2 x) { return static_cast<float>(x); }
 
 template <typename U> __device__ __forceinline__ U from_float(float x);
 template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+// Rounded to nearest, saturating to the largest finite value (cuda_fp8.h's conversion).
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_float<__nv_fp8_e5m2>(float x) { return __nv_fp8_e5m2(x); }
 
 // True when `p` allows VEC-wide accesses on every row of a matrix with leading dimension `ld`.
 __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
@@ -84,12 +91,14 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// C and its biases.
+typedef __nv_bfloat16 TC;
 // Epilogue gelu_erf: C = gelu_erf(alpha·A·B + beta·C + bias[col] + row_bias[row]).
 struct Epilogue {
     float alpha, beta;
-    const T* bias;
-    const T* row_bias;
-    const T* C;
+    const TC* bias;
+    const TC* row_bias;
+    const TC* C;
     int ldc, M, N;
 };
 
@@ -117,11 +126,11 @@ __device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int ro
     return epilogue_biased(e, x, row, col, e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f);
 }
 
-// The biases of columns col and col + 1 (even col), packed as two T: loaded ahead of the
+// The biases of columns col and col + 1 (even col), packed as two TC: loaded ahead of the
 // epilogue that uses them, so that it does not wait on them.
-struct alignas(2 * sizeof(T)) BiasPair { T lo, hi; };
+struct alignas(2 * sizeof(TC)) BiasPair { TC lo, hi; };
 __device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
-    BiasPair pair{ from_float<T>(0.0f), from_float<T>(0.0f) };
+    BiasPair pair{ from_float<TC>(0.0f), from_float<TC>(0.0f) };
     if (e.bias && col + 1 < e.N) pair = *reinterpret_cast<const BiasPair*>(e.bias + col);
     else if (e.bias && col < e.N) pair.lo = e.bias[col];
     return *reinterpret_cast<const uint32_t*>(&pair);

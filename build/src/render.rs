@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tera::{Context, Tera};
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
-use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets};
+use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets, Variant};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -123,7 +123,7 @@ impl Renderer {
         // The contract is checked before the source is rendered from it.
         entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;
         ctx.insert("emit", "source");
-        ctx.insert("signature", &signature(&entry.launch.params, &declared.family));
+        ctx.insert("signature", &signature(&entry.launch.params, &declared.family, variant));
         let source = tidy(&render(&ctx)?);
         let entry = Entry { source_sha256: sha256_hex(source.as_bytes()), ..entry };
         Ok(Rendered { entry, source })
@@ -154,13 +154,17 @@ fn no_cluster() -> [u32; 3] {
 }
 
 /// The kernel's parameter declarations, in the contract's order: operands of the variant's
-/// dtype as `T`, of a fixed one as its type, scalars as their declared type.
-fn signature(params: &[Param], family: &Family) -> String {
+/// dtype as `T`, of another (fixed, or by a `dtype_axis`) as its type, scalars as their
+/// declared type.
+fn signature(params: &[Param], family: &Family, variant: &Variant) -> String {
     let declarations: Vec<String> = params
         .iter()
         .map(|param| match &param.kind {
             ParamKind::Pointer { operand, access } => {
-                let element = family.operand(operand).and_then(|o| o.dtype).map_or("T", |dtype| dtype.cuda_type());
+                let element = match family.operand(operand).map(|o| family.operand_dtype(variant, o)) {
+                    Some(dtype) if dtype != variant.dtype => dtype.cuda_type(),
+                    _ => "T",
+                };
                 let constness = if *access == Access::Read { "const " } else { "" };
                 format!("{constness}{element}* __restrict__ {}", param.name)
             }
@@ -238,6 +242,11 @@ fn context(declared: &Declared) -> Context {
     }
     ctx.insert("ctype", variant.dtype.cuda_type());
     ctx.insert("elem_bytes", &variant.dtype.size_bytes());
+    // Each operand's element type and size, which a `dtype_axis` may set apart from `ctype`.
+    let dtypes: BTreeMap<&str, _> = family.operands.iter().map(|o| (o.name.as_str(), family.operand_dtype(variant, o))).collect();
+    ctx.insert("operand_dtype", &dtypes.iter().map(|(name, d)| (*name, d.as_str())).collect::<BTreeMap<_, _>>());
+    ctx.insert("operand_ctype", &dtypes.iter().map(|(name, d)| (*name, d.cuda_type())).collect::<BTreeMap<_, _>>());
+    ctx.insert("operand_bytes", &dtypes.iter().map(|(name, d)| (*name, d.size_bytes())).collect::<BTreeMap<_, _>>());
     ctx.insert("threads", &(variant.warps * 32));
     ctx.insert("checked", &variant.is_checked());
     ctx.insert("sass", &declared.backend.sass);

@@ -12,7 +12,7 @@ use tilesmith_trials::declared::{self, Case, Shape};
 use tilesmith_trials::fused::{LtGemm, Unfused};
 use tilesmith_trials::report::{self, Record};
 use tilesmith_trials::timing::{FusedBaseline, GemmCase};
-use tilesmith_trials::{trials, with_element};
+use tilesmith_trials::{trials, with_element, with_output};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -115,23 +115,25 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut workspace = Workspace::new();
-    // Kernels sharing family, dtype and the axes names always show (a GEMM's layout), and a
-    // GEMM's epilogue, share inputs and one baseline timing per shape.
+    // Kernels sharing family, dtype, output type and the axes names always show (a GEMM's
+    // layout), and a GEMM's epilogue, share inputs and one baseline timing per shape.
     let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
         let v = kernel.variant();
-        let group = format!("{} {}", report::group(kernel), Activation::epilogue_of(v));
+        let out = kernel.operand_dtype("c").map_or(String::new(), |d| d.to_string());
+        let group = format!("{} {} {out}", report::group(kernel), Activation::epilogue_of(v));
         match groups.iter_mut().find(|g| g.0 == v.family && g.1 == v.dtype && g.2 == group) {
             Some(entry) => entry.3.push(kernel),
             None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
         }
     }
     for (_, dtype, _, members) in &groups {
+        let out = members[0].operand_dtype("c").unwrap_or(*dtype);
         let family = &members[0].info().entry.declaration;
         for shape in family_shapes(family, &given) {
             let what = describe(&shape, family);
             match family.baseline {
-                Baseline::CublasGemm => with_element!(*dtype, T => {
+                Baseline::CublasGemm => with_element!(*dtype, T => with_output!(out, TC => {
                     let layout = members[0].layout().map_err(|e| e.to_string())?;
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
                     let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
@@ -144,6 +146,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     let epilogue = EpilogueArgs {
                         activation,
                         bias: fused.then_some(Buffer { len: shape.n, addr: 0 }),
+                        out: (out != *dtype).then_some(out),
                         ..EpilogueArgs::default()
                     };
                     let mut runnable = Vec::new();
@@ -157,12 +160,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     if runnable.is_empty() && !args.dispatch {
                         continue;
                     }
-                    let mut case = GemmCase::<T>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
+                    let mut case = GemmCase::<T, TC>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
                     let baselines = if fused {
                         case = case.with_bias_activation(&gpu, activation)?;
                         fused_baselines(&gpu, &mut case, activation)?
                     } else {
-                        vec![("cuBLAS".to_string(), case.time_cublas(&gpu)?)]
+                        vec![(GemmCase::<T, TC>::baseline_name().to_string(), case.time_cublas(&gpu)?)]
                     };
                     // One row per baseline for each timing.
                     let mut push = |record: Record| {
@@ -178,7 +181,8 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     if args.dispatch {
                         push(case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?);
                     }
-                }),
+                    Ok::<(), String>(())
+                }))?,
                 Baseline::Copy => {
                     let mut runnable = Vec::new();
                     for &kernel in members {
@@ -221,16 +225,16 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 /// The baselines of activation(A·B + bias), the first the record's: cuBLASLt's own epilogue
 /// where it has one, then cuBLAS followed by a separate bias + activation kernel; one that
 /// cannot run here is left out, saying why.
-fn fused_baselines<T: tilesmith_runtime::Element>(
+fn fused_baselines<T: tilesmith_runtime::Element, TC: tilesmith_runtime::Element>(
     gpu: &Gpu,
-    case: &mut GemmCase<T>,
+    case: &mut GemmCase<T, TC>,
     activation: Activation,
 ) -> Result<Vec<(String, f64)>, String> {
     let mut out = Vec::new();
     let bias = &case.bias_activation.as_ref().expect("set by the caller").2;
     let candidates = [
-        LtGemm::new::<T>(gpu, &case.shape, activation, bias).map(FusedBaseline::Lt),
-        Unfused::new(gpu, T::DTYPE, activation).map(FusedBaseline::Unfused),
+        LtGemm::new::<T, TC>(gpu, &case.shape, Some((activation, bias))).map(FusedBaseline::Lt),
+        Unfused::new(gpu, TC::DTYPE, activation).map(FusedBaseline::Unfused),
     ];
     for candidate in candidates {
         match candidate {

@@ -150,6 +150,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let out = args.out.clone().unwrap_or(default_out);
     let problems = problems(&args)?;
     let dtypes = list(&args.dtypes, "dtype", Dtype::parse)?;
+    if let Some(eight_bit) = dtypes.iter().find(|d| d.size_bytes() == 1) {
+        return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
+    }
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
     if !(args.minutes > 0.0 && args.minutes.is_finite()) {
         return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
@@ -312,7 +315,7 @@ fn measure<T: tilesmith_runtime::Element>(
     if candidates.is_empty() {
         return Ok(None);
     }
-    let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, dtype, &shape)?)?;
+    let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, dtype, dtype, &shape)?)?;
     let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
     if !tuning::valid_ms(cublas_ms) {

@@ -45,7 +45,7 @@ impl Choice {
 
     /// Enqueues C = A·B with this pick, using `workspace` for the padded strategy. A choice
     /// made for another call is checked like any launch, and refused if it does not fit.
-    pub fn run<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
+    pub fn run<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>, workspace: &mut Workspace) -> Result<()> {
         let args = GemmArgs { shape: canonical(T::DTYPE, &args.shape), ..args };
         match (self.strategy, &self.transpose) {
             (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
@@ -247,7 +247,8 @@ pub struct GemmCall<'c> {
 }
 
 /// Whether the padded strategy can carry this epilogue: not where C is computed transposed in
-/// scratch (its biases would swap sides and β·C would read scratch).
+/// scratch (its biases would swap sides, β·C would read scratch, and C's move is of the
+/// inputs' type).
 fn padded_epilogue(padding: &Padding, epilogue: &EpilogueArgs) -> bool {
     padding.c.is_none() || epilogue.is_plain()
 }
@@ -448,6 +449,20 @@ pub fn heuristic<'k>(
 ) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
     let (estimate, kernel, strategy) = by_estimate(kernels, transpose, device, call).into_iter().next().ok_or_else(|| {
         let GemmCall { dtype, shape, epilogue, .. } = *call;
+        let capability = (device.capability[0], device.capability[1]);
+        let of_dtype: Vec<&Kernel> = kernels.iter().copied().filter(|k| k.variant().dtype == dtype).collect();
+        if !of_dtype.is_empty() && !of_dtype.iter().any(|k| runs_on(&k.info().entry.targets, capability)) {
+            let mut targets: Vec<String> = of_dtype.iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
+            targets.sort();
+            targets.dedup();
+            return format!(
+                "the registry's {dtype} GEMM variants have code for {} only, and {} is compute capability {}.{}",
+                targets.join(", "),
+                device.name,
+                capability.0,
+                capability.1
+            );
+        }
         let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
         format!(
             "no {dtype} {} variant{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
@@ -537,9 +552,15 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     seconds
 }
 
-fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<()> {
+fn run_padded<T: Element, TC: Element>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    transpose: &Kernel,
+    args: GemmArgs<'_, T, TC>,
+    workspace: &mut Workspace,
+) -> Result<()> {
     let stream = gpu.stream();
-    let (epilogue, _epilogue_sync) = args.epilogue.held(stream);
+    let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE);
     let (a, _a) = args.a.device_ptr(stream);
     let (b, _b) = args.b.device_ptr(stream);
     let c_len = args.c.len();
@@ -560,7 +581,7 @@ fn run_padded<T: Element>(gpu: &Gpu, kernel: &Kernel, transpose: &Kernel, args: 
     if !padded_epilogue(&padding, &epilogue) {
         return Err(Error::Refused {
             name: kernel.name().to_string(),
-            rule: "the padded strategy computes an unaligned C transposed, which carries no epilogue: align C's rows to 16 bytes".into(),
+            rule: "the padded strategy computes an unaligned C transposed, which carries no epilogue or output type of its own: align C's rows to 16 bytes".into(),
         });
     }
     let scratch = workspace.reserve(gpu, padding.bytes.max(1))?;

@@ -51,6 +51,29 @@ impl Element for half::bf16 {
     }
 }
 
+impl Element for float8::F8E4M3 {
+    const DTYPE: Dtype = Dtype::E4m3;
+    const NAN: float8::F8E4M3 = float8::F8E4M3::from_bits(0x7f);
+    /// Rounded to nearest; beyond ±448, e4m3 saturates to NaN (it has no infinity).
+    fn from_f64(x: f64) -> Self {
+        float8::F8E4M3::from_f64(x)
+    }
+    fn to_f64(self) -> f64 {
+        float8::F8E4M3::to_f64(&self)
+    }
+}
+
+impl Element for float8::F8E5M2 {
+    const DTYPE: Dtype = Dtype::E5m2;
+    const NAN: float8::F8E5M2 = float8::F8E5M2::from_bits(0x7f);
+    fn from_f64(x: f64) -> Self {
+        float8::F8E5M2::from_f64(x)
+    }
+    fn to_f64(self) -> f64 {
+        float8::F8E5M2::to_f64(&self)
+    }
+}
+
 /// A GEMM's epilogue: C = activation(α·A·B + β·C + bias[col] + row_bias[row]), in f32 before
 /// the one rounding to C's type. The default is C = A·B. Variants of the GEMM family's
 /// `epilogue` axis apply it; the others refuse anything but the default.
@@ -64,11 +87,15 @@ pub struct Epilogue<'a, T> {
     pub bias: Option<&'a CudaSlice<T>>,
     /// One per row of C: M elements.
     pub row_bias: Option<&'a CudaSlice<T>>,
+    /// The per-tensor scales of 8-bit A and B: the product is scale_a·scale_b·A·B. Variants of
+    /// 16-bit inputs take only 1.
+    pub scale_a: f32,
+    pub scale_b: f32,
 }
 
 impl<T> Default for Epilogue<'_, T> {
     fn default() -> Self {
-        Epilogue { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None }
+        Epilogue { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, scale_a: 1.0, scale_b: 1.0 }
     }
 }
 
@@ -77,12 +104,18 @@ impl<'a, T> Epilogue<'a, T> {
     pub fn bias(activation: Activation, bias: &'a CudaSlice<T>) -> Self {
         Epilogue { activation, bias: Some(bias), ..Epilogue::default() }
     }
+
+    /// scale_a·scale_b·A·B: 8-bit inputs quantized with one scale per tensor.
+    pub fn scaled(scale_a: f32, scale_b: f32) -> Self {
+        Epilogue { scale_a, scale_b, ..Epilogue::default() }
+    }
 }
 
 impl<T: Element> Epilogue<'_, T> {
-    /// As the checks see it, with the biases' lengths and addresses, and the guards that keep
-    /// the biases ordered on `stream` until they drop (after the launch is enqueued).
-    pub(crate) fn held<'s>(&'s self, stream: &'s Arc<CudaStream>) -> (EpilogueArgs, Vec<SyncOnDrop<'s>>) {
+    /// As the checks see it, for inputs of `input`, with the biases' lengths and addresses, and
+    /// the guards that keep the biases ordered on `stream` until they drop (after the launch is
+    /// enqueued).
+    pub(crate) fn held<'s>(&'s self, stream: &'s Arc<CudaStream>, input: Dtype) -> (EpilogueArgs, Vec<SyncOnDrop<'s>>) {
         let mut guards = Vec::new();
         let mut buffer = |slice: Option<&'s CudaSlice<T>>| {
             slice.map(|s| {
@@ -92,37 +125,48 @@ impl<T: Element> Epilogue<'_, T> {
             })
         };
         let (bias, row_bias) = (buffer(self.bias), buffer(self.row_bias));
-        (EpilogueArgs { activation: self.activation, alpha: self.alpha, beta: self.beta, bias, row_bias }, guards)
+        let out = (T::DTYPE != input).then_some(T::DTYPE);
+        let scales = [self.scale_a, self.scale_b];
+        (EpilogueArgs { activation: self.activation, alpha: self.alpha, beta: self.beta, bias, row_bias, out, scales }, guards)
     }
 }
 
-/// The device buffers, shape and epilogue of one GEMM call.
-pub struct GemmArgs<'a, T> {
+/// The device buffers, shape and epilogue of one GEMM call: inputs of `T`, C and its biases of
+/// `TC` (the inputs' type unless a variant's `out` axis says otherwise: e4m3 in, bf16 out).
+pub struct GemmArgs<'a, T, TC = T> {
     pub a: &'a CudaSlice<T>,
     pub b: &'a CudaSlice<T>,
-    pub c: &'a mut CudaSlice<T>,
+    pub c: &'a mut CudaSlice<TC>,
     pub shape: GemmShape,
-    pub epilogue: Epilogue<'a, T>,
+    pub epilogue: Epilogue<'a, TC>,
 }
 
-impl<'a, T> GemmArgs<'a, T> {
+impl<'a, T, TC> GemmArgs<'a, T, TC> {
     /// Matrices stored without padding: leading dimensions equal to their row lengths.
-    pub fn packed(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<T>, m: usize, n: usize, k: usize, layout: Layout) -> Self {
+    pub fn packed(
+        a: &'a CudaSlice<T>,
+        b: &'a CudaSlice<T>,
+        c: &'a mut CudaSlice<TC>,
+        m: usize,
+        n: usize,
+        k: usize,
+        layout: Layout,
+    ) -> Self {
         GemmArgs::new(a, b, c, GemmShape::packed(m, n, k, layout))
     }
 
     /// C = A·B with this shape (leading dimensions included).
-    pub fn new(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<T>, shape: GemmShape) -> Self {
+    pub fn new(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<TC>, shape: GemmShape) -> Self {
         GemmArgs { a, b, c, shape, epilogue: Epilogue::default() }
     }
 
     /// The same call with this epilogue.
-    pub fn with_epilogue(self, epilogue: Epilogue<'a, T>) -> Self {
+    pub fn with_epilogue(self, epilogue: Epilogue<'a, TC>) -> Self {
         GemmArgs { epilogue, ..self }
     }
 }
 
-impl<T: Element> GemmArgs<'_, T> {
+impl<T: Element, TC: Element> GemmArgs<'_, T, TC> {
     /// The buffers' lengths and addresses, for choosing a variant: nothing is enqueued on them.
     pub(crate) fn buffers(&self, gpu: &Gpu) -> [Buffer; 3] {
         let stream = gpu.stream();
@@ -163,6 +207,12 @@ impl Kernel {
 
     pub fn variant(&self) -> &Variant {
         &self.built.entry.variant
+    }
+
+    /// The element type of its operand `name` (C of an fp8 GEMM: its `out` axis's type); none
+    /// where its family has no such operand.
+    pub fn operand_dtype(&self, name: &str) -> Option<Dtype> {
+        self.built.entry.operand_dtype(name)
     }
 
     /// Whether it is one of its family's reference variants (the trials' yardstick, never
@@ -217,9 +267,9 @@ impl Kernel {
 
     /// Enqueues C = A·B, or the call's epilogue of it, on the GPU's stream, after checking every
     /// argument against the manifest.
-    pub fn gemm<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>) -> Result<()> {
+    pub fn gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>) -> Result<()> {
         let stream = gpu.stream();
-        let (epilogue, _epilogue_sync) = args.epilogue.held(stream);
+        let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE);
         let (a, _a_sync) = args.a.device_ptr(stream);
         let (b, _b_sync) = args.b.device_ptr(stream);
         let c_len = args.c.len();

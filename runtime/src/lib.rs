@@ -29,6 +29,8 @@ mod registry;
 pub use dispatch::{Choice, Workspace};
 pub use error::Error;
 pub use fatbin::Fatbin;
+/// The 8-bit float element types (`e4m3`, `e5m2`), for buffers of fp8 GEMMs.
+pub use float8::{F8E4M3, F8E5M2};
 pub use gpu::Gpu;
 pub use kernel::{CallBuilder, Element, Epilogue, GemmArgs, Kernel, TransposeArgs};
 pub use plan::{

@@ -155,12 +155,17 @@ pub struct EpilogueArgs {
     pub bias: Option<Buffer>,
     /// One per row of C (M elements).
     pub row_bias: Option<Buffer>,
+    /// The element type of C and the biases where it is not the inputs' (GEMM's `out` axis:
+    /// bf16 outputs of e4m3 inputs).
+    pub out: Option<Dtype>,
+    /// scale_a and scale_b, the per-tensor scales of 8-bit inputs.
+    pub scales: [f32; 2],
 }
 
 impl Default for EpilogueArgs {
-    /// C = A·B.
+    /// C = A·B, in the inputs' type.
     fn default() -> EpilogueArgs {
-        EpilogueArgs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None }
+        EpilogueArgs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, out: None, scales: [1.0, 1.0] }
     }
 }
 
@@ -485,7 +490,7 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
     let mut stored: BTreeMap<&str, Stored> = BTreeMap::new();
     for decl in &family.operands {
         let Some(&(dtype, buffer)) = operands.get(decl.name.as_str()) else { continue };
-        let expected = decl.dtype.unwrap_or(variant.dtype);
+        let expected = family.operand_dtype(variant, decl);
         if dtype != expected {
             return Err(format!("it takes {expected} elements for {}, but the buffer holds {dtype}", decl.name));
         }
@@ -745,10 +750,11 @@ pub fn plan_gemm_with(
         ));
     }
     let s = shape;
+    let out = epilogue.out.unwrap_or(dtype);
     let mut call = Call::default()
         .operand("a", dtype, a)
         .operand("b", dtype, b)
-        .operand("c", dtype, c)
+        .operand("c", out, c)
         .quantity("m", s.m as u64)
         .quantity("n", s.n as u64)
         .quantity("k", s.k as u64)
@@ -768,9 +774,14 @@ pub fn plan_gemm_with(
     if epilogue.beta != 0.0 {
         call = call.scalar("beta", f64::from(epilogue.beta));
     }
+    for (name, scale) in ["scale_a", "scale_b"].into_iter().zip(epilogue.scales) {
+        if scale != 1.0 {
+            call = call.scalar(name, f64::from(scale));
+        }
+    }
     for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
         if let Some(buffer) = buffer {
-            call = call.operand(name, dtype, buffer);
+            call = call.operand(name, out, buffer);
         }
     }
     let launch = plan_call(built, &call, sms)?;

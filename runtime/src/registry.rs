@@ -45,7 +45,7 @@ pub struct Registry {
     picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
 }
 
-type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool));
+type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, bool));
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set; with neither,
@@ -128,8 +128,8 @@ impl Registry {
     }
 
     /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
-    pub fn choose_gemm<T: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T>) -> Result<Choice> {
-        let (epilogue, _sync) = args.epilogue.held(gpu.stream());
+    pub fn choose_gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC>) -> Result<Choice> {
+        let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE);
         self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
     }
 
@@ -140,15 +140,23 @@ impl Registry {
     /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
     /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
     /// scratch the padded strategy copies unaligned operands into, kept for the next call.
-    pub fn gemm<T: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T>, workspace: &mut Workspace) -> Result<Choice> {
+    pub fn gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>, workspace: &mut Workspace) -> Result<Choice> {
         let buffers = args.buffers(gpu);
         let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
         let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
-        let (epilogue, sync) = args.epilogue.held(gpu.stream());
+        let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE);
         drop(sync);
         // What decides which variants take the call: the epilogue's activation and which of
         // α, β and the biases differ from C = A·B.
-        let asks = (epilogue.activation, epilogue.alpha != 1.0, epilogue.beta != 0.0, epilogue.bias.is_some(), epilogue.row_bias.is_some());
+        let asks = (
+            epilogue.activation,
+            epilogue.alpha != 1.0,
+            epilogue.beta != 0.0,
+            epilogue.bias.is_some(),
+            epilogue.row_bias.is_some(),
+            epilogue.out,
+            epilogue.scales != [1.0; 2],
+        );
         let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned, asks);
         let cached = self.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         let choice = match cached {

@@ -265,7 +265,56 @@ fn epilogue_arguments_a_variant_cannot_apply_are_refused() {
     let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Relu, alpha: f32::NAN, ..EpilogueArgs::default() })
         .unwrap_err();
     assert!(err.contains("scalar `alpha` = NaN is not a finite number"), "{err}");
-    let fine =
-        EpilogueArgs { activation: Activation::Relu, alpha: 0.5, beta: 2.0, bias, row_bias: Some(Buffer { len: 256, addr: ALIGNED }) };
+    let fine = EpilogueArgs {
+        activation: Activation::Relu,
+        alpha: 0.5,
+        beta: 2.0,
+        bias,
+        row_bias: Some(Buffer { len: 256, addr: ALIGNED }),
+        ..EpilogueArgs::default()
+    };
     assert!(plan("gemm_tn_128x128x32_relu", &fine).unwrap().is_some());
+}
+
+#[test]
+fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhere() {
+    let registry = registry();
+    let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
+    let buffers = Buffer::unallocated(shape.spans());
+    let call = |dtype, epilogue| GemmCall { dtype, shape: &shape, buffers, epilogue };
+    let bf16_out = EpilogueArgs { out: Some(Dtype::Bf16), scales: [0.5, 4.0], ..EpilogueArgs::default() };
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &bf16_out)).unwrap();
+    assert!(choice.kernel.name().starts_with("gemm_tn_128x256x128_e4m3_wgmma_w12_outbf16"), "{}: {}", choice.kernel.name(), choice.reason);
+    let f16_out = EpilogueArgs { out: Some(Dtype::F16), ..EpilogueArgs::default() };
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
+    assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F16));
+    // No fp8 variant writes fp8, nor f32.
+    let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..EpilogueArgs::default() };
+    assert!(choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &f32_out)).is_err());
+    // 8-bit wgmma needs sm_90a: an A100 gets the rule, not a launch.
+    let a100 = Device { name: "NVIDIA A100".into(), capability: [8, 0], sms: 108, clocks: None };
+    let err = choose(registry.kernels(), registry.tables(), &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();
+    assert_eq!(err, "the registry's e4m3 GEMM variants have code for sm_90a only, and NVIDIA A100 is compute capability 8.0");
+}
+
+#[test]
+fn per_tensor_scales_are_checked_and_taken_by_fp8_variants_only() {
+    let plan = |name: &str, dtype, epilogue: &EpilogueArgs| {
+        let registry = registry();
+        let kernel = registry.kernel(name).unwrap();
+        let shape = GemmShape::packed(256, 256, 256, Layout::Tn);
+        plan_gemm_with(kernel.info(), dtype, &shape, Buffer::unallocated(shape.spans()), epilogue, 132)
+    };
+    let fp8 = "gemm_tn_128x256x128_e4m3_wgmma_w12_outbf16";
+    let scaled = |scales| EpilogueArgs { out: Some(Dtype::Bf16), scales, ..EpilogueArgs::default() };
+    assert!(plan(fp8, Dtype::E4m3, &scaled([0.5, 3.0])).unwrap().is_some());
+    assert_eq!(plan(fp8, Dtype::E4m3, &scaled([f32::INFINITY, 1.0])).unwrap_err(), "scalar `scale_a` = inf is not a finite number");
+    assert_eq!(plan(fp8, Dtype::E4m3, &scaled([1.0, f32::NAN])).unwrap_err(), "scalar `scale_b` = NaN is not a finite number");
+    // C must be of the variant's output type.
+    let err = plan(fp8, Dtype::E4m3, &EpilogueArgs::default()).unwrap_err();
+    assert_eq!(err, "it takes bf16 elements for c, but the buffer holds e4m3");
+    // A 16-bit variant computes with scales of 1.
+    let err =
+        plan("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, &EpilogueArgs { scales: [2.0, 1.0], ..EpilogueArgs::default() }).unwrap_err();
+    assert!(err.starts_with("the call passes scale_a = 2, but this variant does not apply `scale_a`"), "{err}");
 }

@@ -280,8 +280,10 @@ fn packed_shapes_with_a_zero_are_nothing_to_do_in_every_layout() {
     for built in shipped().iter().filter(|b| b.entry.variant.family == "gemm" && b.entry.variant.is_checked()) {
         let layout = built.entry.variant.word("layout").and_then(Layout::parse).expect("a GEMM has a layout");
         let activation = Activation::of_epilogue(Activation::epilogue_of(&built.entry.variant)).expect("a known epilogue");
-        let epilogue = EpilogueArgs { activation, ..EpilogueArgs::default() };
-        let plan = |shape: &GemmShape, buffers| plan_gemm_with(built, built.entry.variant.dtype, shape, buffers, &epilogue, 132);
+        let dtype = built.entry.variant.dtype;
+        let out = built.entry.operand_dtype("c").filter(|&out| out != dtype);
+        let epilogue = EpilogueArgs { activation, out, ..EpilogueArgs::default() };
+        let plan = |shape: &GemmShape, buffers| plan_gemm_with(built, dtype, shape, buffers, &epilogue, 132);
         for (m, n) in [(0, 64), (64, 0), (0, 0)] {
             let shape = GemmShape::packed(m, n, 64, layout);
             let buffers = shape.spans().map(|len| Buffer { len, addr: 0x7f00_0000_0000 });

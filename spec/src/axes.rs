@@ -36,8 +36,9 @@ axis_enum! {
 }
 
 axis_enum! {
-    /// Element type of the inputs and of the output; GEMM accumulates in f32.
-    Dtype { F16 => "f16", Bf16 => "bf16", F32 => "f32" }
+    /// Element type of the inputs, and of the outputs unless an operand's `dtype_axis` says
+    /// otherwise; GEMM accumulates in f32. e4m3 and e5m2 are Hopper's 8-bit floats (OCP FP8).
+    Dtype { F16 => "f16", Bf16 => "bf16", F32 => "f32", E4m3 => "e4m3", E5m2 => "e5m2" }
 }
 
 axis_enum! {
@@ -60,6 +61,7 @@ impl Layout {
 impl Dtype {
     pub fn size_bytes(self) -> u32 {
         match self {
+            Dtype::E4m3 | Dtype::E5m2 => 1,
             Dtype::F16 | Dtype::Bf16 => 2,
             Dtype::F32 => 4,
         }
@@ -71,6 +73,8 @@ impl Dtype {
             Dtype::F16 => "__half",
             Dtype::Bf16 => "__nv_bfloat16",
             Dtype::F32 => "float",
+            Dtype::E4m3 => "__nv_fp8_e4m3",
+            Dtype::E5m2 => "__nv_fp8_e5m2",
         }
     }
 }

@@ -18,7 +18,7 @@
 
 use crate::arch;
 use crate::axes::{Axis, Domain, Value};
-use crate::family::Family;
+use crate::family::{Family, SAME_DTYPE};
 use crate::variant::Variant;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -225,7 +225,8 @@ impl Parser<'_> {
             declared.extend(self.group(family, &axes, group, &defaults, &backends, &declaration));
         }
         let tolerance = &declaration.reference.tolerance;
-        if let Some(missing) = declared.iter().map(|d| d.variant.dtype).find(|dtype| !tolerance.contains_key(dtype)) {
+        let dtypes = declared.iter().flat_map(|d| declaration.operands.iter().map(|o| declaration.operand_dtype(&d.variant, o)));
+        if let Some(missing) = dtypes.into_iter().find(|dtype| !tolerance.contains_key(dtype)) {
             self.report(
                 declaration_offset,
                 None,
@@ -360,6 +361,16 @@ impl Parser<'_> {
             // Every value was checked against its axis's domain above.
             let Some(mut variant) = Variant::from_values(family, axes, &combination) else { continue };
             variant.name = variant.derive_name(axes, defaults);
+            // One name per kernel: an operand typed by an axis names the variant's dtype as `in`.
+            for operand in &declaration.operands {
+                if let Some(axis) = operand.dtype_axis.as_deref().filter(|a| variant.word(a) == Some(variant.dtype.as_str())) {
+                    self.report(
+                        group.span().start,
+                        Some(&variant.name),
+                        format!("{axis} = {} is the variant's dtype: write {axis} = \"{SAME_DTYPE}\"", variant.dtype),
+                    );
+                }
+            }
             let backend = backends[&variant.backend].clone();
             declared.push(Declared { variant, line, backend, family: Arc::clone(declaration) });
         }

@@ -95,6 +95,10 @@ pub struct OperandDecl {
     /// A fixed element type; none: the variant's dtype.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
+    /// The family axis whose value is its element type: a dtype, or `in` ([`SAME_DTYPE`]) for
+    /// the variant's (GEMM's `out`: C and its biases in bf16 from e4m3 inputs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype_axis: Option<String>,
     /// The quantity that holds the elements between the operand of one problem of a batch and
     /// the next (the family's `batch`); none: every problem shares it (GEMM's bias).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -244,6 +248,9 @@ pub struct Trials {
 /// The axes every family has, beside its own.
 pub const COMMON_AXES: &[&str] = &["tile", "dtype", "backend", "warps", "bounds"];
 
+/// The value of a `dtype_axis` that means the variant's own dtype.
+pub const SAME_DTYPE: &str = "in";
+
 /// The name expressions use for the element size in bytes.
 pub const ELEM: &str = "elem";
 /// The name launch expressions use for the GPU's multiprocessor count.
@@ -321,6 +328,13 @@ impl Family {
 
     pub fn operand(&self, name: &str) -> Option<&OperandDecl> {
         self.operands.iter().find(|o| o.name == name)
+    }
+
+    /// The element type of `decl` in `variant`: its fixed dtype, its dtype axis's value, or the
+    /// variant's dtype.
+    pub fn operand_dtype(&self, variant: &Variant, decl: &OperandDecl) -> Dtype {
+        let by_axis = || decl.dtype_axis.as_deref().and_then(|axis| variant.word(axis)).and_then(Dtype::parse);
+        decl.dtype.or_else(by_axis).unwrap_or(variant.dtype)
     }
 
     pub fn scalar(&self, name: &str) -> Option<&ScalarDecl> {
@@ -413,6 +427,16 @@ impl Family {
                     problems.push(format!("{what}: a batch stride needs the family's `batch` (the quantity counting problems)"))
                 }
                 (None, _) => {}
+            }
+            if let Some(axis) = &operand.dtype_axis {
+                let words = self.axes.iter().find(|a| &a.name == axis).map(|a| &a.values);
+                let dtypes = || Dtype::ALL.iter().map(|d| d.as_str()).chain([SAME_DTYPE]).collect::<Vec<_>>().join(", ");
+                match words {
+                    _ if operand.dtype.is_some() => problems.push(format!("{what}: give a fixed `dtype` or a `dtype_axis`, not both")),
+                    Some(words) if !words.is_empty() && words.iter().all(|w| w == SAME_DTYPE || Dtype::parse(w).is_some()) => {}
+                    _ => problems
+                        .push(format!("{what}: dtype_axis `{axis}` must be an axis of the family whose values are among {}", dtypes())),
+                }
             }
             if operand.optional && operand.access != Access::Read {
                 problems.push(format!("{what}: only operands read may be optional (a call must pass what a kernel writes)"));

@@ -354,7 +354,7 @@ impl LaunchSpec {
                             "parameter `{name}`: a box's third side runs over the problems of a batch, one at a time: it must be 1, and `{o}` must have a batch_stride"
                         ));
                     }
-                    let row_bytes = box_[0] * variant.dtype.size_bytes();
+                    let row_bytes = box_[0] * family.operand_dtype(variant, decl).size_bytes();
                     if row_bytes > *swizzle || !row_bytes.is_multiple_of(16) {
                         return Err(format!(
                             "parameter `{name}`: a box row of {row_bytes} bytes must be a multiple of 16 and at most the {swizzle}-byte swizzle"

@@ -135,6 +135,12 @@ impl Entry {
         self.declaration.reference.backend.as_deref() == Some(self.variant.backend.as_str())
     }
 
+    /// The element type of its operand `name` (C of an fp8 GEMM: its `out` axis's type); none
+    /// where its family has no such operand.
+    pub fn operand_dtype(&self, name: &str) -> Option<crate::Dtype> {
+        self.declaration.operand(name).map(|decl| self.declaration.operand_dtype(&self.variant, decl))
+    }
+
     /// Every rule a manifest entry meets: the variant's ([`Variant::check`](crate::Variant::check)), its entry symbol
     /// and source named after it, its requirements and its launch contract
     /// ([`LaunchSpec::check`]). Readers of manifests refuse an entry that breaks one, so that

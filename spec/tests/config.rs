@@ -14,6 +14,7 @@ stages = 2
 cluster = 1
 split_k = 1
 epilogue = "none"
+out = "in"
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -85,7 +86,14 @@ bounds = ["checked", "unchecked"]
     let axes: Vec<(&str, String)> = first.variant.axes.iter().map(|(a, v)| (a.as_str(), v.to_string())).collect();
     assert_eq!(
         axes,
-        [("cluster", "1".into()), ("epilogue", "none".into()), ("layout", "nn".into()), ("split_k", "1".into()), ("stages", "2".into())]
+        [
+            ("cluster", "1".into()),
+            ("epilogue", "none".into()),
+            ("layout", "nn".into()),
+            ("out", "in".into()),
+            ("split_k", "1".into()),
+            ("stages", "2".into())
+        ]
     );
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
     assert_eq!(first.line, line_of("\n[[gemm.groups]]\n", "[[gemm.groups]]"));
@@ -140,7 +148,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, out, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -151,7 +159,7 @@ fn unknown_value_lists_the_allowed_ones() {
     let groups = "\n[[gemm.groups]]\ndtype = [\"f16\", \"f64\"]\n";
     assert_eq!(
         error(groups),
-        format!("variants.toml:{}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32)", line_of(groups, "f64"))
+        format!("variants.toml:{}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2)", line_of(groups, "f64"))
     );
 }
 
@@ -248,20 +256,21 @@ fn the_shipped_variants_file_parses() {
     let gemm_default = config.variants.iter().find(|d| d.variant.name == "gemm_tn_128x128x32").unwrap();
     assert_eq!(gemm_default.variant.dtype, Dtype::Bf16);
     assert_eq!(gemm_default.variant.bounds, Bounds::Checked);
+    // Every layout, bounds mode and 16- or 32-bit dtype; 8-bit ones are Hopper's, tn only.
     for layout in Layout::ALL {
-        for dtype in Dtype::ALL {
+        for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1) {
             for bounds in Bounds::ALL {
                 assert!(
                     config.variants.iter().any(|d| d.variant.dtype == *dtype
                         && d.variant.bounds == *bounds
                         && d.variant.family == "gemm"
                         && d.variant.word("layout") == Some(layout.as_str())),
-                    "no simt GEMM for {layout} {dtype} {bounds}"
+                    "no GEMM for {layout} {dtype} {bounds}"
                 );
             }
         }
     }
-    for dtype in Dtype::ALL {
+    for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1) {
         for bounds in Bounds::ALL {
             assert!(config
                 .variants
@@ -280,7 +289,7 @@ fn list_items_are_reported_at_their_own_line() {
     assert_eq!(
         message,
         format!(
-            "variants.toml:{f64_line}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32)\n\
+            "variants.toml:{f64_line}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2)\n\
              variants.toml:{twice_line}: axis `dtype` lists `f16` twice"
         )
     );
@@ -332,6 +341,7 @@ fn shipped_names_keep_their_axes() {
             ("cluster", "1"),
             ("split_k", "1"),
             ("epilogue", "none"),
+            ("out", "in"),
             ("bounds", bounds),
         ])
     };
@@ -396,6 +406,17 @@ fn bad_declarations_are_reported_at_the_family_table() {
         ("batch_stride = \"stride_c\"", "batch_stride = \"stride_a\"", "batch stride `stride_a`: the name is taken"),
         (", batch_stride = \"stride_c\"", "", "batch `batch`: every operand written needs a batch_stride"),
         ("batch = \"batch\"", "batch = \"m\"", "batch `m`: the name is taken"),
+        (
+            "stride_c\", dtype_axis = \"out\"",
+            "stride_c\", dtype_axis = \"epilogue\"",
+            "operand `c`: dtype_axis `epilogue` must be an axis of the family whose values are among f16, bf16, f32, e4m3, e5m2, in",
+        ),
+        ("stride_c\", dtype_axis = \"out\"", "stride_c\", dtype_axis = \"outt\"", "operand `c`: dtype_axis `outt` must be an axis"),
+        (
+            "stride_c\", dtype_axis = \"out\"",
+            "stride_c\", dtype_axis = \"out\", dtype = \"f32\"",
+            "operand `c`: give a fixed `dtype` or a `dtype_axis`, not both",
+        ),
     ];
     for (from, to, rule) in cases {
         assert!(family.contains(from), "{from}");
@@ -404,4 +425,14 @@ fn bad_declarations_are_reported_at_the_family_table() {
         let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
         assert!(message.starts_with(&format!("variants.toml:{line}: [gemm.family]: ")) && message.contains(rule), "{rule}: {message}");
     }
+}
+
+/// An operand typed by an axis says `in` for the variant's own dtype: `out = "bf16"` on bf16
+/// inputs would name one kernel twice.
+#[test]
+fn an_output_type_equal_to_the_inputs_is_written_in() {
+    let family = shipped_table("gemm.family");
+    let text = format!("{BASE}\n{family}\n[[gemm.groups]]\ndtype = [\"bf16\", \"e4m3\"]\nout = \"bf16\"\n");
+    let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
+    assert!(message.contains("out = bf16 is the variant's dtype: write out = \"in\""), "{message}");
 }

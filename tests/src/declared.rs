@@ -9,7 +9,7 @@ use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use rand::Rng;
 use std::collections::BTreeMap;
-use tilesmith_runtime::{plan_call, Buffer, Call, CallBuilder, Dtype, Error, Gpu, Kernel, Registry};
+use tilesmith_runtime::{plan_call, Buffer, Call, CallBuilder, Dtype, Element, Error, Gpu, Kernel, Registry, F8E4M3, F8E5M2};
 use tilesmith_spec::family::{Family, OperandDecl, ELEM};
 use tilesmith_spec::{Access, Variant};
 
@@ -29,17 +29,42 @@ pub enum Buf {
     F32(CudaSlice<f32>),
     F16(CudaSlice<f16>),
     Bf16(CudaSlice<bf16>),
+    E4m3(CudaSlice<F8E4M3>),
+    E5m2(CudaSlice<F8E5M2>),
+}
+
+/// Runs `$body` with `$s` bound to the slice inside `$buf`, whatever its element type.
+macro_rules! each {
+    ($buf:expr, $s:ident => $body:expr) => {
+        match $buf {
+            Buf::F32($s) => $body,
+            Buf::F16($s) => $body,
+            Buf::Bf16($s) => $body,
+            Buf::E4m3($s) => $body,
+            Buf::E5m2($s) => $body,
+        }
+    };
+}
+
+fn to_device<T: Element>(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<T>, String> {
+    let host: Vec<T> = values.iter().map(|&v| T::from_f64(v)).collect();
+    gpu.stream().clone_htod(&host).map_err(|e| format!("copying to the GPU: {e}"))
+}
+
+fn to_host<T: Element>(gpu: &Gpu, slice: &CudaSlice<T>, len: usize) -> Result<Vec<f64>, String> {
+    let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
+    Ok(host.into_iter().map(Element::to_f64).collect())
 }
 
 impl Buf {
     /// `values` converted to `dtype` and copied to the GPU.
     pub fn upload(gpu: &Gpu, dtype: Dtype, values: &[f64]) -> Result<Buf, String> {
-        let stream = gpu.stream();
-        let err = |e: cudarc::driver::DriverError| format!("copying to the GPU: {e}");
         Ok(match dtype {
-            Dtype::F32 => Buf::F32(stream.clone_htod(&values.iter().map(|&v| v as f32).collect::<Vec<_>>()).map_err(err)?),
-            Dtype::F16 => Buf::F16(stream.clone_htod(&values.iter().map(|&v| f16::from_f64(v)).collect::<Vec<_>>()).map_err(err)?),
-            Dtype::Bf16 => Buf::Bf16(stream.clone_htod(&values.iter().map(|&v| bf16::from_f64(v)).collect::<Vec<_>>()).map_err(err)?),
+            Dtype::F32 => Buf::F32(to_device(gpu, values)?),
+            Dtype::F16 => Buf::F16(to_device(gpu, values)?),
+            Dtype::Bf16 => Buf::Bf16(to_device(gpu, values)?),
+            Dtype::E4m3 => Buf::E4m3(to_device(gpu, values)?),
+            Dtype::E5m2 => Buf::E5m2(to_device(gpu, values)?),
         })
     }
 
@@ -49,13 +74,7 @@ impl Buf {
 
     /// The first `len` elements (all, where it holds fewer).
     pub fn download_prefix(&self, gpu: &Gpu, len: usize) -> Result<Vec<f64>, String> {
-        let stream = gpu.stream();
-        let err = |e: cudarc::driver::DriverError| format!("copying from the GPU: {e}");
-        Ok(match self {
-            Buf::F32(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
-            Buf::F16(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
-            Buf::Bf16(s) => stream.clone_dtoh(&s.slice(..len.min(s.len()))).map_err(err)?.into_iter().map(f64::from).collect(),
-        })
+        each!(self, s => to_host(gpu, s, len))
     }
 
     /// A copy made on the GPU.
@@ -66,23 +85,17 @@ impl Buf {
             Buf::F32(s) => Buf::F32(stream.clone_dtod(s).map_err(err)?),
             Buf::F16(s) => Buf::F16(stream.clone_dtod(s).map_err(err)?),
             Buf::Bf16(s) => Buf::Bf16(stream.clone_dtod(s).map_err(err)?),
+            Buf::E4m3(s) => Buf::E4m3(stream.clone_dtod(s).map_err(err)?),
+            Buf::E5m2(s) => Buf::E5m2(stream.clone_dtod(s).map_err(err)?),
         })
     }
 
     fn bind<'a>(&'a self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
-        match self {
-            Buf::F32(s) => call.operand(name, s),
-            Buf::F16(s) => call.operand(name, s),
-            Buf::Bf16(s) => call.operand(name, s),
-        }
+        each!(self, s => call.operand(name, s))
     }
 
     fn bind_mut<'a>(&'a mut self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
-        match self {
-            Buf::F32(s) => call.operand_mut(name, s),
-            Buf::F16(s) => call.operand_mut(name, s),
-            Buf::Bf16(s) => call.operand_mut(name, s),
-        }
+        each!(self, s => call.operand_mut(name, s))
     }
 }
 
@@ -136,7 +149,7 @@ pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<S
             let ld = if s.ld == 0 { s.cols } else { s.ld };
             Ok(Stored {
                 decl: decl.clone(),
-                dtype: decl.dtype.unwrap_or(variant.dtype),
+                dtype: family.operand_dtype(variant, decl),
                 rows: s.rows as usize,
                 cols: s.cols as usize,
                 ld: ld as usize,
@@ -310,6 +323,8 @@ fn round(dtype: Dtype, x: f64) -> f64 {
         Dtype::F32 => f64::from(x as f32),
         Dtype::F16 => f64::from(f16::from_f64(x)),
         Dtype::Bf16 => f64::from(bf16::from_f64(x)),
+        Dtype::E4m3 => F8E4M3::from_f64(x).to_f64(),
+        Dtype::E5m2 => F8E5M2::from_f64(x).to_f64(),
     }
 }
 

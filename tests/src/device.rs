@@ -83,20 +83,22 @@ impl Cublas {
     /// a batch through cublasGemmStridedBatchedEx.
     /// cuBLAS is column-major, so it computes Cᵀ = Bᵀ·Aᵀ: a row-major operand is a column-major
     /// one transposed.
-    pub fn gemm<T: Element>(
+    pub fn gemm<T: Element, TC: Element>(
         &self,
         stream: &Arc<CudaStream>,
         shape: &GemmShape,
         a: &CudaSlice<T>,
         b: &CudaSlice<T>,
-        c: &mut CudaSlice<T>,
+        c: &mut CudaSlice<TC>,
     ) -> Result<(), String> {
         let op = |row_major: bool| if row_major { cublasOperation_t::CUBLAS_OP_N } else { cublasOperation_t::CUBLAS_OP_T };
-        let data_type = match T::DTYPE {
-            Dtype::F32 => cudaDataType::CUDA_R_32F,
-            Dtype::F16 => cudaDataType::CUDA_R_16F,
-            Dtype::Bf16 => cudaDataType::CUDA_R_16BF,
+        let data_type = |dtype: Dtype| match dtype {
+            Dtype::F32 => Ok(cudaDataType::CUDA_R_32F),
+            Dtype::F16 => Ok(cudaDataType::CUDA_R_16F),
+            Dtype::Bf16 => Ok(cudaDataType::CUDA_R_16BF),
+            Dtype::E4m3 | Dtype::E5m2 => Err(format!("cuBLAS's GEMM takes no {dtype} (cuBLASLt does)")),
         };
+        let (data_type, out_type) = (data_type(T::DTYPE)?, data_type(TC::DTYPE)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (a_ptr, _a) = a.device_ptr(stream);
         let (b_ptr, _b) = b.device_ptr(stream);
@@ -129,7 +131,7 @@ impl Cublas {
                     stride(sa)?,
                     beta,
                     c_ptr,
-                    data_type,
+                    out_type,
                     dim(shape.ldc)?,
                     stride(sc)?,
                     dim(shape.batch.count)?,
@@ -153,7 +155,7 @@ impl Cublas {
                     dim(shape.lda)?,
                     beta,
                     c_ptr,
-                    data_type,
+                    out_type,
                     dim(shape.ldc)?,
                     compute,
                     algo,

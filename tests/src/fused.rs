@@ -16,6 +16,8 @@ fn data_type(dtype: Dtype) -> cudaDataType {
         Dtype::F32 => cudaDataType::CUDA_R_32F,
         Dtype::F16 => cudaDataType::CUDA_R_16F,
         Dtype::Bf16 => cudaDataType::CUDA_R_16BF,
+        Dtype::E4m3 => cudaDataType::CUDA_R_8F_E4M3,
+        Dtype::E5m2 => cudaDataType::CUDA_R_8F_E5M2,
     }
 }
 
@@ -29,9 +31,10 @@ pub fn lt_epilogue(activation: Activation) -> Option<cublasLtEpilogue_t> {
     }
 }
 
-/// One cuBLASLt problem, C = act(A·B + bias) in our row-major convention, with its algorithm
-/// chosen once. cuBLASLt is column-major: it computes Cᵀ (N×M) = Bᵀ·Aᵀ, so our per-column
-/// bias is its per-row one.
+/// One cuBLASLt problem, C = act(A·B + bias) or C = A·B, in our row-major convention, with its
+/// algorithm chosen once. cuBLASLt is column-major: it computes Cᵀ (N×M) = Bᵀ·Aᵀ, so our
+/// per-column bias is its per-row one. 8-bit inputs accumulate in the tensor cores' own fp8
+/// path (`CUBLASLT_MATMUL_DESC_FAST_ACCUM`), as ours do; C is of `TC`.
 pub struct LtGemm {
     handle: sys::cublasLtHandle_t,
     desc: sys::cublasLtMatmulDesc_t,
@@ -41,11 +44,18 @@ pub struct LtGemm {
 }
 
 impl LtGemm {
-    pub fn new<T: Element>(gpu: &Gpu, shape: &GemmShape, activation: Activation, bias: &CudaSlice<T>) -> Result<LtGemm, String> {
+    pub fn new<T: Element, TC: Element>(
+        gpu: &Gpu,
+        shape: &GemmShape,
+        fused: Option<(Activation, &CudaSlice<TC>)>,
+    ) -> Result<LtGemm, String> {
         if !unsafe { sys::is_culib_present() } {
             return Err("libcublasLt could not be loaded (is the CUDA library folder on LD_LIBRARY_PATH?)".into());
         }
-        let epilogue = lt_epilogue(activation).ok_or(format!("cuBLASLt has no epilogue for {activation:?}"))?;
+        let epilogue = match fused {
+            Some((activation, _)) => lt_epilogue(activation).ok_or(format!("cuBLASLt has no epilogue for {activation:?}"))?,
+            None => cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+        };
         fn err(what: &'static str) -> impl Fn(cudarc::cublaslt::result::CublasError) -> String {
             move |e| format!("cuBLASLt {what}: {e}")
         }
@@ -59,7 +69,7 @@ impl LtGemm {
             algo: unsafe { std::mem::zeroed() },
             workspace,
         };
-        let ty = data_type(T::DTYPE);
+        let (ty, out) = (data_type(T::DTYPE), data_type(TC::DTYPE));
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
         // Its A is our B (N×K as it sees it), its B our A (K×M), its D our C (N×M).
         let trans_a = !shape.layout.b_row_major();
@@ -69,10 +79,9 @@ impl LtGemm {
         plan.layouts = [
             lt::create_matrix_layout(ty, a.0, a.1, shape.ldb as i64).map_err(err("layout"))?,
             lt::create_matrix_layout(ty, b.0, b.1, shape.lda as i64).map_err(err("layout"))?,
-            lt::create_matrix_layout(ty, n, m, shape.ldc as i64).map_err(err("layout"))?,
+            lt::create_matrix_layout(out, n, m, shape.ldc as i64).map_err(err("layout"))?,
         ];
         plan.desc = lt::create_matmul_desc(cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F).map_err(err("descriptor"))?;
-        let (bias_ptr, _bias) = bias.device_ptr(gpu.stream());
         let set = |attr: Attr, value: *const c_void, size: usize| unsafe { lt::set_matmul_desc_attribute(plan.desc, attr, value, size) };
         let (ta, tb) = (i32::from(trans_a), i32::from(trans_b));
         set(Attr::CUBLASLT_MATMUL_DESC_TRANSA, (&ta as *const i32).cast(), 4).map_err(err("transa"))?;
@@ -83,7 +92,14 @@ impl LtGemm {
             std::mem::size_of::<cublasLtEpilogue_t>(),
         )
         .map_err(err("epilogue"))?;
-        set(Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, (&bias_ptr as *const u64).cast(), 8).map_err(err("bias"))?;
+        if let Some((_, bias)) = fused {
+            let (bias_ptr, _bias) = bias.device_ptr(gpu.stream());
+            set(Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, (&bias_ptr as *const u64).cast(), 8).map_err(err("bias"))?;
+        }
+        if T::DTYPE.size_bytes() == 1 {
+            let fast = 1i8;
+            set(Attr::CUBLASLT_MATMUL_DESC_FAST_ACCUM, (&fast as *const i8).cast(), 1).map_err(err("fast accumulation"))?;
+        }
         let pref = lt::create_matmul_pref().map_err(err("preference"))?;
         let size = plan.workspace.len();
         let found = unsafe {
@@ -104,12 +120,12 @@ impl LtGemm {
     }
 
     /// Enqueues one call on `stream`.
-    pub fn run<T: Element>(
+    pub fn run<T: Element, TC: Element>(
         &self,
         stream: &Arc<CudaStream>,
         a: &CudaSlice<T>,
         b: &CudaSlice<T>,
-        c: &mut CudaSlice<T>,
+        c: &mut CudaSlice<TC>,
     ) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (a_ptr, _a) = a.device_ptr(stream);
@@ -219,21 +235,25 @@ impl Unfused {
         Ok(Unfused { cublas: Cublas::new(gpu)?, function, kind })
     }
 
-    /// Enqueues the GEMM and the bias kernel; C's rows must allow 16-byte vectors.
-    pub fn run<T: Element>(
+    /// Enqueues the GEMM and the bias kernel; C's rows must allow 16-byte vectors, of 16-bit
+    /// elements.
+    pub fn run<T: Element, TC: Element>(
         &self,
         stream: &Arc<CudaStream>,
         shape: &GemmShape,
         a: &CudaSlice<T>,
         b: &CudaSlice<T>,
-        c: &mut CudaSlice<T>,
-        bias: &CudaSlice<T>,
+        c: &mut CudaSlice<TC>,
+        bias: &CudaSlice<TC>,
     ) -> Result<(), String> {
+        if TC::DTYPE.size_bytes() != 2 {
+            return Err(format!("the separate bias kernel takes 16-bit outputs, not {}", TC::DTYPE));
+        }
         if !shape.n.is_multiple_of(8) || !shape.ldc.is_multiple_of(8) {
             return Err(format!("the separate bias kernel takes N and ldc in multiples of 8, got {} and {}", shape.n, shape.ldc));
         }
         self.cublas.gemm(stream, shape, a, b, c)?;
-        let (rows, n, ldc, bf16) = (shape.m as i64, shape.n as i32, shape.ldc as i32, i32::from(T::DTYPE == Dtype::Bf16));
+        let (rows, n, ldc, bf16) = (shape.m as i64, shape.n as i32, shape.ldc as i32, i32::from(TC::DTYPE == Dtype::Bf16));
         let vectors = (shape.m * shape.n / 8) as u32;
         let config =
             LaunchConfig { grid_dim: (vectors.div_ceil(256).clamp(1, 132 * 16), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

@@ -98,12 +98,15 @@ pub fn region_mask(len: usize, rows: usize, cols: usize, ld: usize, problems: us
     inside
 }
 
-/// A GEMM epilogue's inputs as the host made them: C = act(α·A·B + β·C₀ + bias + row_bias).
+/// A GEMM epilogue's inputs as the host made them:
+/// C = act(α·scale_a·scale_b·A·B + β·C₀ + bias + row_bias).
 #[derive(Clone, Debug)]
 pub struct EpilogueInputs<T> {
     pub activation: Activation,
     pub alpha: f32,
     pub beta: f32,
+    /// The per-tensor scales of 8-bit inputs.
+    pub scales: [f32; 2],
     /// N elements.
     pub bias: Option<Vec<T>>,
     /// M elements.
@@ -115,7 +118,13 @@ pub struct EpilogueInputs<T> {
 impl<T: Element> EpilogueInputs<T> {
     /// C = A·B.
     pub fn plain() -> Self {
-        EpilogueInputs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, c: None }
+        EpilogueInputs { activation: Activation::None, alpha: 1.0, beta: 0.0, scales: [1.0; 2], bias: None, row_bias: None, c: None }
+    }
+
+    /// The same with random per-tensor scales in [0.25, 4).
+    pub fn with_random_scales(self) -> Self {
+        let mut rng = rand::rng();
+        EpilogueInputs { scales: [0, 1].map(|_| 2f32.powf(rng.random_range(-2.0..2.0))), ..self }
     }
 
     /// Random α, β and biases for an activation, sized for `shape`: α in [0.5, 1.5); with
@@ -127,6 +136,7 @@ impl<T: Element> EpilogueInputs<T> {
             activation,
             alpha: rng.random_range(0.5..1.5),
             beta: if beta { rng.random_range(0.5..1.5) } else { 0.0 },
+            scales: [1.0; 2],
             bias: Some(random(shape.n)),
             row_bias: row_bias.then(|| random(shape.m)),
             c: beta.then(|| random(c_len)),
@@ -135,7 +145,7 @@ impl<T: Element> EpilogueInputs<T> {
 
     /// Output (i, j) of C from the float64 product `x` there, C starting `offset` elements in.
     pub fn apply(&self, x: f64, i: usize, j: usize, offset: usize, ldc: usize) -> f64 {
-        let mut v = f64::from(self.alpha) * x;
+        let mut v = f64::from(self.alpha) * f64::from(self.scales[0]) * f64::from(self.scales[1]) * x;
         if self.beta != 0.0 {
             v += f64::from(self.beta) * self.c.as_ref().map_or(0.0, |c| c[offset + i * ldc + j].to_f64());
         }

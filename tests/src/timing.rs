@@ -13,37 +13,54 @@ use tilesmith_runtime::{Activation, Choice, Element, Epilogue, GemmArgs, GemmSha
 const WARMUP: usize = 5;
 const RUNS: usize = 25;
 
-/// One GEMM problem, ready to time.
-pub struct GemmCase<T: Element> {
+/// The library a GEMM is timed beside: cuBLAS, or cuBLASLt for 8-bit inputs (cuBLAS's GEMM
+/// takes none).
+enum Library {
+    Cublas(Cublas),
+    Lt(LtGemm),
+}
+
+/// One GEMM problem, ready to time: inputs of `T`, outputs of `TC`.
+pub struct GemmCase<T: Element, TC: Element = T> {
     pub shape: GemmShape,
     a: Vec<T>,
     b: Vec<T>,
     inputs: Vec<(CudaSlice<T>, CudaSlice<T>)>,
-    outputs: Vec<CudaSlice<T>>,
-    cublas: Option<Cublas>,
+    outputs: Vec<CudaSlice<TC>>,
+    library: Option<Library>,
     /// Largest relative error the spot check allows: the family's declared tolerance.
     tolerance: f64,
     /// What the timed calls fuse: activation(A·B + bias), the bias on the host and the GPU.
-    pub bias_activation: Option<(Activation, Vec<T>, CudaSlice<T>)>,
+    pub bias_activation: Option<(Activation, Vec<TC>, CudaSlice<TC>)>,
 }
 
-impl<T: Element> GemmCase<T> {
+impl<T: Element, TC: Element> GemmCase<T, TC> {
     pub fn new(gpu: &Gpu, shape: GemmShape, tolerance: f64) -> Result<Self, String> {
         let [a_len, b_len, c_len] = shape.spans();
         let (a, b) = (random::<T>(a_len), random::<T>(b_len));
-        let sets = rotation(gpu, (a_len + b_len + c_len) * T::DTYPE.size_bytes() as usize)?;
+        let bytes = (a_len + b_len) * T::DTYPE.size_bytes() as usize + c_len * TC::DTYPE.size_bytes() as usize;
+        let sets = rotation(gpu, bytes)?;
         let mut inputs = Vec::with_capacity(sets);
         let mut outputs = Vec::with_capacity(sets);
         for _ in 0..sets {
             inputs.push((upload(gpu, &a)?, upload(gpu, &b)?));
-            outputs.push(upload(gpu, &vec![T::NAN; c_len])?);
+            outputs.push(upload(gpu, &vec![TC::NAN; c_len])?);
         }
-        Ok(GemmCase { shape, a, b, inputs, outputs, cublas: None, tolerance, bias_activation: None })
+        Ok(GemmCase { shape, a, b, inputs, outputs, library: None, tolerance, bias_activation: None })
+    }
+
+    /// The baseline's name in records.
+    pub fn baseline_name() -> &'static str {
+        if T::DTYPE.size_bytes() == 1 {
+            "cuBLASLt"
+        } else {
+            "cuBLAS"
+        }
     }
 
     /// The same problem with activation(A·B + bias) fused, a random bias of N elements.
     pub fn with_bias_activation(mut self, gpu: &Gpu, activation: Activation) -> Result<Self, String> {
-        let bias = random::<T>(self.shape.n);
+        let bias = random::<TC>(self.shape.n);
         let device = upload(gpu, &bias)?;
         self.bias_activation = Some((activation, bias, device));
         Ok(self)
@@ -87,11 +104,11 @@ impl<T: Element> GemmCase<T> {
         gpu: &Gpu,
         warmup: usize,
         runs: usize,
-        mut launch: impl FnMut(GemmArgs<'_, T>) -> Result<(), String>,
+        mut launch: impl FnMut(GemmArgs<'_, T, TC>) -> Result<(), String>,
     ) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
         for output in &mut self.outputs {
-            gpu.stream().memcpy_htod(&vec![T::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
+            gpu.stream().memcpy_htod(&vec![TC::NAN; output.len()], output).map_err(|e| format!("poisoning C: {e}"))?;
         }
         let epilogue = fused(&self.bias_activation);
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
@@ -103,20 +120,30 @@ impl<T: Element> GemmCase<T> {
         Ok(ms)
     }
 
-    /// Median milliseconds of cuBLAS on the same inputs.
+    /// Median milliseconds of cuBLAS (cuBLASLt for 8-bit inputs) on the same inputs.
     pub fn time_cublas(&mut self, gpu: &Gpu) -> Result<f64, String> {
         self.time_cublas_runs(gpu, WARMUP, RUNS)
     }
 
     pub fn time_cublas_runs(&mut self, gpu: &Gpu, warmup: usize, runs: usize) -> Result<f64, String> {
-        if self.cublas.is_none() {
-            self.cublas = Some(Cublas::new(gpu)?);
+        if self.library.is_none() {
+            self.library = Some(if T::DTYPE.size_bytes() == 1 {
+                if self.shape.is_batched() {
+                    return Err("the cuBLASLt baseline of 8-bit inputs times single problems".into());
+                }
+                Library::Lt(LtGemm::new::<T, TC>(gpu, &self.shape, None)?)
+            } else {
+                Library::Cublas(Cublas::new(gpu)?)
+            });
         }
         let (shape, sets) = (self.shape, self.inputs.len());
-        let (inputs, outputs, cublas) = (&self.inputs, &mut self.outputs, self.cublas.as_ref().expect("created above"));
+        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("created above"));
         median_ms(gpu.stream(), warmup, runs, |i| {
             let (a, b) = &inputs[i % sets];
-            cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets])
+            match library {
+                Library::Cublas(cublas) => cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets]),
+                Library::Lt(lt) => lt.run(gpu.stream(), a, b, &mut outputs[i % sets]),
+            }
         })
     }
 
@@ -186,7 +213,7 @@ impl<T: Element> GemmCase<T> {
             "TFLOP/s",
             ms,
             tera(ms),
-            "cuBLAS",
+            Self::baseline_name(),
             baseline_ms,
             tera(baseline_ms),
             self.inputs.len(),
@@ -208,7 +235,7 @@ impl<T: Element> GemmCase<T> {
             "TFLOP/s",
             kernel_ms,
             tera(kernel_ms),
-            "cuBLAS",
+            Self::baseline_name(),
             baseline_ms,
             tera(baseline_ms),
             self.inputs.len(),
@@ -217,7 +244,7 @@ impl<T: Element> GemmCase<T> {
 }
 
 /// The epilogue of timed calls fusing activation(A·B + bias), or none.
-fn fused<T>(bias_activation: &Option<(Activation, Vec<T>, CudaSlice<T>)>) -> Epilogue<'_, T> {
+fn fused<TC>(bias_activation: &Option<(Activation, Vec<TC>, CudaSlice<TC>)>) -> Epilogue<'_, TC> {
     match bias_activation {
         Some((activation, _, bias)) => Epilogue::bias(*activation, bias),
         None => Epilogue::default(),

@@ -41,6 +41,37 @@ macro_rules! with_element {
                 type $t = half::bf16;
                 $body
             }
+            Dtype::E4m3 => {
+                type $t = tilesmith_runtime::F8E4M3;
+                $body
+            }
+            Dtype::E5m2 => {
+                type $t = tilesmith_runtime::F8E5M2;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$t` bound to the Rust type of `$dtype`, a GEMM output's (f32, f16 or
+/// bf16: no kernel writes 8-bit outputs), else evaluates to an error naming it.
+#[macro_export]
+macro_rules! with_output {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            Dtype::F32 => {
+                type $t = f32;
+                $body
+            }
+            Dtype::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            Dtype::Bf16 => {
+                type $t = half::bf16;
+                $body
+            }
+            other => Err(format!("the GEMM trials check f32, f16 and bf16 outputs, not {other}")),
         }
     };
 }
@@ -101,7 +132,10 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
 /// the variant cannot take must be refused. Returns a one-line summary.
 pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
     match kernel.info().entry.declaration.reference.library {
-        Some(Library::CublasGemm) => with_element!(kernel.variant().dtype, T => gemm_correctness::<T>(gpu, kernel)),
+        Some(Library::CublasGemm) => {
+            let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
+            with_element!(kernel.variant().dtype, T => with_output!(out, TC => gemm_correctness::<T, TC>(gpu, kernel)))
+        }
         None => declared::correctness(gpu, registry, kernel),
     }
 }
@@ -121,37 +155,39 @@ pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
 }
 
 /// The `index`-th correctness case of a variant on `shape`: for an epilogue variant, random α
-/// and bias, and on odd cases also β with a random C and a row bias.
-fn gemm_once<T: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
+/// and bias, and on odd cases also β with a random C and a row bias; random per-tensor scales
+/// for 8-bit inputs.
+fn gemm_once<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
     let tolerance = gemm_tolerance(kernel, &shape)?;
     let epilogue = match epilogue_of(kernel)? {
         (activation, true) => EpilogueInputs::random(activation, &shape, shape.spans()[2], index % 2 == 1, index % 2 == 1),
         (_, false) => EpilogueInputs::plain(),
     };
-    gemm_checked::<T>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+    let epilogue = if T::DTYPE.size_bytes() == 1 { epilogue.with_random_scales() } else { epilogue };
+    gemm_checked::<T, TC>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
 }
 
 /// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows (C's
 /// regions random where the epilogue reads them), checked: every output of every problem
 /// written, nothing outside them, relative error to the float64 reference within the dtype's
 /// bound.
-fn gemm_checked<T: Element>(
+fn gemm_checked<T: Element, TC: Element>(
     gpu: &Gpu,
     shape: GemmShape,
     tolerance: f64,
-    epilogue: &EpilogueInputs<T>,
-    launch: impl FnOnce(GemmArgs<'_, T>) -> Result<(), String>,
+    epilogue: &EpilogueInputs<TC>,
+    launch: impl FnOnce(GemmArgs<'_, T, TC>) -> Result<(), String>,
 ) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
     let (a, b) = (random::<T>(a_len), random::<T>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
-    let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![T::NAN; c_len]);
-    c0.resize(c_len + guard(shape.ldc), T::NAN);
+    let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![TC::NAN; c_len]);
+    c0.resize(c_len + guard(shape.ldc), TC::NAN);
     // Only C's regions are C: the gaps between rows and between problems stay poisoned.
     let Batch { count, strides: [sa, sb, sc] } = shape.batch;
     let inside = region_mask(c0.len(), shape.m, shape.n, shape.ldc, count, sc);
     for (value, _) in c0.iter_mut().zip(&inside).filter(|(_, inside)| !**inside) {
-        *value = T::NAN;
+        *value = TC::NAN;
     }
     let mut dc = upload(gpu, &c0)?;
     let bias = epilogue.bias.as_deref().map(|b| upload(gpu, b)).transpose()?;
@@ -162,6 +198,8 @@ fn gemm_checked<T: Element>(
         beta: epilogue.beta,
         bias: bias.as_ref(),
         row_bias: row_bias.as_ref(),
+        scale_a: epilogue.scales[0],
+        scale_b: epilogue.scales[1],
     };
     launch(GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(e))?;
     gpu.synchronize().map_err(|err| err.to_string())?;
@@ -184,7 +222,7 @@ fn gemm_checked<T: Element>(
         .collect();
     let error = relative_error(&region, &reference);
     if error > tolerance {
-        return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {}", T::DTYPE));
+        return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {} to {}", T::DTYPE, TC::DTYPE));
     }
     Ok(error)
 }
@@ -220,10 +258,11 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
 }
 
 /// The dispatcher on one call: the pick must take it (no refusal) and compute it right.
-pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
+pub fn dispatch_correctness<T: Element, TC: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
-    let error = gemm_checked::<T>(gpu, shape, dispatch_tolerance(registry, T::DTYPE, &shape)?, &EpilogueInputs::plain(), |args| {
+    let tolerance = dispatch_tolerance(registry, T::DTYPE, TC::DTYPE, &shape)?;
+    let error = gemm_checked::<T, TC>(gpu, shape, tolerance, &EpilogueInputs::plain(), |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
@@ -231,17 +270,17 @@ pub fn dispatch_correctness<T: Element>(gpu: &Gpu, registry: &Registry, shape: G
     Ok(format!("{}, relative error {error:.2e}; {}", choice.label(), choice.reason))
 }
 
-fn gemm_correctness<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn gemm_correctness<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shapes = gemm_shapes(kernel);
     let mut worst: f64 = 0.0;
     for (index, shape) in shapes.iter().enumerate() {
-        worst = worst.max(gemm_once::<T>(gpu, kernel, *shape, index)?);
+        worst = worst.max(gemm_once::<T, TC>(gpu, kernel, *shape, index)?);
     }
     let batched = batched_shape(kernel);
-    worst = worst.max(gemm_once::<T>(gpu, kernel, batched, 1)?);
-    let refusal = refused_gemm::<T>(gpu, kernel)?;
-    let bias = refused_bias::<T>(gpu, kernel)?;
-    let overlap = refused_overlap::<T>(gpu, kernel)?;
+    worst = worst.max(gemm_once::<T, TC>(gpu, kernel, batched, 1)?);
+    let refusal = refused_gemm::<T, TC>(gpu, kernel)?;
+    let bias = refused_bias::<T, TC>(gpu, kernel)?;
+    let overlap = refused_overlap::<T, TC>(gpu, kernel)?;
     Ok(format!(
         "{} shapes and a batch of {}, worst relative error {worst:.2e}; refused as it must: {refusal}; {bias}; and {overlap}",
         shapes.len(),
@@ -261,13 +300,13 @@ fn batched_shape(kernel: &Kernel) -> GemmShape {
 
 /// A batch whose problems' outputs overlap (C's stride one row short of a problem) must be
 /// refused, C untouched.
-fn refused_overlap<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_overlap<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let good = batched_shape(kernel);
     let [_, b, c] = good.batch.strides;
     let shape = good.with_batch(Batch { strides: [0, b, c.saturating_sub(good.ldc)], ..good.batch });
     let [a_len, b_len, c_len] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
-    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
     match kernel.gemm(gpu, args) {
@@ -283,14 +322,14 @@ fn refused_overlap<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, Str
 
 /// A bias the variant must refuse: one element short for an epilogue variant, any for one
 /// without an epilogue. C must be left untouched.
-fn refused_bias<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_bias<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shape = gemm_shapes(kernel)[0];
     let [a_len, b_len, c_len] = shape.spans();
     let (activation, applies) = epilogue_of(kernel)?;
     let bias_len = if applies { shape.n - 1 } else { shape.n };
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
-    let bias = upload(gpu, &random::<T>(bias_len))?;
-    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    let bias = upload(gpu, &random::<TC>(bias_len))?;
+    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue::bias(activation, &bias));
     match kernel.gemm(gpu, args) {
         Err(Error::Refused { rule, .. }) if download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
@@ -302,7 +341,7 @@ fn refused_bias<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
 
 /// A call the variant must refuse: an off-tile shape for an unchecked variant, a C buffer one
 /// element short for a checked one.
-fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_gemm<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let good = gemm_shapes(kernel)[0];
     let (shape, c_len) = if kernel.variant().is_checked() {
         (good, good.spans()[2] - 1)
@@ -312,7 +351,7 @@ fn refused_gemm<T: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String
     };
     let [a_len, b_len, _] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
-    let mut dc = upload(gpu, &vec![T::NAN; c_len])?;
+    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
     match kernel.gemm(gpu, args) {
@@ -336,18 +375,10 @@ pub const GEMM_PERF_EDGE: usize = 4096;
 /// inputs.
 pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String> {
     match kernel.info().entry.declaration.baseline {
-        Baseline::CublasGemm => with_element!(kernel.variant().dtype, T => {
-            let layout = kernel.layout().map_err(|e| e.to_string())?;
-            let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
-            let mut case = GemmCase::<T>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
-            let baseline_ms = case.time_cublas(gpu)?;
-            // An epilogue variant is timed on activation(A·B + bias), beside cuBLAS's A·B
-            // (`tilesmith bench` sets it beside cuBLASLt's fused epilogues).
-            if let (activation, true) = epilogue_of(kernel)? {
-                case = case.with_bias_activation(gpu, activation)?;
-            }
-            case.record(gpu, kernel, baseline_ms)
-        }),
+        Baseline::CublasGemm => {
+            let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
+            with_element!(kernel.variant().dtype, T => with_output!(out, TC => gemm_performance::<T, TC>(gpu, kernel)))
+        }
         Baseline::Copy => {
             let mut case = Case::new(gpu, kernel, declared::perf_shape(kernel)?)?;
             let baseline_ms = case.time_copy(gpu)?;
@@ -356,24 +387,41 @@ pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Re
     }
 }
 
-/// The largest relative error a GEMM of `kernel`'s dtype may have on `shape`, as its family
-/// declares ([`tilesmith_spec::Family::tolerance`]).
+/// A GEMM variant beside cuBLAS (cuBLASLt for 8-bit inputs) at GEMM_PERF_EDGE³.
+fn gemm_performance<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
+    let layout = kernel.layout().map_err(|e| e.to_string())?;
+    let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
+    let mut case = GemmCase::<T, TC>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
+    let baseline_ms = case.time_cublas(gpu)?;
+    // An epilogue variant is timed on activation(A·B + bias), beside cuBLAS's A·B
+    // (`tilesmith bench` sets it beside cuBLASLt's fused epilogues).
+    if let (activation, true) = epilogue_of(kernel)? {
+        case = case.with_bias_activation(gpu, activation)?;
+    }
+    case.record(gpu, kernel, baseline_ms)
+}
+
+/// The largest relative error a GEMM of `kernel`'s dtype and output type may have on `shape`,
+/// as its family declares ([`tilesmith_spec::Family::tolerance`]): the larger of the two
+/// types' tolerances.
 pub fn gemm_tolerance(kernel: &Kernel, shape: &GemmShape) -> Result<f64, String> {
+    let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
     let quantity = |name: &str| match name {
         "m" => Some(shape.m as u64),
         "n" => Some(shape.n as u64),
         "k" => Some(shape.k as u64),
         _ => None,
     };
-    kernel.info().entry.declaration.tolerance(kernel.variant().dtype, &quantity)
+    let family = &kernel.info().entry.declaration;
+    Ok(family.tolerance(kernel.variant().dtype, &quantity)?.max(family.tolerance(out, &quantity)?))
 }
 
 /// As [`gemm_tolerance`], for calls the dispatcher makes: the GEMM family's, from any of its
-/// `dtype` variants.
-pub fn dispatch_tolerance(registry: &Registry, dtype: Dtype, shape: &GemmShape) -> Result<f64, String> {
+/// variants of these input and output types.
+pub fn dispatch_tolerance(registry: &Registry, dtype: Dtype, out: Dtype, shape: &GemmShape) -> Result<f64, String> {
     let kernel = registry
         .kernels()
-        .find(|k| k.variant().family == "gemm" && k.variant().dtype == dtype)
-        .ok_or(format!("the registry has no {dtype} GEMM variant"))?;
+        .find(|k| k.variant().family == "gemm" && k.variant().dtype == dtype && k.operand_dtype("c") == Some(out))
+        .ok_or(format!("the registry has no GEMM variant of {dtype} to {out}"))?;
     gemm_tolerance(kernel, shape)
 }
