@@ -56,7 +56,7 @@ __device__ __forceinline__ Vec load_shifted(const T* p) {
     const uint4* base = reinterpret_cast<const uint4*>(address & ~uintptr_t(15));
     const uint4 lo = base[0], hi = base[1];
     const uint32_t w[8] = { lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w };
-    const int word = (address & 15) / 4, half = (address & 3) != 0;
+    const int word = (address & 15) / 4, shift = (address & 3) * 8;
     uint32_t r[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -64,19 +64,23 @@ __device__ __forceinline__ Vec load_shifted(const T* p) {
         uint32_t a = w[i], b = w[i + 1];
 #pragma unroll
         for (int q = 1; q < 4; ++q) if (word == q) { a = w[i + q]; b = w[i + q + 1]; }
-        r[i] = half ? __funnelshift_r(a, b, 16) : a;
+        r[i] = shift ? __funnelshift_r(a, b, shift) : a;
     }
     Vec v;
     *reinterpret_cast<uint4*>(&v) = make_uint4(r[0], r[1], r[2], r[3]);
     return v;
 }
 
-// 16 bytes to `q`, which is only element-aligned: 4-byte stores where `q` allows them, else a
-// 2-byte store at each end and 4-byte ones between (5 stores instead of 8).
+// 16 bytes to `q`, which is only element-aligned: 4-byte stores where `q` allows them, else,
+// for 2-byte elements, a 2-byte store at each end and 4-byte ones between (5 stores instead of
+// 8); 1-byte elements one at a time.
 __device__ __forceinline__ void store_unaligned(T* q, const Vec& v) {
     const uint4 u = *reinterpret_cast<const uint4*>(&v);
     const uint32_t w[4] = { u.x, u.y, u.z, u.w };
-    if (sizeof(T) == 4 || reinterpret_cast<uintptr_t>(q) % 4 == 0) {
+    if (sizeof(T) == 1 && reinterpret_cast<uintptr_t>(q) % 4 != 0) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) q[j] = v.e[j];
+    } else if (sizeof(T) == 4 || reinterpret_cast<uintptr_t>(q) % 4 == 0) {
         uint32_t* d = reinterpret_cast<uint32_t*>(q);
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[i] = w[i];

@@ -158,8 +158,11 @@ fn layout_of(a_row_major: bool, b_row_major: bool) -> Layout {
 }
 
 /// The padded strategy's plan for a call; `None` where its scratch would not fit an address,
-/// and for a batch (its moves are of one matrix each).
-fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Padding> {
+/// and for a batch (its moves are of one matrix each). Unaligned operands move; with `to`,
+/// aligned ones also move where the GEMM must run in that layout (one the registry has
+/// variants of, for a call whose layout it has none of: 8-bit inputs, K-major only), and
+/// `None` where no moves give it (a move flips an operand's order).
+fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], to: Option<Layout>) -> Option<Padding> {
     if shape.is_batched() {
         return None;
     }
@@ -172,18 +175,28 @@ fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Pad
         Some(offset)
     };
     let [(a_rows, a_cols), (b_rows, b_cols), _] = shape.stored();
-    let mut operand = |rows: usize, cols: usize, ld: usize, addr: u64, row_major: bool| {
-        if !misaligned(dtype, ld, addr) {
+    // C computed transposed, Cᵀ = Bᵀ·Aᵀ, makes the GEMM's A what B became and its B what A became.
+    let c_moves = misaligned(dtype, shape.ldc, buffers[2].addr);
+    let (want_a, want_b) = match to {
+        Some(l) if c_moves => (Some(!l.b_row_major()), Some(!l.a_row_major())),
+        Some(l) => (Some(l.a_row_major()), Some(l.b_row_major())),
+        None => (None, None),
+    };
+    let mut operand = |rows: usize, cols: usize, ld: usize, addr: u64, row_major: bool, want: Option<bool>| {
+        if !misaligned(dtype, ld, addr) && want.is_none_or(|w| w == row_major) {
             return Some((row_major, ld, None));
+        }
+        if want == Some(row_major) {
+            return None;
         }
         let moved = TransposeShape { m: rows, n: cols, ldx: ld, ldy: pad(rows)? };
         let offset = scratch(cols, moved.ldy)?;
         Some((!row_major, moved.ldy, Some(Move { shape: moved, offset })))
     };
-    let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major())?;
-    let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major())?;
+    let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major(), want_a)?;
+    let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major(), want_b)?;
     let (m, n, k) = (shape.m, shape.n, shape.k);
-    if !misaligned(dtype, shape.ldc, buffers[2].addr) {
+    if !c_moves {
         let gemm = GemmShape { m, n, k, lda, ldb, ldc: shape.ldc, layout: layout_of(a_row, b_row), batch: shape.batch };
         return Some(Padding { a, b, c: None, gemm, swapped: false, bytes });
     }
@@ -193,6 +206,18 @@ fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3]) -> Option<Pad
     let c = Some(Move { shape: TransposeShape { m: n, n: m, ldx: ldd, ldy: shape.ldc }, offset });
     let gemm = GemmShape { m: n, n: m, k, lda: ldb, ldb: lda, ldc: ldd, layout: layout_of(!b_row, !a_row), batch: shape.batch };
     Some(Padding { a, b, c, gemm, swapped: true, bytes })
+}
+
+/// The padded plan that runs the call on a variant of `layout`: the moves of unaligned
+/// operands where they give that layout, else the moves that do.
+fn padded_for(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], layout: Layout) -> Option<Padding> {
+    padding(dtype, shape, buffers, None).filter(|p| p.gemm.layout == layout).or_else(|| padding(dtype, shape, buffers, Some(layout)))
+}
+
+/// Whether no variant among `gemms` computes `layout`: the padded strategy then moves operands
+/// to give the GEMM one that some variant computes.
+fn unserved(gemms: &[&Kernel], layout: Layout) -> bool {
+    !gemms.iter().any(|k| k.layout().ok() == Some(layout))
 }
 
 impl Padding {
@@ -253,8 +278,9 @@ fn padded_epilogue(padding: &Padding, epilogue: &EpilogueArgs) -> bool {
     padding.c.is_none() || epilogue.is_plain()
 }
 
-/// Whether `built` takes the call with this strategy on this device.
-fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>, strategy: Strategy) -> bool {
+/// Whether `built` takes the call with this strategy on this device. The padded strategy
+/// serves unaligned calls, and, where `convert`, calls in a layout no variant computes.
+fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>, strategy: Strategy, convert: bool) -> bool {
     let GemmCall { dtype, shape, buffers, epilogue } = *call;
     if !runs_on(&built.entry.targets, (device.capability[0], device.capability[1])) {
         return false;
@@ -263,10 +289,12 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
         Strategy::Direct => plan_gemm_with(built, dtype, shape, buffers, epilogue, device.sms).is_ok(),
         Strategy::Padded => {
             let Some(transpose) = transpose else { return false };
-            if alignment(dtype, shape, &buffers) == Alignment::Aligned {
-                return false;
-            }
-            let Some(padding) = padding(dtype, shape, &buffers).filter(|p| padded_epilogue(p, epilogue)) else { return false };
+            let plan = match built.entry.variant.word("layout").and_then(Layout::parse) {
+                Some(layout) if convert => padded_for(dtype, shape, &buffers, layout),
+                _ if alignment(dtype, shape, &buffers) == Alignment::Aligned => None,
+                _ => padding(dtype, shape, &buffers, None),
+            };
+            let Some(padding) = plan.filter(|p| padded_epilogue(p, epilogue)) else { return false };
             // The workspace starts 256-byte aligned; address 0 stands for it.
             let (gemm, moves) = padding.buffers(&buffers, 0);
             plan_gemm_with(built, dtype, &padding.gemm, gemm, epilogue, device.sms).is_ok()
@@ -276,12 +304,14 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
 }
 
 /// The GEMM variants of the dtype that take the (canonical) call on the device, with their
-/// strategy: directly where they can; for an unaligned call, also padded.
+/// strategy: directly where they can; for an unaligned call, or one in a layout none of them
+/// computes, also padded.
 fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>) -> Vec<(&'k Kernel, Strategy)> {
     let mut out = Vec::new();
+    let convert = unserved(kernels, call.shape.layout);
     for strategy in [Strategy::Direct, Strategy::Padded] {
         for &kernel in kernels {
-            if accepts(kernel.info(), transpose, device, call, strategy) {
+            if accepts(kernel.info(), transpose, device, call, strategy, convert) {
                 out.push((kernel, strategy));
             }
         }
@@ -376,11 +406,12 @@ pub fn choose<'k>(
         let entries = std::iter::once(dtype).chain(widths).flat_map(|d| table.nearest(d, shape.layout, class, problem)).filter(near);
         // A padded candidate was measured for the entry's operands; the call's may move others,
         // which gives the GEMM another layout: the same variant in that one.
-        let padded_layout = padding(dtype, shape, &buffers).map(|p| p.gemm.layout);
+        let padded_layout = padding(dtype, shape, &buffers, None).map(|p| p.gemm.layout);
+        let convert = unserved(&gemms, shape.layout);
         for entry in entries {
             for (rank, candidate) in entry.ranked.iter().enumerate() {
                 let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
-                let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy);
+                let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy, convert);
                 let layout = match candidate.strategy {
                     Strategy::Padded => padded_layout,
                     Strategy::Direct => None,
@@ -521,7 +552,8 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     // its moves read and write, and how many it makes.
     let (m, n, moved, moves) = match strategy {
         Strategy::Padded => {
-            let Some(p) = padding(dtype, shape, buffers) else { return f64::INFINITY };
+            let layout = variant.word("layout").and_then(Layout::parse);
+            let Some(p) = layout.and_then(|layout| padded_for(dtype, shape, buffers, layout)) else { return f64::INFINITY };
             let moves: Vec<&Move> = [&p.a, &p.b, &p.c].into_iter().flatten().collect();
             let moved: f64 = moves.iter().map(|mv| 2.0 * mv.shape.m as f64 * mv.shape.n as f64 * size).sum();
             (p.gemm.m as f64, p.gemm.n as f64, moved, moves.len() as f64)
@@ -574,9 +606,12 @@ fn run_padded<T: Element, TC: Element>(
                 .into(),
         });
     }
-    let padding = padding(T::DTYPE, &args.shape, &call).ok_or_else(|| Error::Refused {
+    let padding = padded_for(T::DTYPE, &args.shape, &call, kernel.layout()?).ok_or_else(|| Error::Refused {
         name: kernel.name().to_string(),
-        rule: "the padded strategy's scratch would not fit an address".into(),
+        rule: format!(
+            "the padded strategy has no moves of the operands that give layout {} (or its scratch would not fit an address)",
+            kernel.variant().word("layout").unwrap_or("?")
+        ),
     })?;
     if !padded_epilogue(&padding, &epilogue) {
         return Err(Error::Refused {
@@ -618,7 +653,7 @@ mod tests {
         // tn: A row-major 4095x4099 (lda odd), B column-major, stored 4097x4099 (ldb aligned).
         let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn, batch: Batch::ONE };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
-        let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
+        let p = padding(Dtype::Bf16, &shape, &buffers, None).unwrap();
         assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
         assert_eq!((p.b, p.c, p.swapped), (None, None, false));
         // Aᵀ stored row-major is A column-major: layout nn.
@@ -627,10 +662,29 @@ mod tests {
     }
 
     #[test]
+    fn a_layout_without_variants_is_reached_by_moving_operands() {
+        let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
+        // nn to tn: A (column-major) moves to row-major, B stays column-major.
+        let nn = GemmShape::packed(4096, 2048, 1024, Layout::Nn);
+        let p = padding(Dtype::E4m3, &nn, &buffers, Some(Layout::Tn)).unwrap();
+        assert_eq!((p.a.is_some(), p.b.is_some(), p.c.is_some(), p.gemm.layout), (true, false, false, Layout::Tn));
+        assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 1024, n: 4096, ldx: 4096, ldy: 1024 }));
+        // tt to tn: B moves; tn itself needs no move, and an unaligned row-major A cannot stay row-major.
+        let tt = GemmShape::packed(4096, 2048, 1024, Layout::Tt);
+        assert_eq!(padding(Dtype::E4m3, &tt, &buffers, Some(Layout::Tn)).map(|p| (p.a.is_some(), p.b.is_some())), Some((false, true)));
+        let odd = GemmShape { lda: 1025, ..GemmShape::packed(4096, 2048, 1024, Layout::Tn) };
+        assert_eq!(padding(Dtype::E4m3, &odd, &buffers, Some(Layout::Tn)), None);
+        // With C unaligned the GEMM computes Cᵀ = Bᵀ·Aᵀ, which is tn again for a tn call.
+        let c_odd = GemmShape { ldc: 2049, ..GemmShape::packed(4096, 2048, 1024, Layout::Tn) };
+        let p = padding(Dtype::E4m3, &c_odd, &buffers, Some(Layout::Tn)).unwrap();
+        assert_eq!((p.a.is_some(), p.b.is_some(), p.swapped, p.gemm.layout), (false, false, true, Layout::Tn));
+    }
+
+    #[test]
     fn an_unaligned_c_is_computed_transposed() {
         let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4099, ldc: 4097, layout: Layout::Tn, batch: Batch::ONE };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
-        let p = padding(Dtype::Bf16, &shape, &buffers).unwrap();
+        let p = padding(Dtype::Bf16, &shape, &buffers, None).unwrap();
         // A (t) and B (n) both move and flip: A becomes n, B becomes t; Cᵀ = Bᵀ·Aᵀ then takes
         // A' = Bᵀ (row-major where B is column-major: n) and B' = Aᵀ (t): layout nt.
         assert!(p.a.is_some() && p.b.is_some() && p.swapped);

@@ -291,6 +291,15 @@ fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhe
     // No fp8 variant writes fp8, nor f32.
     let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..EpilogueArgs::default() };
     assert!(choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &f32_out)).is_err());
+    // No fp8 variant computes nn: A and B move into K-major copies (1-byte transposes) and the
+    // tn variant runs on them; aligned 16-bit calls never move (their layouts all have variants).
+    let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
+    let nn_call = GemmCall { dtype: Dtype::E4m3, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &bf16_out };
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &nn_call).unwrap();
+    assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
+    assert_eq!(choice.transpose.as_ref().map(|t| t.name()), Some("transpose_128x64_e4m3"));
+    let bf16_nn = GemmCall { dtype: Dtype::Bf16, epilogue: &EpilogueArgs::default(), ..nn_call };
+    assert_eq!(choose(registry.kernels(), registry.tables(), &h200(), &bf16_nn).unwrap().strategy, Strategy::Direct);
     // 8-bit wgmma needs sm_90a: an A100 gets the rule, not a launch.
     let a100 = Device { name: "NVIDIA A100".into(), capability: [8, 0], sms: 108, clocks: None };
     let err = choose(registry.kernels(), registry.tables(), &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();

@@ -242,6 +242,9 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
         packed(1000, 8, 2048),
         packed(520, 1030, 777),
         packed(4095, 257, 129),
+        // C rows of 1024 and K-major rows of 784: for 8-bit inputs, A's unaligned column-major
+        // rows (nn, nt) or B's row-major ones (nt, tt) move into K-major copies.
+        packed(520, 1024, 784),
         odd(300, 301, 302),
         odd(1000, 999, 998),
         // Batches: B shared by every problem; rows too odd for TMA.
