@@ -136,9 +136,19 @@ __device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
     return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair.
+// Whether the epilogue reads nothing of C or the row biases (beta = 0, no row_bias): a kernel
+// tests it once per tile and takes epilogue_two<true>, which then needs no test per output.
+__device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {
+    return e.beta == 0.0f && !e.row_bias;
+}
+
+// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair; with PLAIN (see
+// reads_nothing_but_bias) act(alpha·x + bias) alone, where outputs outside C are computed and
+// never stored.
+template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, uint32_t bias) {
     const BiasPair pair = *reinterpret_cast<const BiasPair*>(&bias);
+    if (PLAIN) return make_float2(activate(e.alpha * x0 + to_float(pair.lo)), activate(e.alpha * x1 + to_float(pair.hi)));
     return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
 }
 

@@ -225,9 +225,19 @@ __device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
     return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair.
+// Whether the epilogue reads nothing of C or the row biases (beta = 0, no row_bias): a kernel
+// tests it once per tile and takes epilogue_two<true>, which then needs no test per output.
+__device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {
+    return e.beta == 0.0f && !e.row_bias;
+}
+
+// Outputs (row, col) and (row, col + 1) from their sums and their bias_pair; with PLAIN (see
+// reads_nothing_but_bias) act(alpha·x + bias) alone, where outputs outside C are computed and
+// never stored.
+template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, uint32_t bias) {
     const BiasPair pair = *reinterpret_cast<const BiasPair*>(&bias);
+    if (PLAIN) return make_float2(activate(e.alpha * x0 + to_float(pair.lo)), activate(e.alpha * x1 + to_float(pair.hi)));
     return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
 }
 
@@ -294,8 +304,9 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C
-// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N.
-template <bool EDGE>
+// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N. PLAIN:
+// the epilogue reads nothing but the biases (reads_nothing_but_bias), tested once per tile.
+template <bool EDGE, bool PLAIN>
 __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, TC* C,
                                          int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
@@ -310,7 +321,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
                 const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
-                const float2 v = epilogue_two(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
+                const float2 v = epilogue_two<PLAIN>(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
                 const uint32_t value = pack(v.x, v.y);
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
                     TC* p = C + (long long)row * ldc + col;
@@ -449,8 +460,9 @@ gemm_tn_128x256x64_f16_wgmma_w12_c2_linear(const __grid_constant__ CUtensorMap t
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             const long long offset_c = problem * stride_c;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
-            if (col0 + TN > N) epilogue<true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
-            else epilogue<false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            if (col0 + TN > N) epilogue<true, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else if (reads_nothing_but_bias(ep)) epilogue<false, true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else epilogue<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

@@ -186,7 +186,9 @@ typedef __nv_bfloat16 TC;
 struct Epilogue {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
 __device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
+template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue&) { return true; }
 __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 
 #define TM 128
@@ -251,8 +253,9 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
 // reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
 // 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
 // store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C
-// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N.
-template <bool EDGE>
+// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N. PLAIN:
+// the epilogue reads nothing but the biases (reads_nothing_but_bias), tested once per tile.
+template <bool EDGE, bool PLAIN>
 __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, TC* C,
                                          int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
@@ -267,7 +270,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
                 const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
-                const float2 v = epilogue_two(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
+                const float2 v = epilogue_two<PLAIN>(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
                 const uint32_t value = pack(v.x, v.y);
                 if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
                     TC* p = C + (long long)row * ldc + col;
@@ -402,8 +405,9 @@ gemm_tn_128x256x64_wgmma_w12(const __grid_constant__ CUtensorMap tmA, const __gr
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             const long long offset_c = problem * stride_c;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
-            if (col0 + TN > N) epilogue<true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
-            else epilogue<false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            if (col0 + TN > N) epilogue<true, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else if (reads_nothing_but_bias(ep)) epilogue<false, true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else epilogue<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

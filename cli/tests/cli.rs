@@ -62,6 +62,7 @@ stages = 2
 cluster = 1
 split_k = 1
 epilogue = "none"
+out = "in"
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -279,7 +280,7 @@ fn make_executable(path: &Path) {
 fn list_shows_the_selected_variants() {
     let out = succeeds(None, &["list", "transpose_*"]);
     assert!(out.contains("transpose_64x64_f32_unchecked"), "{out}");
-    assert!(out.contains("9 variant(s)"), "{out}");
+    assert!(out.contains("15 variant(s)"), "{out}");
     assert!(!out.contains("gemm_"), "{out}");
 }
 
@@ -373,11 +374,13 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         assert_eq!(archs, entry.targets.sass, "{name}: ptxas report per architecture");
         assert!(!built.spills(), "{name} spills: {:?}", built.resources);
         if entry.variant.backend == "wgmma" {
-            // The Hopper path: tensor-core HGMMA fed by TMA loads, and no local-memory traffic.
+            // The Hopper path: tensor-core HGMMA (QGMMA for 8-bit inputs) fed by TMA loads, and
+            // no local-memory traffic.
             let sass = cuobjdump(Path::new(tool), &fatbin, "--dump-sass");
             let opcodes: Vec<&str> = sass.split(|c: char| c.is_whitespace() || c == ';').collect();
             let has = |op: &str| opcodes.iter().any(|word| *word == op || word.starts_with(&format!("{op}.")));
-            assert!(has("HGMMA"), "{name}: no HGMMA in its SASS");
+            let mma = if entry.variant.dtype.size_bytes() == 1 { "QGMMA" } else { "HGMMA" };
+            assert!(has(mma), "{name}: no {mma} in its SASS");
             assert!(has("UTMALDG"), "{name}: no TMA load (UTMALDG) in its SASS");
             assert!(!has("LDL") && !has("STL"), "{name}: local-memory loads or stores in its SASS");
         }
@@ -653,6 +656,7 @@ stages = 4
 cluster = 2
 split_k = 1
 epilogue = "none"
+out = "in"
 bounds = "checked"
 
 [gemm.backends.wgmma]
@@ -688,6 +692,7 @@ stages = 8
 cluster = 1
 split_k = 2
 epilogue = "none"
+out = "in"
 bounds = "checked"
 
 [gemm.backends.wgmma]
