@@ -138,8 +138,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
                     let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
                     let (activation, fused) = trials::epilogue_of(members[0])?;
-                    if fused && shape.is_batched() {
-                        skipped.extend(members.iter().map(|k| format!("{} {what}: fused-epilogue baselines are of single problems", k.name())));
+                    if (fused || dtype.size_bytes() == 1) && shape.is_batched() {
+                        let why = if fused { "fused-epilogue" } else { "8-bit (cuBLASLt)" };
+                        skipped.extend(members.iter().map(|k| format!("{} {what}: {why} baselines are of single problems", k.name())));
                         continue;
                     }
                     // A fused epilogue is timed as activation(A·B + bias).
