@@ -409,7 +409,8 @@ gemm_tn_128x256x128_e5m2_wgmma_w12_outf16_unchecked(const __grid_constant__ CUte
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             const long long offset_c = problem * stride_c;
             if (reads_nothing_but_bias(ep)) epilogue<false, true>(d, at_problem(ep, offset_c), bias, out, &tmC, nullptr, problem, row0, col0, M, N, ldc, c, t);
-            else epilogue<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, nullptr, problem, row0, col0, M, N, ldc, c, t);
+            else
+            epilogue<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, nullptr, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
         if (t == 0) bulk_wait();

@@ -461,7 +461,6 @@ gemm_tn_128x256x64_f16_wgmma_w12_c2_gelu_erf(const __grid_constant__ CUtensorMap
             const long long offset_c = problem * stride_c;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.
             if (col0 + TN > N) epilogue<true, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
-            else if (reads_nothing_but_bias(ep)) epilogue<false, true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
             else epilogue<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must be complete before the block's shared memory goes away.
