@@ -417,7 +417,6 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             .iter()
             .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
     };
-    let takes_scalar = |name: &str| params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar } if scalar == name));
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
     if let Some(batch) = family.batch.as_deref() {
         if problems > 1 && !entry.launch.takes_quantity(batch) {
@@ -455,7 +454,7 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         if !(lo..=hi).contains(value) || (integral && value.fract() != 0.0) {
             return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
-        if !takes_scalar(name) && decl.default != Some(*value) {
+        if !entry.launch.takes_scalar(name) && decl.default != Some(*value) {
             return Err(format!(
                 "the call passes {name} = {value}, but this variant does not apply `{name}`{} and computes with {name} = {}: pick a variant that takes it",
                 applied(own_axes()),

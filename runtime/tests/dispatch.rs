@@ -213,7 +213,7 @@ fn a_call_no_variant_can_take_is_an_error_naming_the_rule() {
     let err = choose_with(&registry, &h200(), &shape, short, &plain).unwrap_err();
     assert!(err.contains("c holds 4095 elements"), "{err}");
     let err = choose_with(&registry, &Device { capability: [7, 0], ..h200() }, &shape, buffers(&shape), &plain).unwrap_err();
-    assert!(err.contains("no bf16 tn variant in the registry runs on NVIDIA H200"), "{err}");
+    assert_eq!(err, "the registry's bf16 GEMM variants have code for sm_80, sm_90, sm_90a only, and NVIDIA H200 is compute capability 7.0");
 }
 
 #[test]
@@ -239,9 +239,15 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
     let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108, clocks: None };
     let choice = choose_with(&registry, &a100, &shape, buffers(&shape), &gelu).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x128x32_gelu_tanh");
-    // No nn variant has an epilogue: refused, naming it.
+    // No nn variant has an epilogue: A moves into a row-major copy and a tn variant applies it
+    // (C stays in place, so its bias is still per column).
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
-    let err = choose_with(&registry, &h200(), &nn, buffers(&nn), &gelu).unwrap_err();
+    let choice = choose_with(&registry, &h200(), &nn, buffers(&nn), &gelu).unwrap();
+    assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
+    assert!(choice.kernel.name().ends_with("_gelu_tanh"), "{}", choice.kernel.name());
+    // An epilogue with C computed transposed (C's rows unaligned) has no variant to run on.
+    let odd_c = GemmShape { ldc: 4097, ..nn };
+    let err = choose_with(&registry, &h200(), &odd_c, buffers(&odd_c), &gelu).unwrap_err();
     assert!(err.contains("no bf16 nn variant with epilogue gelu_tanh"), "{err}");
 }
 

@@ -205,6 +205,11 @@ impl LaunchSpec {
         self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == quantity))
     }
 
+    /// Whether a parameter passes this scalar of the family's.
+    pub fn takes_scalar(&self, scalar: &str) -> bool {
+        self.params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar: s } if s == scalar))
+    }
+
     /// The rules a launch contract meets whatever the template, checked by the build pipeline when it reads a
     /// template's contract and by every reader of a manifest: CUDA's limits on blocks and
     /// clusters, shared memory within each target's limit, a grid whose tile is the variant's

@@ -15,7 +15,7 @@ use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
-use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_runtime::{Activation, Dtype, GemmShape, Gpu, Kernel, Layout, Registry};
 use tilesmith_spec::Entry;
 
 /// What the trials are made from and where they write.
@@ -88,23 +88,26 @@ fn perf(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, Strin
 
 /// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
 /// dtype and layout; 8-bit inputs with bf16 out on the shapes whose C rows are 16-element
-/// multiples (the padded strategy moves A and B, never a C of another type than the inputs).
+/// multiples (the padded strategy moves A and B, never a C of another type than the inputs);
+/// 16- and 32-bit inputs also with bias + GELU in every layout (`gelu_bias_<shape>`: layouts
+/// without epilogue variants move A or B).
 fn dispatch_trials(driver: bool) -> Vec<Trial> {
     let mut trials = Vec::new();
     for &dtype in Dtype::ALL {
         let eight_bit = dtype.size_bytes() == 1;
         let out = if eight_bit { Dtype::Bf16 } else { dtype };
         for &layout in Layout::ALL {
-            let shapes = trials::dispatch_shapes(layout).into_iter();
-            for (label, shape) in shapes.filter(|(_, s)| !eight_bit || s.ldc % 16 == 0) {
+            let plain = trials::dispatch_shapes(layout).into_iter().map(|(label, shape)| (label, shape, None));
+            let gelu = GemmShape::packed(520, 1024, 784, layout);
+            let fused = (!eight_bit).then(|| ("gelu_bias_520x1024x784".to_string(), gelu, Some(Activation::GeluTanh)));
+            for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| !eight_bit || s.ldc % 16 == 0) {
                 let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{label}"), move || {
                     let gpu = match device::gpu() {
                         Ok(gpu) => gpu,
                         Err(reason) => return Ok(Completion::ignored_with(reason)),
                     };
                     let registry = registry()?;
-                    let summary =
-                        with_element!(dtype, T => with_output!(out, TC => trials::dispatch_correctness::<T, TC>(gpu, registry, shape)))?;
+                    let summary = with_element!(dtype, T => with_output!(out, TC => trials::dispatch_correctness::<T, TC>(gpu, registry, shape, activation)))?;
                     println!("{summary}");
                     Ok(Completion::Completed)
                 });

@@ -156,14 +156,14 @@ pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
 
 /// The `index`-th correctness case of a variant on `shape`: for an epilogue variant, random α
 /// and bias, and on odd cases also β with a random C and a row bias; random per-tensor scales
-/// for 8-bit inputs.
+/// where the variant takes them (8-bit inputs).
 fn gemm_once<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
     let tolerance = gemm_tolerance(kernel, &shape)?;
     let epilogue = match epilogue_of(kernel)? {
         (activation, true) => EpilogueInputs::random(activation, &shape, shape.spans()[2], index % 2 == 1, index % 2 == 1),
         (_, false) => EpilogueInputs::plain(),
     };
-    let epilogue = if T::DTYPE.size_bytes() == 1 { epilogue.with_random_scales() } else { epilogue };
+    let epilogue = if kernel.info().entry.launch.takes_scalar("scale_a") { epilogue.with_random_scales() } else { epilogue };
     gemm_checked::<T, TC>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
 }
 
@@ -260,12 +260,22 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
     .collect()
 }
 
-/// The dispatcher on one call: the pick must take it (no refusal) and compute it right.
-pub fn dispatch_correctness<T: Element, TC: Element>(gpu: &Gpu, registry: &Registry, shape: GemmShape) -> Result<String, String> {
+/// The dispatcher on one call, C = A·B or, with an activation, act(α·A·B + bias): the pick
+/// must take it (no refusal) and compute it right.
+pub fn dispatch_correctness<T: Element, TC: Element>(
+    gpu: &Gpu,
+    registry: &Registry,
+    shape: GemmShape,
+    activation: Option<Activation>,
+) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
     let tolerance = dispatch_tolerance(registry, T::DTYPE, TC::DTYPE, &shape)?;
-    let error = gemm_checked::<T, TC>(gpu, shape, tolerance, &EpilogueInputs::plain(), |args| {
+    let epilogue = match activation {
+        Some(activation) => EpilogueInputs::random(activation, &shape, shape.spans()[2], false, false),
+        None => EpilogueInputs::plain(),
+    };
+    let error = gemm_checked::<T, TC>(gpu, shape, tolerance, &epilogue, |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
