@@ -97,10 +97,7 @@ impl GemmShape {
     pub fn spans(&self) -> [usize; 3] {
         let one = self.problem_spans();
         let Batch { count, strides } = self.batch;
-        [0, 1, 2].map(|i| match (count, one[i]) {
-            (0, _) | (_, 0) => 0,
-            _ => (count - 1).checked_mul(strides[i]).and_then(|s| s.checked_add(one[i])).unwrap_or(usize::MAX),
-        })
+        [0, 1, 2].map(|i| batch_span(one[i], count, strides[i]).unwrap_or(usize::MAX))
     }
 }
 
@@ -268,6 +265,15 @@ pub struct TensorMapArg {
 }
 
 /// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
+/// Elements `problems` matrices of `one` elements each span, `stride` apart, from the first's
+/// start; `None` past an address.
+fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
+    if one == 0 || problems == 0 {
+        return Some(0);
+    }
+    (problems - 1).checked_mul(stride)?.checked_add(one)
+}
+
 fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
     if rows == 0 || cols == 0 {
         return Some(0);
@@ -308,11 +314,7 @@ impl Stored {
 
     /// Elements every problem's matrix spans, from the first's start.
     fn batch_span(&self) -> Option<usize> {
-        let one = self.span()?;
-        if one == 0 || self.problems == 0 {
-            return Some(0);
-        }
-        (self.problems - 1).checked_mul(self.stride)?.checked_add(one)
+        batch_span(self.span()?, self.problems, self.stride)
     }
 
     /// The bytes it spans, [start, end), for telling whether operands overlap.

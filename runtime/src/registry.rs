@@ -146,8 +146,8 @@ impl Registry {
         let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
         let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE);
         drop(sync);
-        // What decides which variants take the call: the epilogue's activation and which of
-        // α, β and the biases differ from C = A·B.
+        // What decides which variants take the call: the epilogue's activation, which of α, β,
+        // the biases and the scales differ from C = A·B, and C's type.
         let asks = (
             epilogue.activation,
             epilogue.alpha != 1.0,

@@ -319,13 +319,7 @@ pub struct Output {
 
 /// `x` as an element of `dtype` holds it.
 fn round(dtype: Dtype, x: f64) -> f64 {
-    match dtype {
-        Dtype::F32 => f64::from(x as f32),
-        Dtype::F16 => f64::from(f16::from_f64(x)),
-        Dtype::Bf16 => f64::from(bf16::from_f64(x)),
-        Dtype::E4m3 => F8E4M3::from_f64(x).to_f64(),
-        Dtype::E5m2 => F8E5M2::from_f64(x).to_f64(),
-    }
+    crate::with_element!(dtype, T => T::from_f64(x).to_f64())
 }
 
 /// The family's reference variant for `kernel`: of its reference backend, the same dtype and

@@ -49,9 +49,14 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
         Ok(GemmCase { shape, a, b, inputs, outputs, library: None, tolerance, bias_activation: None })
     }
 
+    /// Whether the baseline is cuBLASLt: cuBLAS's GEMM takes no 8-bit inputs.
+    fn lt_baseline() -> bool {
+        T::DTYPE.size_bytes() == 1
+    }
+
     /// The baseline's name in records.
     pub fn baseline_name() -> &'static str {
-        if T::DTYPE.size_bytes() == 1 {
+        if Self::lt_baseline() {
             "cuBLASLt"
         } else {
             "cuBLAS"
@@ -127,7 +132,7 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
 
     pub fn time_cublas_runs(&mut self, gpu: &Gpu, warmup: usize, runs: usize) -> Result<f64, String> {
         if self.library.is_none() {
-            self.library = Some(if T::DTYPE.size_bytes() == 1 {
+            self.library = Some(if Self::lt_baseline() {
                 if self.shape.is_batched() {
                     return Err("the cuBLASLt baseline of 8-bit inputs times single problems".into());
                 }
