@@ -130,14 +130,14 @@ __device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int ro
     return epilogue_biased(e, x, row, col, e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f);
 }
 
-// The biases of columns col and col + 1 (even col), packed as two TC: loaded ahead of the
-// epilogue that uses them, so that it does not wait on them.
+// The biases of columns col and col + 1 (even col): loaded ahead of the epilogue that uses
+// them, so that it does not wait on them.
 struct alignas(2 * sizeof(TC)) BiasPair { TC lo, hi; };
-__device__ __forceinline__ uint32_t bias_pair(const Epilogue& e, int col) {
+__device__ __forceinline__ BiasPair bias_pair(const Epilogue& e, int col) {
     BiasPair pair{ from_float<TC>(0.0f), from_float<TC>(0.0f) };
     if (e.bias && col + 1 < e.N) pair = *reinterpret_cast<const BiasPair*>(e.bias + col);
     else if (e.bias && col < e.N) pair.lo = e.bias[col];
-    return *reinterpret_cast<const uint32_t*>(&pair);
+    return pair;
 }
 
 // Whether the epilogue reads nothing of C or the row biases (beta = 0, no row_bias): a kernel
@@ -150,8 +150,7 @@ __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {
 // reads_nothing_but_bias) act(alpha·x + bias) alone, where outputs outside C are computed and
 // never stored.
 template <bool PLAIN>
-__device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, uint32_t bias) {
-    const BiasPair pair = *reinterpret_cast<const BiasPair*>(&bias);
+__device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, const BiasPair& pair) {
     if (PLAIN) return make_float2(activate(e.alpha * x0 + to_float(pair.lo)), activate(e.alpha * x1 + to_float(pair.hi)));
     return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
 }

@@ -52,10 +52,11 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 typedef __half TC;
 // Epilogue none: C = A·B.
 struct Epilogue {};
+struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
-__device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
+__device__ __forceinline__ BiasPair bias_pair(const Epilogue&, int) { return BiasPair{}; }
 template <bool PLAIN>
-__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, const BiasPair&) { return make_float2(x0, x1); }
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue&) { return true; }
 __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 

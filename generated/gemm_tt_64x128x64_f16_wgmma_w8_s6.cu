@@ -184,10 +184,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
 typedef __half TC;
 // Epilogue none: C = A·B.
 struct Epilogue {};
+struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
-__device__ __forceinline__ uint32_t bias_pair(const Epilogue&, int) { return 0; }
+__device__ __forceinline__ BiasPair bias_pair(const Epilogue&, int) { return BiasPair{}; }
 template <bool PLAIN>
-__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, uint32_t) { return make_float2(x0, x1); }
+__device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, const BiasPair&) { return make_float2(x0, x1); }
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue&) { return true; }
 __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { return e; }
 
@@ -213,13 +214,15 @@ __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { r
 
 // One stage: the A tile, then the B tile. A K-major tile is rows of TK elements (128 bytes);
 // an MN-major one (16-bit types) is 64-element blocks of TK rows each, BLOCK_BYTES apart.
-// After the ring, each consumer's 64 x OUT_COLS outputs (16-bit) of an epilogue round, in
-// 64-column blocks of OUT_BLOCK_BYTES.
+// After the ring, each consumer's 64 x OUT_COLS outputs of an epilogue round, in blocks of
+// 64 rows of 128 bytes: OUT_BLOCK_COLS columns of C.
 #define A_BYTES (TM * TK * ELEM_BYTES)
 #define B_BYTES (TN * TK * ELEM_BYTES)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 #define BLOCK_BYTES (64 * TK * ELEM_BYTES)
-#define OUT_BLOCK_BYTES (64 * 64 * 2)
+#define OUT_BYTES 2
+#define OUT_BLOCK_COLS 64
+#define OUT_BLOCK_BYTES (64 * 128)
 #define OUT_COLS 128
 // Floats between rows of the partial sums split-K blocks leave in shared memory: 8 more than
 // TN, so that a warp's stores from 8 rows reach every bank.
@@ -234,29 +237,33 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
     tile_n = tile % per_group / rows;
 }
 
-// Two adjacent outputs of a row, stored in one access.
+// Two adjacent outputs of a row, stored in one access; four, in split-K's.
 struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
+struct alignas(4 * sizeof(TC)) Quad { Pair lo, hi; };
 
 // Frees a ring buffer: on every block of the cluster, whose B parts it holds.
 __device__ __forceinline__ void release(uint32_t empty_bar) {
     mbar_arrive(empty_bar);
 }
 
-__device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    const Pair pair{ from_float<TC>(lo), from_float<TC>(hi) };
-    return *reinterpret_cast<const uint32_t*>(&pair);
+__device__ __forceinline__ Pair pack(float lo, float hi) {
+    return Pair{ from_float<TC>(lo), from_float<TC>(hi) };
+}
+
+__device__ __forceinline__ void st_shared_pair(uint32_t addr, const Pair& pair) {
+    st_shared_u32(addr, *reinterpret_cast<const uint32_t*>(&pair));
 }
 
 // Epilogue of consumer c: thread t = (warp, lane) holds rows r and r + 8 of each 8-column
 // chunk j, two adjacent columns each, which `ep` turns into outputs with their column's
-// biases from `bias`. They go to shared memory in the 128-byte swizzle TMA
-// reads (chunk j % 8 of row r sits at chunk (j % 8) ^ (r % 8)), which also spreads a warp's
-// 8 rows over all 32 banks, OUT_COLS columns at a time, each round once the previous round's
-// store has read the buffer. With EDGE, 64-column blocks crossing column N go straight to C
-// (problem `problem`'s), masked, since TMA would write whole 16-byte pieces past N. PLAIN:
+// biases from `bias`. They go to shared memory in the 128-byte swizzle TMA reads (16-byte
+// piece q of row r sits at piece q ^ (r % 8)), which also spreads a warp's 8 rows over the
+// 32 banks, OUT_COLS columns at a time, each round once the previous round's store has read
+// the buffer. With EDGE, blocks crossing column N go straight to C (problem `problem`'s),
+// masked, since TMA would write whole 16-byte pieces past N. PLAIN:
 // the epilogue reads nothing but the biases (reads_nothing_but_bias), tested once per tile.
 template <bool EDGE, bool PLAIN>
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const uint32_t (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, TC* C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogue& ep, const BiasPair (&bias)[TN / 8], uint32_t out, const CUtensorMap* tmC, TC* C,
                                          int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -271,23 +278,25 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], const Epilogu
                 const int r = warp * 16 + lane / 4 + 8 * h;
                 const int row = row0 + r, col = col0 + j * 8 + 2 * (lane % 4);
                 const float2 v = epilogue_two<PLAIN>(ep, d[4 * j + 2 * h], d[4 * j + 2 * h + 1], row, col, bias[j]);
-                const uint32_t value = pack(v.x, v.y);
-                if (EDGE && col0 + (j / 8 + 1) * 64 > N) {
+                const Pair pair = pack(v.x, v.y);
+                if (EDGE && col0 + (j / (OUT_BLOCK_COLS / 8) + 1) * OUT_BLOCK_COLS > N) {
                     TC* p = C + (long long)row * ldc + col;
-                    if (row < M && col + 1 < N) *reinterpret_cast<uint32_t*>(p) = value;
-                    else if (row < M && col < N) *p = reinterpret_cast<const Pair*>(&value)->lo;
+                    if (row < M && col + 1 < N) *reinterpret_cast<Pair*>(p) = pair;
+                    else if (row < M && col < N) *p = pair.lo;
                     continue;
                 }
-                st_shared_u32(out + jj / 8 * OUT_BLOCK_BYTES + r * 128 + ((jj % 8) ^ (r % 8)) * 16 + (lane % 4) * 4, value);
+                // The pair's byte in its block's 128-byte row.
+                const int byte = (jj % (OUT_BLOCK_COLS / 8)) * 8 * OUT_BYTES + (lane % 4) * 2 * OUT_BYTES;
+                st_shared_pair(out + jj / (OUT_BLOCK_COLS / 8) * OUT_BLOCK_BYTES + r * 128 + ((byte / 16) ^ (r % 8)) * 16 + byte % 16, pair);
             }
         }
         fence_async_shared();
         named_sync(1 + c, 128);
         if (t == 0) {
 #pragma unroll
-            for (int block = 0; block < OUT_COLS / 64; ++block) {
-                const int col = col0 + round * OUT_COLS + block * 64;
-                if (EDGE && col + 64 > N) break;
+            for (int block = 0; block < OUT_COLS / OUT_BLOCK_COLS; ++block) {
+                const int col = col0 + round * OUT_COLS + block * OUT_BLOCK_COLS;
+                if (EDGE && col + OUT_BLOCK_COLS > N) break;
                 tma_store_3d(tmC, out + block * OUT_BLOCK_BYTES, col, row0, problem);
             }
             bulk_commit();
@@ -373,7 +382,7 @@ gemm_tt_64x128x64_f16_wgmma_w8_s6(const __grid_constant__ CUtensorMap tmA, const
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
             }
             // This thread's column biases, loaded while the tile's MMAs run.
-            uint32_t bias[TN / 8];
+            BiasPair bias[TN / 8];
 #pragma unroll
             for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
             for (int kb = kb_begin; kb < kb_end; ++kb) {
@@ -401,7 +410,7 @@ gemm_tt_64x128x64_f16_wgmma_w8_s6(const __grid_constant__ CUtensorMap tmA, const
             wgmma_wait<0>();
             if (t == 0 && kb_end > kb_begin) release(smem_addr(&empty[previous]));
 
-            const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * 2;
+            const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * OUT_COLS * OUT_BYTES;
             const int row0 = tile_m * TM + c * 64, col0 = tile_n * TN;
             const long long offset_c = problem * stride_c;
             // Only tiles crossing column N take the masked epilogue: the test is uniform.

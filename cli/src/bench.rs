@@ -164,9 +164,22 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     let mut case = GemmCase::<T, TC>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
                     let baselines = if fused {
                         case = case.with_bias_activation(&gpu, activation)?;
-                        fused_baselines(&gpu, &mut case, activation)?
+                        match fused_baselines(&gpu, &mut case, activation) {
+                            Ok(baselines) => baselines,
+                            Err(why) => {
+                                skipped.push(format!("{what}: {why}"));
+                                continue;
+                            }
+                        }
                     } else {
-                        vec![(GemmCase::<T, TC>::baseline_name().to_string(), case.time_cublas(&gpu)?)]
+                        match case.time_cublas(&gpu) {
+                            Ok(ms) => vec![(GemmCase::<T, TC>::baseline_name().to_string(), ms)],
+                            // Not every type cuBLASLt takes in every pairing (e5m2 × e5m2).
+                            Err(why) => {
+                                skipped.push(format!("{what}: no {} baseline ({why})", GemmCase::<T, TC>::baseline_name()));
+                                continue;
+                            }
+                        }
                     };
                     // One row per baseline for each timing.
                     let mut push = |record: Record| {

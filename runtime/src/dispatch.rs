@@ -377,6 +377,9 @@ pub fn choose<'k>(
     let GemmCall { dtype, buffers, epilogue, .. } = *call;
     let all: Vec<&Kernel> = kernels.into_iter().collect();
     let transpose = transposer(all.iter().copied(), device, dtype);
+    // Variants writing another type of C take no part, not even in deciding which layouts the
+    // call's types are computed in (`unserved`).
+    let out = epilogue.out.unwrap_or(dtype);
     let gemms: Vec<&Kernel> = all
         .iter()
         .copied()
@@ -385,6 +388,7 @@ pub fn choose<'k>(
             v.dtype == dtype
                 && v.family == "gemm"
                 && !k.is_reference()
+                && k.operand_dtype("c") == Some(out)
                 && epilogue.activation.epilogues().contains(&Activation::epilogue_of(v))
         })
         .collect();
@@ -495,8 +499,9 @@ pub fn heuristic<'k>(
             );
         }
         let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
+        let writing = epilogue.out.map(|out| format!(" writing {out}")).unwrap_or_default();
         format!(
-            "no {dtype} {} variant{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
+            "no {dtype} {} variant{writing}{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
             shape.layout, device.name, shape.m, shape.n, shape.k
         )
     })?;
@@ -623,11 +628,9 @@ fn run_padded<T: Element, TC: Element>(
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
     // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
-    plan_gemm_with(kernel.info(), T::DTYPE, &padding.gemm, gemm, &epilogue, gpu.sms())
-        .map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    kernel.plan_gemm(gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
     for (shape, io) in &moves {
-        plan_transpose(transpose.info(), T::DTYPE, shape, *io, gpu.sms())
-            .map_err(|rule| Error::Refused { name: transpose.name().to_string(), rule })?;
+        transpose.plan_transpose(gpu, T::DTYPE, shape, *io)?;
     }
     let (c_move, operand_moves) = match padding.c {
         Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),

@@ -44,7 +44,13 @@ pub struct Gpu {
     /// Loaded kernels by the SHA-256 of their fatbin, so that a rebuilt registry or a second
     /// registry never gets another fatbin's code under the same name.
     loaded: Mutex<HashMap<String, CudaFunction>>,
+    /// Tensor maps encoded before: encoding three costs the host microseconds a launch, and
+    /// repeated calls (the same weights and activations each step) ask for the same ones.
+    maps: Mutex<HashMap<TensorMapArg, CUtensorMap>>,
 }
+
+/// Tensor maps a GPU keeps encoded; past this many it forgets them all.
+const MAPS_KEPT: usize = 4096;
 
 impl Gpu {
     /// How many GPUs the driver sees. Without a CUDA driver or without a GPU this is an error value.
@@ -81,6 +87,7 @@ impl Gpu {
             sms: sms.max(1) as u32,
             clocks,
             loaded: Mutex::new(HashMap::new()),
+            maps: Mutex::new(HashMap::new()),
         })
     }
 
@@ -179,7 +186,6 @@ impl Gpu {
             });
         }
         let function = self.load(info, fatbin)?;
-        let what = format!("launching {name}");
         let values = launch
             .args
             .iter()
@@ -190,12 +196,13 @@ impl Gpu {
                 Arg::U32(value) => Ok(Value::U32(value)),
                 Arg::F32(value) => Ok(Value::F32(value)),
                 Arg::F64(value) => Ok(Value::F64(value)),
-                Arg::TensorMap(map) => encode(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
+                Arg::TensorMap(map) => self.encoded(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
             })
             .collect::<std::result::Result<Vec<_>, _>>()
-            .during(&format!("encoding a tensor map for {}", name))?;
+            .map_err(|err| Error::Cuda { what: format!("encoding a tensor map for {name}"), source: err })?;
+        let what = || format!("launching {name}");
         if launch.cluster != [1, 1, 1] {
-            return self.launch_clusters(&function, &launch, &values).during(&what);
+            return self.launch_clusters(&function, &launch, &values).map_err(|err| Error::Cuda { what: what(), source: err });
         }
         let mut builder = self.stream.launch_builder(&function);
         for value in &values {
@@ -212,7 +219,21 @@ impl Gpu {
         let config =
             LaunchConfig { grid_dim: launch.grid.into(), block_dim: launch.block.into(), shared_mem_bytes: launch.dynamic_smem_bytes };
         // The plan checked every argument against the kernel's parameter list and the operands.
-        unsafe { builder.launch(config) }.map(drop).during(&what)
+        unsafe { builder.launch(config) }.map(drop).map_err(|err| Error::Cuda { what: what(), source: err })
+    }
+
+    /// The driver's tensor map for `map`, encoded once.
+    fn encoded(&self, map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
+        if let Some(encoded) = self.maps.lock().unwrap_or_else(|p| p.into_inner()).get(map) {
+            return Ok(*encoded);
+        }
+        let encoded = encode(map)?;
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        if maps.len() >= MAPS_KEPT {
+            maps.clear();
+        }
+        maps.insert(*map, encoded);
+        Ok(encoded)
     }
 
     /// A launch in thread-block clusters, which cudarc's launch builder does not make: through

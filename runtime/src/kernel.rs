@@ -3,10 +3,12 @@
 use crate::error::Error;
 use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
-use crate::plan::{plan_call, plan_gemm_with, plan_transpose, Activation, Buffer, Call, EpilogueArgs, GemmShape, TransposeShape};
+use crate::plan::{plan_call, plan_gemm_with, plan_transpose, Activation, Buffer, Call, EpilogueArgs, GemmShape, Launch, TransposeShape};
 use crate::Result;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use tilesmith_spec::{Built, Dtype, Layout, Variant};
 
 /// An element type the kernels take.
@@ -189,11 +191,70 @@ pub struct TransposeArgs<'a, T> {
 pub struct Kernel {
     built: Arc<Built>,
     fatbin: Fatbin,
+    /// The launches of calls planned before, shared by the handle's clones.
+    plans: Arc<Plans>,
+}
+
+/// A GEMM call as its plan depends on it: the scalars by their bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct GemmKey {
+    dtype: Dtype,
+    shape: GemmShape,
+    buffers: [Buffer; 3],
+    activation: Activation,
+    scalars: [u32; 4],
+    biases: [Option<Buffer>; 2],
+    out: Option<Dtype>,
+    sms: u32,
+}
+
+impl GemmKey {
+    fn new(dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], epilogue: &EpilogueArgs, sms: u32) -> GemmKey {
+        let EpilogueArgs { activation, alpha, beta, bias, row_bias, out, scales } = *epilogue;
+        let scalars = [alpha, beta, scales[0], scales[1]].map(f32::to_bits);
+        GemmKey { dtype, shape: *shape, buffers, activation, scalars, biases: [bias, row_bias], out, sms }
+    }
+}
+
+/// Launches already planned, by call: planning checks every argument against the manifest,
+/// which costs the host several microseconds, as much as a small GEMM takes on the GPU; a
+/// plan depends on nothing but its key, so a call seen before launches as planned then.
+#[derive(Debug, Default)]
+struct Plans {
+    gemm: Mutex<HashMap<GemmKey, Launch>>,
+    transpose: Mutex<HashMap<TransposeKey, Launch>>,
+}
+
+/// A transpose call as its plan depends on it: dtype, shape, [X, Y] and the GPU's SMs.
+type TransposeKey = (Dtype, TransposeShape, [Buffer; 2], u32);
+
+/// Calls a kernel remembers; past this many, it forgets them all (calls that vary this much
+/// are not the repeated ones the cache is for).
+const PLANS_KEPT: usize = 1024;
+
+/// The launch `key`'s plan gave before, else `plan`'s, remembered when it is a launch.
+fn planned<K: Eq + Hash>(
+    cache: &Mutex<HashMap<K, Launch>>,
+    key: K,
+    plan: impl FnOnce() -> std::result::Result<Option<Launch>, String>,
+) -> std::result::Result<Option<Launch>, String> {
+    if let Some(launch) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(Some(launch.clone()));
+    }
+    let launch = plan()?;
+    if let Some(launch) = &launch {
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= PLANS_KEPT {
+            cache.clear();
+        }
+        cache.insert(key, launch.clone());
+    }
+    Ok(launch)
 }
 
 impl Kernel {
     pub(crate) fn new(built: Arc<Built>, fatbin: Fatbin) -> Kernel {
-        Kernel { built, fatbin }
+        Kernel { built, fatbin, plans: Arc::default() }
     }
 
     pub fn name(&self) -> &str {
@@ -287,10 +348,25 @@ impl Kernel {
         buffers: [Buffer; 3],
         epilogue: &EpilogueArgs,
     ) -> Result<()> {
-        match plan_gemm_with(&self.built, dtype, shape, buffers, epilogue, gpu.sms()).map_err(|rule| self.refused(rule))? {
+        match self.plan_gemm(gpu, dtype, shape, buffers, epilogue)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
+    }
+
+    /// The launch of a GEMM call on these buffers, or why the variant refuses it; `None` for
+    /// an empty problem. Remembered, so that the call's launch finds it planned.
+    pub(crate) fn plan_gemm(
+        &self,
+        gpu: &Gpu,
+        dtype: Dtype,
+        shape: &GemmShape,
+        buffers: [Buffer; 3],
+        epilogue: &EpilogueArgs,
+    ) -> Result<Option<Launch>> {
+        let key = GemmKey::new(dtype, shape, buffers, epilogue, gpu.sms());
+        let plan = || plan_gemm_with(&self.built, dtype, shape, buffers, epilogue, gpu.sms());
+        planned(&self.plans.gemm, key, plan).map_err(|rule| self.refused(rule))
     }
 
     /// Enqueues Y = Xᵀ on the GPU's stream, after checking every argument against the manifest.
@@ -305,10 +381,16 @@ impl Kernel {
 
     /// As [`Kernel::transpose`], on buffers the caller holds on the GPU's stream.
     pub(crate) fn transpose_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<()> {
-        match plan_transpose(&self.built, dtype, shape, buffers, gpu.sms()).map_err(|rule| self.refused(rule))? {
+        match self.plan_transpose(gpu, dtype, shape, buffers)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
+    }
+
+    /// As [`Kernel::plan_gemm`], for a transpose.
+    pub(crate) fn plan_transpose(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<Option<Launch>> {
+        let plan = || plan_transpose(&self.built, dtype, shape, buffers, gpu.sms());
+        planned(&self.plans.transpose, (dtype, *shape, buffers, gpu.sms()), plan).map_err(|rule| self.refused(rule))
     }
 }
 

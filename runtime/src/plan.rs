@@ -7,7 +7,7 @@ use tilesmith_spec::family::{ScalarType, SMS};
 use tilesmith_spec::{Access, Built, Dtype, GridRule, Layout, ParamKind, Targets, Variant};
 
 /// A device buffer as the checks see it: its length in elements and its address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Buffer {
     pub len: usize,
     pub addr: u64,
@@ -174,7 +174,7 @@ impl EpilogueArgs {
 }
 
 /// Y (N×M) = Xᵀ, X (M×N); both row-major with leading dimensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TransposeShape {
     pub m: usize,
     pub n: usize,
@@ -249,7 +249,7 @@ pub enum Arg {
 
 /// A tensor map of an operand as stored, checked against TMA's rules: 2D, or 3D over the
 /// problems of a batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TensorMapArg {
     pub addr: u64,
     pub dtype: Dtype,

@@ -87,21 +87,37 @@ fn perf(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, Strin
 }
 
 /// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
-/// dtype and layout; 8-bit inputs with bf16 out on the shapes whose C rows are 16-element
-/// multiples (the padded strategy moves A and B, never a C of another type than the inputs);
-/// 16- and 32-bit inputs also with bias + GELU in every layout (`gelu_bias_<shape>`: layouts
-/// without epilogue variants move A or B).
+/// dtype and layout; 8-bit inputs with bf16 out; 16- and 32-bit inputs also with bias + GELU
+/// in every layout (`gelu_bias_<shape>`: layouts without epilogue variants move A or B); 8- and
+/// 16-bit inputs also with f32 out (`outf32_<shape>`). Calls whose C is of another type than
+/// the inputs run on the shapes whose C rows and K-major operands' rows are 16-byte multiples
+/// of the inputs' elements: the padded strategy never moves such a C, and its moves of A or B
+/// are transposes, which give an unaligned operand the other order (fine for an MN-major one,
+/// which these tn variants want K-major).
 fn dispatch_trials(driver: bool) -> Vec<Trial> {
     let mut trials = Vec::new();
     for &dtype in Dtype::ALL {
         let eight_bit = dtype.size_bytes() == 1;
-        let out = if eight_bit { Dtype::Bf16 } else { dtype };
-        for &layout in Layout::ALL {
+        let outs: &[Dtype] = match dtype.size_bytes() {
+            1 => &[Dtype::Bf16, Dtype::F32],
+            2 => &[dtype, Dtype::F32],
+            _ => &[dtype],
+        };
+        for (&out, &layout) in outs.iter().flat_map(|out| Layout::ALL.iter().map(move |layout| (out, layout))) {
             let plain = trials::dispatch_shapes(layout).into_iter().map(|(label, shape)| (label, shape, None));
             let gelu = GemmShape::packed(520, 1024, 784, layout);
             let fused = (!eight_bit).then(|| ("gelu_bias_520x1024x784".to_string(), gelu, Some(Activation::GeluTanh)));
-            for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| !eight_bit || s.ldc % 16 == 0) {
-                let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{label}"), move || {
+            let (retyped, prefix) =
+                if out == dtype || eight_bit && out == Dtype::Bf16 { (false, String::new()) } else { (true, format!("out{out}_")) };
+            let step = 16 / dtype.size_bytes() as usize;
+            let k_major_aligned = move |s: &GemmShape| {
+                (!layout.a_row_major() || s.lda.is_multiple_of(step))
+                    && (layout.b_row_major() || s.ldb.is_multiple_of(step))
+                    && s.ldc.is_multiple_of(step)
+            };
+            let aligned = move |s: &GemmShape| !(eight_bit || retyped) || k_major_aligned(s);
+            for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| aligned(s)) {
+                let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{prefix}{label}"), move || {
                     let gpu = match device::gpu() {
                         Ok(gpu) => gpu,
                         Err(reason) => return Ok(Completion::ignored_with(reason)),

@@ -33,6 +33,11 @@ pub struct Record {
     pub input_sets: usize,
     /// Seconds since the Unix epoch.
     pub measured_at: u64,
+    /// Microseconds of CPU time one call takes to choose, plan and enqueue its launches
+    /// (dispatch records): events bracket each call, so a call whose host time exceeds the
+    /// GPU's is timed at its host time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_us: Option<f64>,
 }
 
 impl Record {
@@ -66,6 +71,7 @@ impl Record {
             ratio: figure / baseline,
             input_sets,
             measured_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            host_us: None,
         }
     }
 
@@ -77,8 +83,9 @@ impl Record {
 
     /// A one-line summary for the trial's output.
     pub fn summary(&self) -> String {
+        let host = self.host_us.map(|us| format!(", host {us:.1} µs a call")).unwrap_or_default();
         format!(
-            "{} {:.1} {} ({:.3} ms), {} {:.1} ({:.3} ms): ratio {:.2}",
+            "{} {:.1} {} ({:.3} ms), {} {:.1} ({:.3} ms): ratio {:.2}{host}",
             self.variant, self.kernel, self.unit, self.kernel_ms, self.baseline_name, self.baseline, self.baseline_ms, self.ratio
         )
     }

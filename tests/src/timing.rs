@@ -104,6 +104,27 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
         self.time(gpu, WARMUP, RUNS, |args| registry.gemm(gpu, args, workspace).map(drop).map_err(|err| err.to_string()))
     }
 
+    /// Mean microseconds of CPU time the registry's `gemm` call takes (choosing, planning,
+    /// enqueueing), over HOST_CALLS calls enqueued back to back, fewer than a stream queues.
+    fn host_us(&mut self, gpu: &Gpu, registry: &Registry, workspace: &mut Workspace) -> Result<f64, String> {
+        const HOST_CALLS: usize = 64;
+        let epilogue = fused(&self.bias_activation);
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        gpu.synchronize().map_err(|err| err.to_string())?;
+        let start = std::time::Instant::now();
+        for i in 0..HOST_CALLS {
+            let (a, b) = &inputs[i % sets];
+            registry
+                .gemm(gpu, GemmArgs::new(a, b, &mut outputs[i % sets], shape).with_epilogue(epilogue), workspace)
+                .map_err(|err| err.to_string())?;
+        }
+        let host = start.elapsed();
+        gpu.synchronize().map_err(|err| err.to_string())?;
+        self.spot_check(gpu)?;
+        Ok(host.as_secs_f64() * 1e6 / HOST_CALLS as f64)
+    }
+
     fn time(
         &mut self,
         gpu: &Gpu,
@@ -226,6 +247,7 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
         record.variant = format!("dispatch:{}", choice.label());
         // The call's layout: a padded pick's kernel may run in another.
         record.group = s.layout.to_string();
+        record.host_us = Some(self.host_us(gpu, registry, workspace)?);
         Ok(record)
     }
 
