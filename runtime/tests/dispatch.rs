@@ -294,9 +294,20 @@ fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhe
     let f16_out = EpilogueArgs { out: Some(Dtype::F16), ..EpilogueArgs::default() };
     let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F16));
-    // No fp8 variant writes fp8, nor f32.
     let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..EpilogueArgs::default() };
-    assert!(choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &f32_out)).is_err());
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &f32_out)).unwrap();
+    assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
+    // No variant writes fp8: the refusal names the output type.
+    let fp8_out = EpilogueArgs { out: Some(Dtype::E5m2), ..EpilogueArgs::default() };
+    let refused = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
+    assert!(refused.contains("writing e5m2"), "{refused}");
+    // bf16 inputs with f32 C: only tn variants write it, so an nn call moves A and B into tn
+    // copies, though bf16 nn variants (writing bf16) exist.
+    let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
+    let to_f32 = GemmCall { dtype: Dtype::Bf16, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &f32_out };
+    let choice = choose(registry.kernels(), registry.tables(), &h200(), &to_f32).unwrap();
+    assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
+    assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No fp8 variant computes nn: A and B move into K-major copies (1-byte transposes) and the
     // tn variant runs on them; aligned 16-bit calls never move (their layouts all have variants).
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
