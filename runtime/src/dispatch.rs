@@ -628,9 +628,9 @@ fn run_padded<T: Element, TC: Element>(
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
     // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
-    kernel.plan_gemm(gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
+    kernel.plan_gemm(gpu.sms(), T::DTYPE, &padding.gemm, gemm, &epilogue)?;
     for (shape, io) in &moves {
-        transpose.plan_transpose(gpu, T::DTYPE, shape, *io)?;
+        transpose.plan_transpose(gpu.sms(), T::DTYPE, shape, *io)?;
     }
     let (c_move, operand_moves) = match padding.c {
         Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),

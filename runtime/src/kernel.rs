@@ -348,7 +348,7 @@ impl Kernel {
         buffers: [Buffer; 3],
         epilogue: &EpilogueArgs,
     ) -> Result<()> {
-        match self.plan_gemm(gpu, dtype, shape, buffers, epilogue)? {
+        match self.plan_gemm(gpu.sms(), dtype, shape, buffers, epilogue)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
@@ -358,14 +358,14 @@ impl Kernel {
     /// an empty problem. Remembered, so that the call's launch finds it planned.
     pub(crate) fn plan_gemm(
         &self,
-        gpu: &Gpu,
+        sms: u32,
         dtype: Dtype,
         shape: &GemmShape,
         buffers: [Buffer; 3],
         epilogue: &EpilogueArgs,
     ) -> Result<Option<Launch>> {
-        let key = GemmKey::new(dtype, shape, buffers, epilogue, gpu.sms());
-        let plan = || plan_gemm_with(&self.built, dtype, shape, buffers, epilogue, gpu.sms());
+        let key = GemmKey::new(dtype, shape, buffers, epilogue, sms);
+        let plan = || plan_gemm_with(&self.built, dtype, shape, buffers, epilogue, sms);
         planned(&self.plans.gemm, key, plan).map_err(|rule| self.refused(rule))
     }
 
@@ -381,16 +381,16 @@ impl Kernel {
 
     /// As [`Kernel::transpose`], on buffers the caller holds on the GPU's stream.
     pub(crate) fn transpose_buffers(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<()> {
-        match self.plan_transpose(gpu, dtype, shape, buffers)? {
+        match self.plan_transpose(gpu.sms(), dtype, shape, buffers)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
     }
 
     /// As [`Kernel::plan_gemm`], for a transpose.
-    pub(crate) fn plan_transpose(&self, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<Option<Launch>> {
-        let plan = || plan_transpose(&self.built, dtype, shape, buffers, gpu.sms());
-        planned(&self.plans.transpose, (dtype, *shape, buffers, gpu.sms()), plan).map_err(|rule| self.refused(rule))
+    pub(crate) fn plan_transpose(&self, sms: u32, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<Option<Launch>> {
+        let plan = || plan_transpose(&self.built, dtype, shape, buffers, sms);
+        planned(&self.plans.transpose, (dtype, *shape, buffers, sms), plan).map_err(|rule| self.refused(rule))
     }
 }
 
@@ -440,5 +440,48 @@ impl<'a> CallBuilder<'a> {
     /// Checks the call and enqueues it on the GPU's stream.
     pub fn launch(self) -> Result<()> {
         self.kernel.call_buffers(self.gpu, &self.call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilesmith_spec::Manifest;
+
+    fn kernel(name: &str) -> Kernel {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+        let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap();
+        let built = Built {
+            entry,
+            fatbin: String::new(),
+            hash: String::new(),
+            fatbin_sha256: String::new(),
+            compiler: "test".into(),
+            resources: Vec::new(),
+        };
+        Kernel::new(Arc::new(built), Fatbin::File("unused".into()))
+    }
+
+    #[test]
+    fn a_planned_call_is_kept_and_a_refused_one_is_checked_every_time() {
+        let kernel = kernel("gemm_tn_128x256x64_wgmma_w12");
+        let shape = GemmShape::packed(4096, 4096, 512, Layout::Tn);
+        let buffers = Buffer::unallocated(shape.spans());
+        let epilogue = EpilogueArgs::default();
+        let first = kernel.plan_gemm(132, Dtype::Bf16, &shape, buffers, &epilogue).unwrap();
+        assert_eq!(kernel.plan_gemm(132, Dtype::Bf16, &shape, buffers, &epilogue).unwrap(), first);
+        assert_eq!(kernel.plans.gemm.lock().unwrap().len(), 1);
+        // C one element short, after a call on the full one was kept: refused, each time.
+        let mut short = buffers;
+        short[2].len -= 1;
+        for _ in 0..2 {
+            let refused = kernel.plan_gemm(132, Dtype::Bf16, &shape, short, &epilogue).unwrap_err().to_string();
+            assert!(refused.contains("c holds"), "{refused}");
+        }
+        assert_eq!(kernel.plans.gemm.lock().unwrap().len(), 1);
+        // Another GPU's SM count is another plan: the persistent grid is as large as the GPU.
+        let other = kernel.plan_gemm(114, Dtype::Bf16, &shape, buffers, &epilogue).unwrap();
+        assert_ne!(other.map(|l| l.grid), first.map(|l| l.grid));
     }
 }
