@@ -187,8 +187,8 @@ typedef Tile<A_K_MAJOR ? TM : TK, A_K_MAJOR ? TK : TM> TileA;
 typedef Tile<B_K_MAJOR ? TN : TK, B_K_MAJOR ? TK : TN> TileB;
 #define STAGE_BYTES (TileA::BYTES + TileB::BYTES)
 
-// Two adjacent outputs of a row, stored in one access.
-struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
+// Two adjacent outputs of a row (of C's type, TC), stored in one access.
+struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
 
 // Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
@@ -297,7 +297,7 @@ gemm_nt_128x128x32(const T* __restrict__ A, const T* __restrict__ B, T* __restri
 
     // Each lane holds, per MMA tile, rows lane/4 and lane/4 + 8, columns 2*(lane%4) + {0, 1}.
     const Epilogue ep = Epilogue{};
-    const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(T)) == 0 && ldc % 2 == 0;
+    const bool pairs = reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0 && ldc % 2 == 0;
     // Interior blocks store as the unchecked variant does.
     const bool interior = !edge_mn && pairs;
 #pragma unroll
@@ -308,9 +308,9 @@ gemm_nt_128x128x32(const T* __restrict__ A, const T* __restrict__ B, T* __restri
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = m0 + wm + mi * 16 + lane / 4 + 8 * h;
-                T* p = C + (long long)row * ldc + col;
-                const T lo = from_float<T>(epilogue_one(ep, acc[mi][ni][2 * h], row, col));
-                const T hi = from_float<T>(epilogue_one(ep, acc[mi][ni][2 * h + 1], row, col + 1));
+                TC* p = C + (long long)row * ldc + col;
+                const TC lo = from_float<TC>(epilogue_one(ep, acc[mi][ni][2 * h], row, col));
+                const TC hi = from_float<TC>(epilogue_one(ep, acc[mi][ni][2 * h + 1], row, col + 1));
                 if (interior) {
                     *reinterpret_cast<Pair*>(p) = Pair{ lo, hi };
                     continue;

@@ -89,11 +89,11 @@ fn perf(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, Strin
 /// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
 /// dtype and layout; 8-bit inputs with bf16 out; 16- and 32-bit inputs also with bias + GELU
 /// in every layout (`gelu_bias_<shape>`: layouts without epilogue variants move A or B); 8- and
-/// 16-bit inputs also with f32 out (`outf32_<shape>`). Calls whose C is of another type than
-/// the inputs run on the shapes whose C rows and K-major operands' rows are 16-byte multiples
-/// of the inputs' elements: the padded strategy never moves such a C, and its moves of A or B
-/// are transposes, which give an unaligned operand the other order (fine for an MN-major one,
-/// which these tn variants want K-major).
+/// 16-bit inputs also with f32 out (`outf32_<shape>`: checked mma variants take every shape).
+/// 8-bit calls run on the shapes whose C rows and K-major operands' rows are 16-byte multiples
+/// of the inputs' elements: the padded strategy never moves a C of another type than the
+/// inputs, and its moves of A or B are transposes, which give an unaligned operand the other
+/// order (fine for an MN-major one, which the tn variants want K-major).
 fn dispatch_trials(driver: bool) -> Vec<Trial> {
     let mut trials = Vec::new();
     for &dtype in Dtype::ALL {
@@ -107,15 +107,14 @@ fn dispatch_trials(driver: bool) -> Vec<Trial> {
             let plain = trials::dispatch_shapes(layout).into_iter().map(|(label, shape)| (label, shape, None));
             let gelu = GemmShape::packed(520, 1024, 784, layout);
             let fused = (!eight_bit).then(|| ("gelu_bias_520x1024x784".to_string(), gelu, Some(Activation::GeluTanh)));
-            let (retyped, prefix) =
-                if out == dtype || eight_bit && out == Dtype::Bf16 { (false, String::new()) } else { (true, format!("out{out}_")) };
+            let prefix = if out == dtype || eight_bit && out == Dtype::Bf16 { String::new() } else { format!("out{out}_") };
             let step = 16 / dtype.size_bytes() as usize;
             let k_major_aligned = move |s: &GemmShape| {
                 (!layout.a_row_major() || s.lda.is_multiple_of(step))
                     && (layout.b_row_major() || s.ldb.is_multiple_of(step))
                     && s.ldc.is_multiple_of(step)
             };
-            let aligned = move |s: &GemmShape| !(eight_bit || retyped) || k_major_aligned(s);
+            let aligned = move |s: &GemmShape| !eight_bit || k_major_aligned(s);
             for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| aligned(s)) {
                 let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{prefix}{label}"), move || {
                     let gpu = match device::gpu() {
