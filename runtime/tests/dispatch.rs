@@ -301,11 +301,16 @@ fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhe
     let fp8_out = EpilogueArgs { out: Some(Dtype::E5m2), ..EpilogueArgs::default() };
     let refused = choose(registry.kernels(), registry.tables(), &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
     assert!(refused.contains("writing e5m2"), "{refused}");
-    // bf16 inputs with f32 C: only tn variants write it, so an nn call moves A and B into tn
-    // copies, though bf16 nn variants (writing bf16) exist.
+    // bf16 inputs with f32 C in nn: an mma variant writes it directly. Without those, only tn
+    // variants write f32, so the call moves A and B into tn copies, though bf16 nn variants
+    // (writing bf16) exist.
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
     let to_f32 = GemmCall { dtype: Dtype::Bf16, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &f32_out };
     let choice = choose(registry.kernels(), registry.tables(), &h200(), &to_f32).unwrap();
+    assert_eq!((choice.strategy, choice.kernel.variant().backend.as_str()), (Strategy::Direct, "mma"), "{}", choice.reason);
+    assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
+    let no_mma_f32 = registry.kernels().filter(|k| k.variant().backend != "mma" || k.operand_dtype("c") != Some(Dtype::F32));
+    let choice = choose(no_mma_f32, registry.tables(), &h200(), &to_f32).unwrap();
     assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No fp8 variant computes nn: A and B move into K-major copies (1-byte transposes) and the
