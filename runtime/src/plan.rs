@@ -264,7 +264,6 @@ pub struct TensorMapArg {
     pub swizzle_bytes: u32,
 }
 
-/// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
 /// Elements `problems` matrices of `one` elements each span, `stride` apart, from the first's
 /// start; `None` past an address.
 fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
@@ -274,6 +273,7 @@ fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
     (problems - 1).checked_mul(stride)?.checked_add(one)
 }
 
+/// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
 fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
     if rows == 0 || cols == 0 {
         return Some(0);
