@@ -12,6 +12,7 @@
 //   cluster = 1
 //   split_k = 1
 //   epilogue = none
+//   b_dtype = in
 //   out = in
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80

@@ -12,6 +12,7 @@
 //   cluster = 2
 //   split_k = 1
 //   epilogue = none
+//   b_dtype = in
 //   out = in
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a

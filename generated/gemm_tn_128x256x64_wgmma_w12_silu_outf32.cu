@@ -12,6 +12,7 @@
 //   cluster = 1
 //   split_k = 1
 //   epilogue = silu
+//   b_dtype = in
 //   out = f32
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a

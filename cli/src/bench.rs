@@ -12,7 +12,7 @@ use tilesmith_trials::declared::{self, Case, Shape};
 use tilesmith_trials::fused::{LtGemm, Unfused};
 use tilesmith_trials::report::{self, Record};
 use tilesmith_trials::timing::{FusedBaseline, GemmCase};
-use tilesmith_trials::{trials, with_element, with_output};
+use tilesmith_trials::{trials, with_inputs, with_output};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -115,25 +115,25 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut workspace = Workspace::new();
-    // Kernels sharing family, dtype, output type and the axes names always show (a GEMM's
+    // Kernels sharing family, dtype, types of B and C, the axes names always show (a GEMM's
     // layout), and a GEMM's epilogue, share inputs and one baseline timing per shape.
     let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
     for kernel in &kernels {
         let v = kernel.variant();
-        let out = kernel.operand_dtype("c").map_or(String::new(), |d| d.to_string());
-        let group = format!("{} {} {out}", report::group(kernel), Activation::epilogue_of(v));
+        let [b, out] = ["b", "c"].map(|name| kernel.operand_dtype(name).map_or(String::new(), |d| d.to_string()));
+        let group = format!("{} {} {b} {out}", report::group(kernel), Activation::epilogue_of(v));
         match groups.iter_mut().find(|g| g.0 == v.family && g.1 == v.dtype && g.2 == group) {
             Some(entry) => entry.3.push(kernel),
             None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
         }
     }
     for (_, dtype, _, members) in &groups {
-        let out = members[0].operand_dtype("c").unwrap_or(*dtype);
+        let [b, out] = ["b", "c"].map(|name| members[0].operand_dtype(name).unwrap_or(*dtype));
         let family = &members[0].info().entry.declaration;
         for shape in family_shapes(family, &given) {
             let what = describe(&shape, family);
             match family.baseline {
-                Baseline::CublasGemm => with_element!(*dtype, T => with_output!(out, TC => {
+                Baseline::CublasGemm => with_inputs!(*dtype, b, T, TB => with_output!(out, TC => {
                     let layout = members[0].layout().map_err(|e| e.to_string())?;
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
                     let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
@@ -148,6 +148,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         activation,
                         bias: fused.then_some(Buffer { len: shape.n, addr: 0 }),
                         out: (out != *dtype).then_some(out),
+                        b: (b != *dtype).then_some(b),
                         ..EpilogueArgs::default()
                     };
                     let mut runnable = Vec::new();
@@ -161,7 +162,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     if runnable.is_empty() && !args.dispatch {
                         continue;
                     }
-                    let mut case = GemmCase::<T, TC>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
+                    let mut case = GemmCase::<T, TC, TB>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
                     let baselines = if fused {
                         case = case.with_bias_activation(&gpu, activation)?;
                         match fused_baselines(&gpu, &mut case, activation) {
@@ -173,10 +174,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         }
                     } else {
                         match case.time_cublas(&gpu) {
-                            Ok(ms) => vec![(GemmCase::<T, TC>::baseline_name().to_string(), ms)],
+                            Ok(ms) => vec![(GemmCase::<T, TC, TB>::baseline_name().to_string(), ms)],
                             // Not every type cuBLASLt takes in every pairing (e5m2 × e5m2).
                             Err(why) => {
-                                skipped.push(format!("{what}: no {} baseline ({why})", GemmCase::<T, TC>::baseline_name()));
+                                skipped.push(format!("{what}: no {} baseline ({why})", GemmCase::<T, TC, TB>::baseline_name()));
                                 continue;
                             }
                         }
@@ -239,15 +240,15 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 /// The baselines of activation(A·B + bias), the first the record's: cuBLASLt's own epilogue
 /// where it has one, then cuBLAS followed by a separate bias + activation kernel; one that
 /// cannot run here is left out, saying why.
-fn fused_baselines<T: tilesmith_runtime::Element, TC: tilesmith_runtime::Element>(
+fn fused_baselines<T: tilesmith_runtime::Element, TC: tilesmith_runtime::Element, TB: tilesmith_runtime::Element>(
     gpu: &Gpu,
-    case: &mut GemmCase<T, TC>,
+    case: &mut GemmCase<T, TC, TB>,
     activation: Activation,
 ) -> Result<Vec<(String, f64)>, String> {
     let mut out = Vec::new();
     let bias = &case.bias_activation.as_ref().expect("set by the caller").2;
     let candidates = [
-        LtGemm::new::<T, TC>(gpu, &case.shape, Some((activation, bias))).map(FusedBaseline::Lt),
+        LtGemm::new::<T, TC, TB>(gpu, &case.shape, Some((activation, bias))).map(FusedBaseline::Lt),
         Unfused::new(gpu, TC::DTYPE, activation).map(FusedBaseline::Unfused),
     ];
     for candidate in candidates {

@@ -315,7 +315,7 @@ fn measure<T: tilesmith_runtime::Element>(
     if candidates.is_empty() {
         return Ok(None);
     }
-    let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, dtype, dtype, &shape)?)?;
+    let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
     let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
     if !tuning::valid_ms(cublas_ms) {

@@ -62,6 +62,7 @@ stages = 2
 cluster = 1
 split_k = 1
 epilogue = "none"
+b_dtype = "in"
 out = "in"
 bounds = "checked"
 
@@ -202,6 +203,16 @@ fn a_backend_without_clusters_refuses_a_cluster() {
     let project = scratch(&variants);
     let out = fails(Some(project.path()), &["gen"]);
     assert!(out.contains("variant `gemm_tn_128x128x32_c2`: template gemm_simt.cu.tera: backend simt launches no thread-block clusters: cluster and split_k must be 1, got 2 and 1"), "{out}");
+}
+
+#[test]
+fn a_backend_multiplying_one_type_refuses_another_b() {
+    let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\nb_dtype = \"e4m3\"\n");
+    let out = fails(Some(scratch(&variants).path()), &["gen"]);
+    assert!(
+        out.contains("variant `gemm_tn_128x128x32_b_e4m3`: template gemm_simt.cu.tera: backend simt multiplies A and B of one type: B of e4m3 does not go with A of bf16 (mixed 8-bit types need backend wgmma)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -656,6 +667,7 @@ stages = 4
 cluster = 2
 split_k = 1
 epilogue = "none"
+b_dtype = "in"
 out = "in"
 bounds = "checked"
 
@@ -692,6 +704,7 @@ stages = 8
 cluster = 1
 split_k = 2
 epilogue = "none"
+b_dtype = "in"
 out = "in"
 bounds = "checked"
 

@@ -45,7 +45,12 @@ impl Choice {
 
     /// Enqueues C = A·B with this pick, using `workspace` for the padded strategy. A choice
     /// made for another call is checked like any launch, and refused if it does not fit.
-    pub fn run<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>, workspace: &mut Workspace) -> Result<()> {
+    pub fn run<T: Element, TC: Element, TB: Element>(
+        &self,
+        gpu: &Gpu,
+        args: GemmArgs<'_, T, TC, TB>,
+        workspace: &mut Workspace,
+    ) -> Result<()> {
         let args = GemmArgs { shape: canonical(T::DTYPE, &args.shape), ..args };
         match (self.strategy, &self.transpose) {
             (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
@@ -278,6 +283,12 @@ fn padded_epilogue(padding: &Padding, epilogue: &EpilogueArgs) -> bool {
     padding.c.is_none() || epilogue.is_plain()
 }
 
+/// Whether the padded strategy's moves (transposes of A's dtype) carry B too: B of A's type,
+/// or of another as wide (e5m2 by e4m3: a transpose moves bytes, whatever they encode).
+fn moves_bytes_alike(dtype: Dtype, epilogue: &EpilogueArgs) -> bool {
+    epilogue.b.is_none_or(|b| b.size_bytes() == dtype.size_bytes())
+}
+
 /// Whether `built` takes the call with this strategy on this device. The padded strategy
 /// serves unaligned calls, and, where `convert`, calls in a layout no variant computes.
 fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &GemmCall<'_>, strategy: Strategy, convert: bool) -> bool {
@@ -288,7 +299,7 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
     match strategy {
         Strategy::Direct => plan_gemm_with(built, dtype, shape, buffers, epilogue, device.sms).is_ok(),
         Strategy::Padded => {
-            let Some(transpose) = transpose else { return false };
+            let Some(transpose) = transpose.filter(|_| moves_bytes_alike(dtype, epilogue)) else { return false };
             let plan = match built.entry.variant.word("layout").and_then(Layout::parse) {
                 Some(layout) if convert => padded_for(dtype, shape, &buffers, layout),
                 _ if alignment(dtype, shape, &buffers) == Alignment::Aligned => None,
@@ -323,7 +334,9 @@ fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &D
 /// and in its layout where `layout` is given, having that one.
 fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: Option<Layout>) -> Option<&'k Kernel> {
     let wanted = kernel.variant();
-    let free = |axis: &str| axis == "epilogue" || (layout.is_some() && axis == "layout");
+    // B's type is free too: `kernels` hold only variants reading the call's B, and a variant
+    // reading B as the other 8-bit type runs the same code.
+    let free = |axis: &str| axis == "epilogue" || axis == "b_dtype" || (layout.is_some() && axis == "layout");
     let same = |v: &tilesmith_spec::Variant| {
         v.backend == wanted.backend
             && v.warps == wanted.warps
@@ -379,7 +392,7 @@ pub fn choose<'k>(
     let transpose = transposer(all.iter().copied(), device, dtype);
     // Variants writing another type of C take no part, not even in deciding which layouts the
     // call's types are computed in (`unserved`).
-    let out = epilogue.out.unwrap_or(dtype);
+    let (out, b) = (epilogue.out.unwrap_or(dtype), epilogue.b.unwrap_or(dtype));
     let gemms: Vec<&Kernel> = all
         .iter()
         .copied()
@@ -388,6 +401,7 @@ pub fn choose<'k>(
             v.dtype == dtype
                 && v.family == "gemm"
                 && !k.is_reference()
+                && k.operand_dtype("b") == Some(b)
                 && k.operand_dtype("c") == Some(out)
                 && epilogue.activation.epilogues().contains(&Activation::epilogue_of(v))
         })
@@ -500,8 +514,9 @@ pub fn heuristic<'k>(
         }
         let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
         let writing = epilogue.out.map(|out| format!(" writing {out}")).unwrap_or_default();
+        let by = epilogue.b.map(|b| format!(" by {b}")).unwrap_or_default();
         format!(
-            "no {dtype} {} variant{writing}{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
+            "no {dtype}{by} {} variant{writing}{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
             shape.layout, device.name, shape.m, shape.n, shape.k
         )
     })?;
@@ -589,15 +604,15 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     seconds
 }
 
-fn run_padded<T: Element, TC: Element>(
+fn run_padded<T: Element, TC: Element, TB: Element>(
     gpu: &Gpu,
     kernel: &Kernel,
     transpose: &Kernel,
-    args: GemmArgs<'_, T, TC>,
+    args: GemmArgs<'_, T, TC, TB>,
     workspace: &mut Workspace,
 ) -> Result<()> {
     let stream = gpu.stream();
-    let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE);
+    let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE, TB::DTYPE);
     let (a, _a) = args.a.device_ptr(stream);
     let (b, _b) = args.b.device_ptr(stream);
     let c_len = args.c.len();
@@ -622,6 +637,16 @@ fn run_padded<T: Element, TC: Element>(
         return Err(Error::Refused {
             name: kernel.name().to_string(),
             rule: "the padded strategy computes an unaligned C transposed, which carries no epilogue or output type of its own: align C's rows to 16 bytes".into(),
+        });
+    }
+    if !moves_bytes_alike(T::DTYPE, &epilogue) {
+        return Err(Error::Refused {
+            name: kernel.name().to_string(),
+            rule: format!(
+                "the padded strategy moves B with A's transposes, which needs B's elements as wide as A's: {} and {}",
+                T::DTYPE,
+                TB::DTYPE
+            ),
         });
     }
     let scratch = workspace.reserve(gpu, padding.bytes.max(1))?;

@@ -114,10 +114,10 @@ impl<'a, T> Epilogue<'a, T> {
 }
 
 impl<T: Element> Epilogue<'_, T> {
-    /// As the checks see it, for inputs of `input`, with the biases' lengths and addresses, and
-    /// the guards that keep the biases ordered on `stream` until they drop (after the launch is
-    /// enqueued).
-    pub(crate) fn held<'s>(&'s self, stream: &'s Arc<CudaStream>, input: Dtype) -> (EpilogueArgs, Vec<SyncOnDrop<'s>>) {
+    /// As the checks see it, for A of `input` and B of `b`, with the biases' lengths and
+    /// addresses, and the guards that keep the biases ordered on `stream` until they drop (after
+    /// the launch is enqueued).
+    pub(crate) fn held<'s>(&'s self, stream: &'s Arc<CudaStream>, input: Dtype, b: Dtype) -> (EpilogueArgs, Vec<SyncOnDrop<'s>>) {
         let mut guards = Vec::new();
         let mut buffer = |slice: Option<&'s CudaSlice<T>>| {
             slice.map(|s| {
@@ -128,26 +128,28 @@ impl<T: Element> Epilogue<'_, T> {
         };
         let (bias, row_bias) = (buffer(self.bias), buffer(self.row_bias));
         let out = (T::DTYPE != input).then_some(T::DTYPE);
+        let b = (b != input).then_some(b);
         let scales = [self.scale_a, self.scale_b];
-        (EpilogueArgs { activation: self.activation, alpha: self.alpha, beta: self.beta, bias, row_bias, out, scales }, guards)
+        (EpilogueArgs { activation: self.activation, alpha: self.alpha, beta: self.beta, bias, row_bias, out, b, scales }, guards)
     }
 }
 
-/// The device buffers, shape and epilogue of one GEMM call: inputs of `T`, C and its biases of
-/// `TC` (the inputs' type unless a variant's `out` axis says otherwise: e4m3 in, bf16 out).
-pub struct GemmArgs<'a, T, TC = T> {
+/// The device buffers, shape and epilogue of one GEMM call: A of `T`, B of `TB` (A's type
+/// unless a variant's `b_dtype` axis says otherwise: e4m3 by e5m2), C and its biases of `TC`
+/// (the inputs' type unless a variant's `out` axis says otherwise: e4m3 in, bf16 out).
+pub struct GemmArgs<'a, T, TC = T, TB = T> {
     pub a: &'a CudaSlice<T>,
-    pub b: &'a CudaSlice<T>,
+    pub b: &'a CudaSlice<TB>,
     pub c: &'a mut CudaSlice<TC>,
     pub shape: GemmShape,
     pub epilogue: Epilogue<'a, TC>,
 }
 
-impl<'a, T, TC> GemmArgs<'a, T, TC> {
+impl<'a, T, TC, TB> GemmArgs<'a, T, TC, TB> {
     /// Matrices stored without padding: leading dimensions equal to their row lengths.
     pub fn packed(
         a: &'a CudaSlice<T>,
-        b: &'a CudaSlice<T>,
+        b: &'a CudaSlice<TB>,
         c: &'a mut CudaSlice<TC>,
         m: usize,
         n: usize,
@@ -158,7 +160,7 @@ impl<'a, T, TC> GemmArgs<'a, T, TC> {
     }
 
     /// C = A·B with this shape (leading dimensions included).
-    pub fn new(a: &'a CudaSlice<T>, b: &'a CudaSlice<T>, c: &'a mut CudaSlice<TC>, shape: GemmShape) -> Self {
+    pub fn new(a: &'a CudaSlice<T>, b: &'a CudaSlice<TB>, c: &'a mut CudaSlice<TC>, shape: GemmShape) -> Self {
         GemmArgs { a, b, c, shape, epilogue: Epilogue::default() }
     }
 
@@ -168,7 +170,7 @@ impl<'a, T, TC> GemmArgs<'a, T, TC> {
     }
 }
 
-impl<T: Element, TC: Element> GemmArgs<'_, T, TC> {
+impl<T: Element, TC: Element, TB: Element> GemmArgs<'_, T, TC, TB> {
     /// The buffers' lengths and addresses, for choosing a variant: nothing is enqueued on them.
     pub(crate) fn buffers(&self, gpu: &Gpu) -> [Buffer; 3] {
         let stream = gpu.stream();
@@ -205,14 +207,15 @@ struct GemmKey {
     scalars: [u32; 4],
     biases: [Option<Buffer>; 2],
     out: Option<Dtype>,
+    b: Option<Dtype>,
     sms: u32,
 }
 
 impl GemmKey {
     fn new(dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], epilogue: &EpilogueArgs, sms: u32) -> GemmKey {
-        let EpilogueArgs { activation, alpha, beta, bias, row_bias, out, scales } = *epilogue;
+        let EpilogueArgs { activation, alpha, beta, bias, row_bias, out, b, scales } = *epilogue;
         let scalars = [alpha, beta, scales[0], scales[1]].map(f32::to_bits);
-        GemmKey { dtype, shape: *shape, buffers, activation, scalars, biases: [bias, row_bias], out, sms }
+        GemmKey { dtype, shape: *shape, buffers, activation, scalars, biases: [bias, row_bias], out, b, sms }
     }
 }
 
@@ -328,9 +331,9 @@ impl Kernel {
 
     /// Enqueues C = A·B, or the call's epilogue of it, on the GPU's stream, after checking every
     /// argument against the manifest.
-    pub fn gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>) -> Result<()> {
+    pub fn gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC, TB>) -> Result<()> {
         let stream = gpu.stream();
-        let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE);
+        let (epilogue, _epilogue_sync) = args.epilogue.held(stream, T::DTYPE, TB::DTYPE);
         let (a, _a_sync) = args.a.device_ptr(stream);
         let (b, _b_sync) = args.b.device_ptr(stream);
         let c_len = args.c.len();

@@ -142,7 +142,8 @@ impl Activation {
     }
 }
 
-/// What a GEMM call asks of the epilogue beside the product, as the checks see it.
+/// What a GEMM call asks beside its shape and buffers, as the checks see it: the epilogue, and
+/// the types of B and C where they are not A's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EpilogueArgs {
     pub activation: Activation,
@@ -155,6 +156,9 @@ pub struct EpilogueArgs {
     /// The element type of C and the biases where it is not the inputs' (GEMM's `out` axis:
     /// bf16 outputs of e4m3 inputs).
     pub out: Option<Dtype>,
+    /// The element type of B where it is not A's (GEMM's `b_dtype` axis: e5m2 gradients by e4m3
+    /// weights).
+    pub b: Option<Dtype>,
     /// scale_a and scale_b, the per-tensor scales of 8-bit inputs.
     pub scales: [f32; 2],
 }
@@ -162,7 +166,16 @@ pub struct EpilogueArgs {
 impl Default for EpilogueArgs {
     /// C = A·B, in the inputs' type.
     fn default() -> EpilogueArgs {
-        EpilogueArgs { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, out: None, scales: [1.0, 1.0] }
+        EpilogueArgs {
+            activation: Activation::None,
+            alpha: 1.0,
+            beta: 0.0,
+            bias: None,
+            row_bias: None,
+            out: None,
+            b: None,
+            scales: [1.0, 1.0],
+        }
     }
 }
 
@@ -754,7 +767,7 @@ pub fn plan_gemm_with(
     let out = epilogue.out.unwrap_or(dtype);
     let mut call = Call::default()
         .operand("a", dtype, a)
-        .operand("b", dtype, b)
+        .operand("b", epilogue.b.unwrap_or(dtype), b)
         .operand("c", out, c)
         .quantity("m", s.m as u64)
         .quantity("n", s.n as u64)

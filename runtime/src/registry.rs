@@ -45,7 +45,7 @@ pub struct Registry {
     picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
 }
 
-type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, bool));
+type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set; with neither,
@@ -128,8 +128,8 @@ impl Registry {
     }
 
     /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
-    pub fn choose_gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC>) -> Result<Choice> {
-        let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE);
+    pub fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice> {
+        let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
         self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
     }
 
@@ -140,14 +140,19 @@ impl Registry {
     /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
     /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
     /// scratch the padded strategy copies unaligned operands into, kept for the next call.
-    pub fn gemm<T: Element, TC: Element>(&self, gpu: &Gpu, args: GemmArgs<'_, T, TC>, workspace: &mut Workspace) -> Result<Choice> {
+    pub fn gemm<T: Element, TC: Element, TB: Element>(
+        &self,
+        gpu: &Gpu,
+        args: GemmArgs<'_, T, TC, TB>,
+        workspace: &mut Workspace,
+    ) -> Result<Choice> {
         let buffers = args.buffers(gpu);
         let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
         let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
-        let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE);
+        let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
         drop(sync);
         // What decides which variants take the call: the epilogue's activation, which of α, β,
-        // the biases and the scales differ from C = A·B, and C's type.
+        // the biases and the scales differ from C = A·B, and the types of B and C.
         let asks = (
             epilogue.activation,
             epilogue.alpha != 1.0,
@@ -155,6 +160,7 @@ impl Registry {
             epilogue.bias.is_some(),
             epilogue.row_bias.is_some(),
             epilogue.out,
+            epilogue.b,
             epilogue.scales != [1.0; 2],
         );
         let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned, asks);

@@ -349,3 +349,42 @@ fn per_tensor_scales_are_checked_and_taken_by_fp8_variants_only() {
         plan("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, &EpilogueArgs { scales: [2.0, 1.0], ..EpilogueArgs::default() }).unwrap_err();
     assert!(err.starts_with("the call passes scale_a = 2, but this variant does not apply `scale_a`"), "{err}");
 }
+
+#[test]
+fn mixed_fp8_calls_go_to_the_variants_reading_b_as_its_type() {
+    let registry = registry();
+    let choose_for = |dtype, shape: &GemmShape, epilogue: &EpilogueArgs| {
+        let call = GemmCall { dtype, shape, buffers: Buffer::unallocated(shape.spans()), epilogue };
+        choose(registry.kernels(), registry.tables(), &h200(), &call)
+    };
+    let tn = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
+    let by_e5m2 = EpilogueArgs { out: Some(Dtype::Bf16), b: Some(Dtype::E5m2), scales: [0.5, 2.0], ..EpilogueArgs::default() };
+    let choice = choose_for(Dtype::E4m3, &tn, &by_e5m2).unwrap();
+    assert!(
+        choice.kernel.name().starts_with("gemm_tn_128x256x128_e4m3_wgmma_w12_b_e5m2_outbf16"),
+        "{}: {}",
+        choice.kernel.name(),
+        choice.reason
+    );
+    let by_e4m3 = EpilogueArgs { out: Some(Dtype::F32), b: Some(Dtype::E4m3), ..EpilogueArgs::default() };
+    let choice = choose_for(Dtype::E5m2, &GemmShape::packed(1000, 1040, 784, Layout::Tn), &by_e4m3).unwrap();
+    assert_eq!(
+        [choice.kernel.variant().dtype, choice.kernel.operand_dtype("b").unwrap(), choice.kernel.operand_dtype("c").unwrap()],
+        [Dtype::E5m2, Dtype::E4m3, Dtype::F32]
+    );
+    // Layouts with MN-major operands move them into K-major copies: B's transposes (of A's
+    // 8-bit type) move its bytes as they are.
+    let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
+    let choice = choose_for(Dtype::E4m3, &nn, &by_e5m2).unwrap();
+    assert_eq!((choice.strategy, choice.kernel.operand_dtype("b")), (Strategy::Padded, Some(Dtype::E5m2)), "{}", choice.reason);
+    // No variant multiplies bf16 by f16: the refusal names both types.
+    let by_f16 = EpilogueArgs { b: Some(Dtype::F16), ..EpilogueArgs::default() };
+    let refused = choose_for(Dtype::Bf16, &tn, &by_f16).unwrap_err();
+    assert!(refused.starts_with("no bf16 by f16 tn variant "), "{refused}");
+    // A variant checks B's type like any operand's.
+    let kernel = registry.kernel("gemm_tn_128x256x128_e4m3_wgmma_w12_b_e5m2_outbf16").unwrap();
+    let plan = |epilogue: &EpilogueArgs| plan_gemm_with(kernel.info(), Dtype::E4m3, &tn, Buffer::unallocated(tn.spans()), epilogue, 132);
+    assert!(plan(&by_e5m2).unwrap().is_some());
+    let same = EpilogueArgs { b: None, ..by_e5m2 };
+    assert_eq!(plan(&same).unwrap_err(), "it takes e5m2 elements for b, but the buffer holds e4m3");
+}

@@ -281,8 +281,8 @@ fn packed_shapes_with_a_zero_are_nothing_to_do_in_every_layout() {
         let layout = built.entry.variant.word("layout").and_then(Layout::parse).expect("a GEMM has a layout");
         let activation = Activation::of_epilogue(Activation::epilogue_of(&built.entry.variant)).expect("a known epilogue");
         let dtype = built.entry.variant.dtype;
-        let out = built.entry.operand_dtype("c").filter(|&out| out != dtype);
-        let epilogue = EpilogueArgs { activation, out, ..EpilogueArgs::default() };
+        let [b, out] = ["b", "c"].map(|name| built.entry.operand_dtype(name).filter(|&d| d != dtype));
+        let epilogue = EpilogueArgs { activation, out, b, ..EpilogueArgs::default() };
         let plan = |shape: &GemmShape, buffers| plan_gemm_with(built, dtype, shape, buffers, &epilogue, 132);
         for (m, n) in [(0, 64), (64, 0), (0, 0)] {
             let shape = GemmShape::packed(m, n, 64, layout);

@@ -14,6 +14,7 @@ stages = 2
 cluster = 1
 split_k = 1
 epilogue = "none"
+b_dtype = "in"
 out = "in"
 bounds = "checked"
 
@@ -87,6 +88,7 @@ bounds = ["checked", "unchecked"]
     assert_eq!(
         axes,
         [
+            ("b_dtype", "in".into()),
             ("cluster", "1".into()),
             ("epilogue", "none".into()),
             ("layout", "nn".into()),
@@ -148,7 +150,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, out, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, b_dtype, out, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -341,6 +343,7 @@ fn shipped_names_keep_their_axes() {
             ("cluster", "1"),
             ("split_k", "1"),
             ("epilogue", "none"),
+            ("b_dtype", "in"),
             ("out", "in"),
             ("bounds", bounds),
         ])

@@ -85,12 +85,12 @@ impl Cublas {
     /// a batch through cublasGemmStridedBatchedEx.
     /// cuBLAS is column-major, so it computes Cᵀ = Bᵀ·Aᵀ: a row-major operand is a column-major
     /// one transposed.
-    pub fn gemm<T: Element, TC: Element>(
+    pub fn gemm<T: Element, TC: Element, TB: Element>(
         &self,
         stream: &Arc<CudaStream>,
         shape: &GemmShape,
         a: &CudaSlice<T>,
-        b: &CudaSlice<T>,
+        b: &CudaSlice<TB>,
         c: &mut CudaSlice<TC>,
     ) -> Result<(), String> {
         let op = |row_major: bool| if row_major { cublasOperation_t::CUBLAS_OP_N } else { cublasOperation_t::CUBLAS_OP_T };
@@ -100,6 +100,9 @@ impl Cublas {
             Dtype::Bf16 => Ok(cudaDataType::CUDA_R_16BF),
             Dtype::E4m3 | Dtype::E5m2 => Err(format!("cuBLAS's GEMM takes no {dtype} (cuBLASLt does)")),
         };
+        if TB::DTYPE != T::DTYPE {
+            return Err(format!("cuBLAS's GEMM takes A and B of one type, not {} and {}", T::DTYPE, TB::DTYPE));
+        }
         let (data_type, out_type) = (data_type(T::DTYPE)?, data_type(TC::DTYPE)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
         let (a_ptr, _a) = a.device_ptr(stream);

@@ -34,7 +34,7 @@ pub fn lt_epilogue(activation: Activation) -> Option<cublasLtEpilogue_t> {
 /// One cuBLASLt problem, C = act(A·B + bias) or C = A·B, in our row-major convention, with its
 /// algorithm chosen once. cuBLASLt is column-major: it computes Cᵀ (N×M) = Bᵀ·Aᵀ, so our
 /// per-column bias is its per-row one. 8-bit inputs accumulate in the tensor cores' own fp8
-/// path (`CUBLASLT_MATMUL_DESC_FAST_ACCUM`), as ours do; C is of `TC`.
+/// path (`CUBLASLT_MATMUL_DESC_FAST_ACCUM`), as ours do; A is of `T`, B of `TB`, C of `TC`.
 pub struct LtGemm {
     handle: sys::cublasLtHandle_t,
     desc: sys::cublasLtMatmulDesc_t,
@@ -44,7 +44,7 @@ pub struct LtGemm {
 }
 
 impl LtGemm {
-    pub fn new<T: Element, TC: Element>(
+    pub fn new<T: Element, TC: Element, TB: Element>(
         gpu: &Gpu,
         shape: &GemmShape,
         fused: Option<(Activation, &CudaSlice<TC>)>,
@@ -69,7 +69,7 @@ impl LtGemm {
             algo: unsafe { std::mem::zeroed() },
             workspace,
         };
-        let (ty, out) = (data_type(T::DTYPE), data_type(TC::DTYPE));
+        let (ty, ty_b, out) = (data_type(T::DTYPE), data_type(TB::DTYPE), data_type(TC::DTYPE));
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
         // Its A is our B (N×K as it sees it), its B our A (K×M), its D our C (N×M).
         let trans_a = !shape.layout.b_row_major();
@@ -77,7 +77,7 @@ impl LtGemm {
         let a = if trans_a { (k, n) } else { (n, k) };
         let b = if trans_b { (m, k) } else { (k, m) };
         plan.layouts = [
-            lt::create_matrix_layout(ty, a.0, a.1, shape.ldb as i64).map_err(err("layout"))?,
+            lt::create_matrix_layout(ty_b, a.0, a.1, shape.ldb as i64).map_err(err("layout"))?,
             lt::create_matrix_layout(ty, b.0, b.1, shape.lda as i64).map_err(err("layout"))?,
             lt::create_matrix_layout(out, n, m, shape.ldc as i64).map_err(err("layout"))?,
         ];
@@ -120,11 +120,11 @@ impl LtGemm {
     }
 
     /// Enqueues one call on `stream`.
-    pub fn run<T: Element, TC: Element>(
+    pub fn run<T: Element, TC: Element, TB: Element>(
         &self,
         stream: &Arc<CudaStream>,
         a: &CudaSlice<T>,
-        b: &CudaSlice<T>,
+        b: &CudaSlice<TB>,
         c: &mut CudaSlice<TC>,
     ) -> Result<(), String> {
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -237,12 +237,12 @@ impl Unfused {
 
     /// Enqueues the GEMM and the bias kernel; C's rows must allow 16-byte vectors, of 16-bit
     /// elements.
-    pub fn run<T: Element, TC: Element>(
+    pub fn run<T: Element, TC: Element, TB: Element>(
         &self,
         stream: &Arc<CudaStream>,
         shape: &GemmShape,
         a: &CudaSlice<T>,
-        b: &CudaSlice<T>,
+        b: &CudaSlice<TB>,
         c: &mut CudaSlice<TC>,
         bias: &CudaSlice<TC>,
     ) -> Result<(), String> {

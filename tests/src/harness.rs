@@ -10,7 +10,7 @@
 //! (`--include-ignored`), or with a driver but no GPU, each reports itself ignored with the reason.
 
 use crate::host::{read_regions, relative_error, Operands};
-use crate::{device, report, trials, with_element, with_output};
+use crate::{device, report, trials, with_inputs, with_output};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -89,20 +89,24 @@ fn perf(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, Strin
 /// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
 /// dtype and layout; 8-bit inputs with bf16 out; 16- and 32-bit inputs also with bias + GELU
 /// in every layout (`gelu_bias_<shape>`: layouts without epilogue variants move A or B); 8- and
-/// 16-bit inputs also with f32 out (`outf32_<shape>`: checked mma variants take every shape).
+/// 16-bit inputs also with f32 out (`outf32_<shape>`: checked mma variants take every shape);
+/// e4m3 by e5m2 and e5m2 by e4m3 (`<a>_by_<b>_<layout>`) with bf16 out.
 /// 8-bit calls run on the shapes whose C rows and K-major operands' rows are 16-byte multiples
 /// of the inputs' elements: the padded strategy never moves a C of another type than the
 /// inputs, and its moves of A or B are transposes, which give an unaligned operand the other
 /// order (fine for an MN-major one, which the tn variants want K-major).
 fn dispatch_trials(driver: bool) -> Vec<Trial> {
     let mut trials = Vec::new();
-    for &dtype in Dtype::ALL {
+    let mixed = [(Dtype::E4m3, Dtype::E5m2), (Dtype::E5m2, Dtype::E4m3)];
+    for (dtype, b) in Dtype::ALL.iter().map(|&d| (d, d)).chain(mixed) {
         let eight_bit = dtype.size_bytes() == 1;
         let outs: &[Dtype] = match dtype.size_bytes() {
+            _ if b != dtype => &[Dtype::Bf16],
             1 => &[Dtype::Bf16, Dtype::F32],
             2 => &[dtype, Dtype::F32],
             _ => &[dtype],
         };
+        let inputs = if b == dtype { dtype.to_string() } else { format!("{dtype}_by_{b}") };
         for (&out, &layout) in outs.iter().flat_map(|out| Layout::ALL.iter().map(move |layout| (out, layout))) {
             let plain = trials::dispatch_shapes(layout).into_iter().map(|(label, shape)| (label, shape, None));
             let gelu = GemmShape::packed(520, 1024, 784, layout);
@@ -116,13 +120,13 @@ fn dispatch_trials(driver: bool) -> Vec<Trial> {
             };
             let aligned = move |s: &GemmShape| !eight_bit || k_major_aligned(s);
             for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| aligned(s)) {
-                let trial = Trial::ignorable_test(format!("dispatch::{dtype}_{layout}::{prefix}{label}"), move || {
+                let trial = Trial::ignorable_test(format!("dispatch::{inputs}_{layout}::{prefix}{label}"), move || {
                     let gpu = match device::gpu() {
                         Ok(gpu) => gpu,
                         Err(reason) => return Ok(Completion::ignored_with(reason)),
                     };
                     let registry = registry()?;
-                    let summary = with_element!(dtype, T => with_output!(out, TC => trials::dispatch_correctness::<T, TC>(gpu, registry, shape, activation)))?;
+                    let summary = with_inputs!(dtype, b, T, TB => with_output!(out, TC => trials::dispatch_correctness::<T, TC, TB>(gpu, registry, shape, activation)))?;
                     println!("{summary}");
                     Ok(Completion::Completed)
                 });

@@ -24,13 +24,13 @@ pub fn relative_error(out: &[f64], reference: &[f64]) -> f64 {
 }
 
 /// Element (i, k) of A and (k, j) of B as stored in `shape`'s layout.
-pub struct Operands<'a, T> {
+pub struct Operands<'a, T, TB = T> {
     pub shape: GemmShape,
     pub a: &'a [T],
-    pub b: &'a [T],
+    pub b: &'a [TB],
 }
 
-impl<T: Element> Operands<'_, T> {
+impl<T: Element, TB: Element> Operands<'_, T, TB> {
     pub fn a(&self, i: usize, k: usize) -> f64 {
         let s = &self.shape;
         let index = if s.layout.a_row_major() { i * s.lda + k } else { k * s.lda + i };

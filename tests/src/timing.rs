@@ -20,12 +20,12 @@ enum Library {
     Lt(LtGemm),
 }
 
-/// One GEMM problem, ready to time: inputs of `T`, outputs of `TC`.
-pub struct GemmCase<T: Element, TC: Element = T> {
+/// One GEMM problem, ready to time: A of `T`, B of `TB`, outputs of `TC`.
+pub struct GemmCase<T: Element, TC: Element = T, TB: Element = T> {
     pub shape: GemmShape,
     a: Vec<T>,
-    b: Vec<T>,
-    inputs: Vec<(CudaSlice<T>, CudaSlice<T>)>,
+    b: Vec<TB>,
+    inputs: Vec<(CudaSlice<T>, CudaSlice<TB>)>,
     outputs: Vec<CudaSlice<TC>>,
     library: Option<Library>,
     /// Largest relative error the spot check allows: the family's declared tolerance.
@@ -34,11 +34,12 @@ pub struct GemmCase<T: Element, TC: Element = T> {
     pub bias_activation: Option<(Activation, Vec<TC>, CudaSlice<TC>)>,
 }
 
-impl<T: Element, TC: Element> GemmCase<T, TC> {
+impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     pub fn new(gpu: &Gpu, shape: GemmShape, tolerance: f64) -> Result<Self, String> {
         let [a_len, b_len, c_len] = shape.spans();
-        let (a, b) = (random::<T>(a_len), random::<T>(b_len));
-        let bytes = (a_len + b_len) * T::DTYPE.size_bytes() as usize + c_len * TC::DTYPE.size_bytes() as usize;
+        let (a, b) = (random::<T>(a_len), random::<TB>(b_len));
+        let size = |dtype: tilesmith_runtime::Dtype| dtype.size_bytes() as usize;
+        let bytes = a_len * size(T::DTYPE) + b_len * size(TB::DTYPE) + c_len * size(TC::DTYPE);
         let sets = rotation(gpu, bytes)?;
         let mut inputs = Vec::with_capacity(sets);
         let mut outputs = Vec::with_capacity(sets);
@@ -130,7 +131,7 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
         gpu: &Gpu,
         warmup: usize,
         runs: usize,
-        mut launch: impl FnMut(GemmArgs<'_, T, TC>) -> Result<(), String>,
+        mut launch: impl FnMut(GemmArgs<'_, T, TC, TB>) -> Result<(), String>,
     ) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
         for output in &mut self.outputs {
@@ -157,7 +158,7 @@ impl<T: Element, TC: Element> GemmCase<T, TC> {
                 if self.shape.is_batched() {
                     return Err("the cuBLASLt baseline of 8-bit inputs times single problems".into());
                 }
-                Library::Lt(LtGemm::new::<T, TC>(gpu, &self.shape, None)?)
+                Library::Lt(LtGemm::new::<T, TC, TB>(gpu, &self.shape, None)?)
             } else {
                 Library::Cublas(Cublas::new(gpu)?)
             });

@@ -53,6 +53,32 @@ macro_rules! with_element {
     };
 }
 
+/// Runs `$body` with `$t` and `$tb` bound to the Rust types of a GEMM's A and B: one type, or
+/// e4m3 and e5m2 either way round (the only mix variants take, wgmma's 8-bit one), else
+/// evaluates to an error naming them.
+#[macro_export]
+macro_rules! with_inputs {
+    ($a:expr, $b:expr, $t:ident, $tb:ident => $body:expr) => {
+        match ($a, $b) {
+            (Dtype::E4m3, Dtype::E5m2) => {
+                type $t = tilesmith_runtime::F8E4M3;
+                type $tb = tilesmith_runtime::F8E5M2;
+                $body
+            }
+            (Dtype::E5m2, Dtype::E4m3) => {
+                type $t = tilesmith_runtime::F8E5M2;
+                type $tb = tilesmith_runtime::F8E4M3;
+                $body
+            }
+            (a, b) if a == b => $crate::with_element!(a, $t => {
+                type $tb = $t;
+                $body
+            }),
+            (a, b) => Err(format!("the GEMM trials take A and B of one type, or of e4m3 and e5m2, not {a} and {b}")),
+        }
+    };
+}
+
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`, a GEMM output's (f32, f16 or
 /// bf16: no kernel writes 8-bit outputs), else evaluates to an error naming it.
 #[macro_export]
@@ -133,11 +159,17 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
 pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
     match kernel.info().entry.declaration.reference.library {
         Some(Library::CublasGemm) => {
-            let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
-            with_element!(kernel.variant().dtype, T => with_output!(out, TC => gemm_correctness::<T, TC>(gpu, kernel)))
+            let [b, out] = operand_dtypes(kernel)?;
+            with_inputs!(kernel.variant().dtype, b, T, TB => with_output!(out, TC => gemm_correctness::<T, TC, TB>(gpu, kernel)))
         }
         None => declared::correctness(gpu, registry, kernel),
     }
+}
+
+/// The element types of a GEMM variant's B and C.
+fn operand_dtypes(kernel: &Kernel) -> Result<[Dtype; 2], String> {
+    let of = |name: &str| kernel.operand_dtype(name).ok_or(format!("the GEMM family declares no operand `{name}`"));
+    Ok([of("b")?, of("c")?])
 }
 
 /// NaN elements past the end of an output, 64 rows and a bit: a write past the last row, or a
@@ -157,29 +189,29 @@ pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
 /// The `index`-th correctness case of a variant on `shape`: for an epilogue variant, random α
 /// and bias, and on odd cases also β with a random C and a row bias; random per-tensor scales
 /// where the variant takes them (8-bit inputs).
-fn gemm_once<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
+fn gemm_once<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel, shape: GemmShape, index: usize) -> Result<f64, String> {
     let tolerance = gemm_tolerance(kernel, &shape)?;
     let epilogue = match epilogue_of(kernel)? {
         (activation, true) => EpilogueInputs::random(activation, &shape, shape.spans()[2], index % 2 == 1, index % 2 == 1),
         (_, false) => EpilogueInputs::plain(),
     };
     let epilogue = if kernel.info().entry.launch.takes_scalar("scale_a") { epilogue.with_random_scales() } else { epilogue };
-    gemm_checked::<T, TC>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
+    gemm_checked::<T, TC, TB>(gpu, shape, tolerance, &epilogue, |args| kernel.gemm(gpu, args).map_err(|err| err.to_string()))
 }
 
 /// One GEMM through `launch` on fresh random inputs and a NaN-poisoned C with guard rows (C's
 /// regions random where the epilogue reads them), checked: every output of every problem
 /// written, nothing outside them, relative error to the float64 reference within the dtype's
 /// bound.
-fn gemm_checked<T: Element, TC: Element>(
+fn gemm_checked<T: Element, TC: Element, TB: Element>(
     gpu: &Gpu,
     shape: GemmShape,
     tolerance: f64,
     epilogue: &EpilogueInputs<TC>,
-    launch: impl FnOnce(GemmArgs<'_, T, TC>) -> Result<(), String>,
+    launch: impl FnOnce(GemmArgs<'_, T, TC, TB>) -> Result<(), String>,
 ) -> Result<f64, String> {
     let [a_len, b_len, c_len] = shape.spans();
-    let (a, b) = (random::<T>(a_len), random::<T>(b_len));
+    let (a, b) = (random::<T>(a_len), random::<TB>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
     let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![TC::NAN; c_len]);
     c0.resize(c_len + guard(shape.ldc), TC::NAN);
@@ -222,7 +254,8 @@ fn gemm_checked<T: Element, TC: Element>(
         .collect();
     let error = relative_error(&region, &reference);
     if error > tolerance {
-        return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {} to {}", T::DTYPE, TC::DTYPE));
+        let inputs = if TB::DTYPE == T::DTYPE { T::DTYPE.to_string() } else { format!("{} by {}", T::DTYPE, TB::DTYPE) };
+        return Err(format!("{what}: relative error {error:.3e} over the {tolerance:.0e} allowed for {inputs} to {}", TC::DTYPE));
     }
     Ok(error)
 }
@@ -262,7 +295,7 @@ pub fn dispatch_shapes(layout: Layout) -> Vec<(String, GemmShape)> {
 
 /// The dispatcher on one call, C = A·B or, with an activation, act(α·A·B + bias): the pick
 /// must take it (no refusal) and compute it right.
-pub fn dispatch_correctness<T: Element, TC: Element>(
+pub fn dispatch_correctness<T: Element, TC: Element, TB: Element>(
     gpu: &Gpu,
     registry: &Registry,
     shape: GemmShape,
@@ -270,12 +303,12 @@ pub fn dispatch_correctness<T: Element, TC: Element>(
 ) -> Result<String, String> {
     let mut workspace = Workspace::new();
     let mut picked = None;
-    let tolerance = dispatch_tolerance(registry, T::DTYPE, TC::DTYPE, &shape)?;
+    let tolerance = dispatch_tolerance(registry, [T::DTYPE, TB::DTYPE, TC::DTYPE], &shape)?;
     let epilogue = match activation {
         Some(activation) => EpilogueInputs::random(activation, &shape, shape.spans()[2], false, false),
         None => EpilogueInputs::plain(),
     };
-    let error = gemm_checked::<T, TC>(gpu, shape, tolerance, &epilogue, |args| {
+    let error = gemm_checked::<T, TC, TB>(gpu, shape, tolerance, &epilogue, |args| {
         picked = Some(registry.gemm(gpu, args, &mut workspace).map_err(|err| err.to_string())?);
         Ok(())
     })?;
@@ -283,19 +316,20 @@ pub fn dispatch_correctness<T: Element, TC: Element>(
     Ok(format!("{}, relative error {error:.2e}; {}", choice.label(), choice.reason))
 }
 
-fn gemm_correctness<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn gemm_correctness<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shapes = gemm_shapes(kernel);
     let mut worst: f64 = 0.0;
     for (index, shape) in shapes.iter().enumerate() {
-        worst = worst.max(gemm_once::<T, TC>(gpu, kernel, *shape, index)?);
+        worst = worst.max(gemm_once::<T, TC, TB>(gpu, kernel, *shape, index)?);
     }
     let batched = batched_shape(kernel);
-    worst = worst.max(gemm_once::<T, TC>(gpu, kernel, batched, 1)?);
-    let refusal = refused_gemm::<T, TC>(gpu, kernel)?;
-    let bias = refused_bias::<T, TC>(gpu, kernel)?;
-    let overlap = refused_overlap::<T, TC>(gpu, kernel)?;
+    worst = worst.max(gemm_once::<T, TC, TB>(gpu, kernel, batched, 1)?);
+    let refused = refused_gemm::<T, TC, TB>(gpu, kernel)?;
+    let bias = refused_bias::<T, TC, TB>(gpu, kernel)?;
+    let overlap = refused_overlap::<T, TC, TB>(gpu, kernel)?;
+    let types = refused_types::<T, TC, TB>(gpu, kernel)?;
     Ok(format!(
-        "{} shapes and a batch of {}, worst relative error {worst:.2e}; refused as it must: {refusal}; {bias}; and {overlap}",
+        "{} shapes and a batch of {}, worst relative error {worst:.2e}; refused as it must: {refused}; {bias}; {overlap}; and {types}",
         shapes.len(),
         batched.batch.count
     ))
@@ -313,48 +347,70 @@ fn batched_shape(kernel: &Kernel) -> GemmShape {
 
 /// A batch whose problems' outputs overlap (C's stride one row short of a problem) must be
 /// refused, C untouched.
-fn refused_overlap<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_overlap<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let good = batched_shape(kernel);
     let [_, b, c] = good.batch.strides;
     let shape = good.with_batch(Batch { strides: [0, b, c.saturating_sub(good.ldc)], ..good.batch });
     let [a_len, b_len, c_len] = shape.spans();
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
-    match kernel.gemm(gpu, args) {
-        Err(Error::Refused { rule, .. }) if download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
-        Err(Error::Refused { rule, .. }) => Err(format!("refused overlapping outputs ({rule}) but C was written")),
-        Err(other) => Err(format!("expected a refusal of overlapping outputs, got: {other}")),
-        Ok(()) => Err(format!(
-            "launched a batch whose C stride {} is below a problem's span; it should have been refused",
-            shape.batch.strides[2]
-        )),
+    let launched = kernel.gemm(gpu, args);
+    let what = format!("a batch whose C stride {} is below a problem's span", shape.batch.strides[2]);
+    refusal(gpu, launched, &dc, &what)
+}
+
+/// What a call that must be refused (`what`) got: the rule, if refused with C untouched.
+fn refusal<TC: Element>(gpu: &Gpu, launched: Result<(), Error>, c: &cudarc::driver::CudaSlice<TC>, what: &str) -> Result<String, String> {
+    match launched {
+        Err(Error::Refused { rule, .. }) if download(gpu, c)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
+        Err(Error::Refused { rule, .. }) => Err(format!("refused {what} ({rule}) but C was written")),
+        Err(other) => Err(format!("expected a refusal of {what}, got: {other}")),
+        Ok(()) => Err(format!("launched {what}; it should have been refused")),
     }
+}
+
+/// B of a type the variant does not read must be refused, C untouched: the other 8-bit type
+/// for an 8-bit B (so e4m3, A's own, for an e4m3-by-e5m2 variant), else f32 (f16 for f32).
+fn refused_types<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    match TB::DTYPE {
+        Dtype::E4m3 => refused_b::<T, TC, tilesmith_runtime::F8E5M2>(gpu, kernel),
+        Dtype::E5m2 => refused_b::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel),
+        Dtype::F32 => refused_b::<T, TC, half::f16>(gpu, kernel),
+        Dtype::F16 | Dtype::Bf16 => refused_b::<T, TC, f32>(gpu, kernel),
+    }
+}
+
+fn refused_b<T: Element, TC: Element, TWrong: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+    let shape = gemm_shapes(kernel)[0];
+    let [a_len, b_len, c_len] = shape.spans();
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TWrong>(b_len))?);
+    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
+    let (activation, _) = epilogue_of(kernel)?;
+    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
+    let launched = kernel.gemm(gpu, args);
+    refusal(gpu, launched, &dc, &format!("a B of {}", TWrong::DTYPE))
 }
 
 /// A bias the variant must refuse: one element short for an epilogue variant, any for one
 /// without an epilogue. C must be left untouched.
-fn refused_bias<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_bias<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shape = gemm_shapes(kernel)[0];
     let [a_len, b_len, c_len] = shape.spans();
     let (activation, applies) = epilogue_of(kernel)?;
     let bias_len = if applies { shape.n - 1 } else { shape.n };
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let bias = upload(gpu, &random::<TC>(bias_len))?;
     let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue::bias(activation, &bias));
-    match kernel.gemm(gpu, args) {
-        Err(Error::Refused { rule, .. }) if download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan()) => Ok(rule),
-        Err(Error::Refused { rule, .. }) => Err(format!("refused a bias ({rule}) but C was written")),
-        Err(other) => Err(format!("expected a refusal of a bias of {bias_len} elements, got: {other}")),
-        Ok(()) => Err(format!("launched with a bias of {bias_len} elements for N = {}; it should have been refused", shape.n)),
-    }
+    let launched = kernel.gemm(gpu, args);
+    refusal(gpu, launched, &dc, &format!("a bias of {bias_len} elements for N = {}", shape.n))
 }
 
 /// A call the variant must refuse: an off-tile shape for an unchecked variant, a C buffer one
 /// element short for a checked one.
-fn refused_gemm<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
+fn refused_gemm<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let good = gemm_shapes(kernel)[0];
     let (shape, c_len) = if kernel.variant().is_checked() {
         (good, good.spans()[2] - 1)
@@ -363,22 +419,12 @@ fn refused_gemm<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<S
         (off_tile, off_tile.spans()[2])
     };
     let [a_len, b_len, _] = shape.spans();
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<T>(b_len))?);
+    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
-    match kernel.gemm(gpu, args) {
-        Err(Error::Refused { rule, .. }) => {
-            let untouched = download(gpu, &dc)?.iter().all(|x| x.to_f64().is_nan());
-            if untouched {
-                Ok(rule)
-            } else {
-                Err(format!("refused ({rule}) but C was written"))
-            }
-        }
-        Err(other) => Err(format!("expected a refusal, got: {other}")),
-        Ok(()) => Err(format!("launched {}x{}x{} with C of {c_len} elements; it should have been refused", shape.m, shape.n, shape.k)),
-    }
+    let launched = kernel.gemm(gpu, args);
+    refusal(gpu, launched, &dc, &format!("{}x{}x{} with C of {c_len} elements", shape.m, shape.n, shape.k))
 }
 
 /// Edge of the square GEMM problem the performance trials time.
@@ -389,8 +435,8 @@ pub const GEMM_PERF_EDGE: usize = 4096;
 pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String> {
     match kernel.info().entry.declaration.baseline {
         Baseline::CublasGemm => {
-            let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
-            with_element!(kernel.variant().dtype, T => with_output!(out, TC => gemm_performance::<T, TC>(gpu, kernel)))
+            let [b, out] = operand_dtypes(kernel)?;
+            with_inputs!(kernel.variant().dtype, b, T, TB => with_output!(out, TC => gemm_performance::<T, TC, TB>(gpu, kernel)))
         }
         Baseline::Copy => {
             let mut case = Case::new(gpu, kernel, declared::perf_shape(kernel)?)?;
@@ -401,10 +447,10 @@ pub fn performance(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Re
 }
 
 /// A GEMM variant beside cuBLAS (cuBLASLt for 8-bit inputs) at GEMM_PERF_EDGE³.
-fn gemm_performance<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
+fn gemm_performance<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<Record, String> {
     let layout = kernel.layout().map_err(|e| e.to_string())?;
     let shape = GemmShape::packed(GEMM_PERF_EDGE, GEMM_PERF_EDGE, GEMM_PERF_EDGE, layout);
-    let mut case = GemmCase::<T, TC>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
+    let mut case = GemmCase::<T, TC, TB>::new(gpu, shape, gemm_tolerance(kernel, &shape)?)?;
     let baseline_ms = case.time_cublas(gpu)?;
     // An epilogue variant is timed on activation(A·B + bias), beside cuBLAS's A·B
     // (`tilesmith bench` sets it beside cuBLASLt's fused epilogues).
@@ -414,11 +460,11 @@ fn gemm_performance<T: Element, TC: Element>(gpu: &Gpu, kernel: &Kernel) -> Resu
     case.record(gpu, kernel, baseline_ms)
 }
 
-/// The largest relative error a GEMM of `kernel`'s dtype and output type may have on `shape`,
-/// as its family declares ([`tilesmith_spec::Family::tolerance`]): the larger of the two
-/// types' tolerances.
+/// The largest relative error a GEMM of `kernel`'s types of A, B and C may have on `shape`, as
+/// its family declares ([`tilesmith_spec::Family::tolerance`]): the largest of the types'
+/// tolerances.
 pub fn gemm_tolerance(kernel: &Kernel, shape: &GemmShape) -> Result<f64, String> {
-    let out = kernel.operand_dtype("c").ok_or("the GEMM family declares no operand `c`")?;
+    let [b, out] = operand_dtypes(kernel)?;
     let quantity = |name: &str| match name {
         "m" => Some(shape.m as u64),
         "n" => Some(shape.n as u64),
@@ -426,15 +472,24 @@ pub fn gemm_tolerance(kernel: &Kernel, shape: &GemmShape) -> Result<f64, String>
         _ => None,
     };
     let family = &kernel.info().entry.declaration;
-    Ok(family.tolerance(kernel.variant().dtype, &quantity)?.max(family.tolerance(out, &quantity)?))
+    let mut worst: f64 = 0.0;
+    for dtype in [kernel.variant().dtype, b, out] {
+        worst = worst.max(family.tolerance(dtype, &quantity)?);
+    }
+    Ok(worst)
 }
 
 /// As [`gemm_tolerance`], for calls the dispatcher makes: the GEMM family's, from any of its
-/// variants of these input and output types.
-pub fn dispatch_tolerance(registry: &Registry, dtype: Dtype, out: Dtype, shape: &GemmShape) -> Result<f64, String> {
+/// variants of these types of A, B and C.
+pub fn dispatch_tolerance(registry: &Registry, [dtype, b, out]: [Dtype; 3], shape: &GemmShape) -> Result<f64, String> {
     let kernel = registry
         .kernels()
-        .find(|k| k.variant().family == "gemm" && k.variant().dtype == dtype && k.operand_dtype("c") == Some(out))
-        .ok_or(format!("the registry has no GEMM variant of {dtype} to {out}"))?;
+        .find(|k| {
+            k.variant().family == "gemm"
+                && k.variant().dtype == dtype
+                && k.operand_dtype("b") == Some(b)
+                && k.operand_dtype("c") == Some(out)
+        })
+        .ok_or(format!("the registry has no GEMM variant of {dtype} by {b} to {out}"))?;
     gemm_tolerance(kernel, shape)
 }
