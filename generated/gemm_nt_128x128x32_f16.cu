@@ -98,7 +98,8 @@ typedef __half TC;
 struct Epilogue {};
 struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
-__device__ __forceinline__ BiasPair bias_pair(const Epilogue&, int) { return BiasPair{}; }
+template <int PAIRS>
+__device__ __forceinline__ void bias_pairs(const Epilogue&, int, bool, BiasPair (&)[PAIRS]) {}
 template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, const BiasPair&) { return make_float2(x0, x1); }
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue&) { return true; }

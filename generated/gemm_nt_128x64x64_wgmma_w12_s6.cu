@@ -187,7 +187,8 @@ typedef __nv_bfloat16 TC;
 struct Epilogue {};
 struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
-__device__ __forceinline__ BiasPair bias_pair(const Epilogue&, int) { return BiasPair{}; }
+template <int PAIRS>
+__device__ __forceinline__ void bias_pairs(const Epilogue&, int, bool, BiasPair (&)[PAIRS]) {}
 template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue&, float x0, float x1, int, int, const BiasPair&) { return make_float2(x0, x1); }
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue&) { return true; }
@@ -384,8 +385,7 @@ gemm_nt_128x64x64_wgmma_w12_s6(const __grid_constant__ CUtensorMap tmA, const __
             }
             // This thread's column biases, loaded while the tile's MMAs run.
             BiasPair bias[TN / 8];
-#pragma unroll
-            for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
+            bias_pairs(ep, tile_n * TN + 2 * (t % 4), (tile_n + 1) * TN <= N, bias);
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an

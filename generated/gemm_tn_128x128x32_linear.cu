@@ -137,6 +137,21 @@ __device__ __forceinline__ BiasPair bias_pair(const Epilogue& e, int col) {
     return pair;
 }
 
+// The pairs of columns col + 8j and col + 8j + 1 (j < PAIRS), a thread's share of a tile. Where
+// all of them lie inside C (`inside`, uniform), plain loads with no test per pair: the tests and
+// branches cost the consumers as much issue time per tile as the epilogue itself
+// (docs/epilogue.md, step 4).
+template <int PAIRS>
+__device__ __forceinline__ void bias_pairs(const Epilogue& e, int col, bool inside, BiasPair (&pairs)[PAIRS]) {
+    if (e.bias && inside) {
+#pragma unroll
+        for (int j = 0; j < PAIRS; ++j) pairs[j] = *reinterpret_cast<const BiasPair*>(e.bias + col + 8 * j);
+    } else {
+#pragma unroll
+        for (int j = 0; j < PAIRS; ++j) pairs[j] = bias_pair(e, col + 8 * j);
+    }
+}
+
 // Whether the epilogue reads nothing of C or the row biases (beta = 0, no row_bias): a kernel
 // tests it once per tile and takes epilogue_two<true>, which then needs no test per output.
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {

@@ -226,6 +226,21 @@ __device__ __forceinline__ BiasPair bias_pair(const Epilogue& e, int col) {
     return pair;
 }
 
+// The pairs of columns col + 8j and col + 8j + 1 (j < PAIRS), a thread's share of a tile. Where
+// all of them lie inside C (`inside`, uniform), plain loads with no test per pair: the tests and
+// branches cost the consumers as much issue time per tile as the epilogue itself
+// (docs/epilogue.md, step 4).
+template <int PAIRS>
+__device__ __forceinline__ void bias_pairs(const Epilogue& e, int col, bool inside, BiasPair (&pairs)[PAIRS]) {
+    if (e.bias && inside) {
+#pragma unroll
+        for (int j = 0; j < PAIRS; ++j) pairs[j] = *reinterpret_cast<const BiasPair*>(e.bias + col + 8 * j);
+    } else {
+#pragma unroll
+        for (int j = 0; j < PAIRS; ++j) pairs[j] = bias_pair(e, col + 8 * j);
+    }
+}
+
 // Whether the epilogue reads nothing of C or the row biases (beta = 0, no row_bias): a kernel
 // tests it once per tile and takes epilogue_two<true>, which then needs no test per output.
 __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {
@@ -432,8 +447,7 @@ gemm_tn_64x128x64_f16_wgmma_w8_s6_gelu_erf(const __grid_constant__ CUtensorMap t
             }
             // This thread's column biases, loaded while the tile's MMAs run.
             BiasPair bias[TN / 8];
-#pragma unroll
-            for (int j = 0; j < TN / 8; ++j) bias[j] = bias_pair(ep, tile_n * TN + j * 8 + 2 * (t % 4));
+            bias_pairs(ep, tile_n * TN + 2 * (t % 4), (tile_n + 1) * TN <= N, bias);
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an
