@@ -351,14 +351,26 @@ fn refused_overlap<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Ker
     let good = batched_shape(kernel);
     let [_, b, c] = good.batch.strides;
     let shape = good.with_batch(Batch { strides: [0, b, c.saturating_sub(good.ldc)], ..good.batch });
-    let [a_len, b_len, c_len] = shape.spans();
+    let what = format!("a batch whose C stride {} is below a problem's span", shape.batch.strides[2]);
+    refused_call::<T, TC, TB>(gpu, kernel, shape, shape.spans()[2], &what)
+}
+
+/// A call on `shape` with fresh random A and B, a NaN-poisoned C of `c_len` elements and the
+/// variant's activation (nothing else of the epilogue), which must be refused (`what`).
+fn refused_call<T: Element, TC: Element, TB: Element>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    shape: GemmShape,
+    c_len: usize,
+    what: &str,
+) -> Result<String, String> {
+    let [a_len, b_len, _] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
     let launched = kernel.gemm(gpu, args);
-    let what = format!("a batch whose C stride {} is below a problem's span", shape.batch.strides[2]);
-    refusal(gpu, launched, &dc, &what)
+    refusal(gpu, launched, &dc, what)
 }
 
 /// What a call that must be refused (`what`) got: the rule, if refused with C untouched.
@@ -374,23 +386,14 @@ fn refusal<TC: Element>(gpu: &Gpu, launched: Result<(), Error>, c: &cudarc::driv
 /// B of a type the variant does not read must be refused, C untouched: the other 8-bit type
 /// for an 8-bit B (so e4m3, A's own, for an e4m3-by-e5m2 variant), else f32 (f16 for f32).
 fn refused_types<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
-    match TB::DTYPE {
-        Dtype::E4m3 => refused_b::<T, TC, tilesmith_runtime::F8E5M2>(gpu, kernel),
-        Dtype::E5m2 => refused_b::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel),
-        Dtype::F32 => refused_b::<T, TC, half::f16>(gpu, kernel),
-        Dtype::F16 | Dtype::Bf16 => refused_b::<T, TC, f32>(gpu, kernel),
-    }
-}
-
-fn refused_b<T: Element, TC: Element, TWrong: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shape = gemm_shapes(kernel)[0];
-    let [a_len, b_len, c_len] = shape.spans();
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TWrong>(b_len))?);
-    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
-    let (activation, _) = epilogue_of(kernel)?;
-    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
-    let launched = kernel.gemm(gpu, args);
-    refusal(gpu, launched, &dc, &format!("a B of {}", TWrong::DTYPE))
+    let c_len = shape.spans()[2];
+    match TB::DTYPE {
+        Dtype::E4m3 => refused_call::<T, TC, tilesmith_runtime::F8E5M2>(gpu, kernel, shape, c_len, "a B of e5m2"),
+        Dtype::E5m2 => refused_call::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel, shape, c_len, "a B of e4m3"),
+        Dtype::F32 => refused_call::<T, TC, half::f16>(gpu, kernel, shape, c_len, "a B of f16"),
+        Dtype::F16 | Dtype::Bf16 => refused_call::<T, TC, f32>(gpu, kernel, shape, c_len, "a B of f32"),
+    }
 }
 
 /// A bias the variant must refuse: one element short for an epilogue variant, any for one
@@ -418,13 +421,8 @@ fn refused_gemm<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel
         let off_tile = GemmShape::packed(good.m + 1, good.n, good.k, good.layout);
         (off_tile, off_tile.spans()[2])
     };
-    let [a_len, b_len, _] = shape.spans();
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
-    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
-    let (activation, _) = epilogue_of(kernel)?;
-    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
-    let launched = kernel.gemm(gpu, args);
-    refusal(gpu, launched, &dc, &format!("{}x{}x{} with C of {c_len} elements", shape.m, shape.n, shape.k))
+    let what = format!("{}x{}x{} with C of {c_len} elements", shape.m, shape.n, shape.k);
+    refused_call::<T, TC, TB>(gpu, kernel, shape, c_len, &what)
 }
 
 /// Edge of the square GEMM problem the performance trials time.
