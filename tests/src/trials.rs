@@ -105,8 +105,8 @@ macro_rules! with_output {
 /// The GEMM shapes a variant is tried on: every edge case for a checked variant, tile
 /// multiples (one with padded leading dimensions) for an unchecked one. Leading dimensions are
 /// rounded up to the multiple the variant needs (TMA's 16-byte rows); a persistent variant
-/// also gets more tiles than an H200 has multiprocessors, so that blocks take several, and a
-/// split-K variant a long K.
+/// also gets more tiles than an H200 has multiprocessors, so that blocks take several, a
+/// split-K variant a long K, and every variant more K blocks than its ring holds.
 pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     let (Ok(layout), &[tm, tn, tk]) = (kernel.layout(), kernel.variant().tile()) else { return Vec::new() };
     let [tm, tn, tk] = [tm, tn, tk].map(|t| t as usize);
@@ -144,6 +144,10 @@ pub fn gemm_shapes(kernel: &Kernel) -> Vec<GemmShape> {
     // Variants that need 16-byte rows anyway get the rows_16 shape twice.
     shapes.dedup();
     let odd = usize::from(kernel.variant().is_checked());
+    // More K blocks than the ring has stages, so that every stage is refilled (the shapes
+    // above stop at 4 K blocks).
+    let stages = kernel.variant().count("stages").unwrap_or(1) as usize;
+    shapes.push(packed(tm + 3 * odd, tn + 5 * odd, (stages + 2) * tk + 9 * odd));
     match &kernel.info().entry.launch.grid {
         GridRule::Persistent { .. } => shapes.push(packed(12 * tm + 5 * odd, 12 * tn + 3 * odd, tk + 7 * odd)),
         // A long K in slices of unequal length (the shapes above leave some slices empty).
