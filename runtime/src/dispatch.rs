@@ -531,7 +531,8 @@ const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
 fn backend_rate(backend: &str) -> f64 {
     match backend {
         "wgmma" => 6.8e12,
-        "mma" | "skinny" => 3.5e12,
+        "mma" => 3.5e12,
+        "skinny" => 1.5e12,
         _ => 0.3e12,
     }
 }
