@@ -532,6 +532,8 @@ fn backend_rate(backend: &str) -> f64 {
     match backend {
         "wgmma" => 6.8e12,
         "mma" => 3.5e12,
+        // Fitted by replay on the H100 and H200 tables (docs/dispatch.md, "The skinny backend"):
+        // at mma's rate it took skinny tiles for mid-size problems they are slow on.
         "skinny" => 1.5e12,
         _ => 0.3e12,
     }
