@@ -474,7 +474,7 @@ impl Case {
     pub fn time_kernel(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<f64, String> {
         let (shape, count) = (&self.shape, self.sets.len());
         let sets = &mut self.sets;
-        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()))?;
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, count, |i| sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()))?;
         // Every set holds the same inputs; the first's output is compared with the reference's
         // on copies of its inputs made on the GPU.
         let reference = reference(registry, kernel)?;
@@ -507,7 +507,7 @@ impl Case {
     pub fn time_copy(&mut self, gpu: &Gpu) -> Result<f64, String> {
         let count = self.copies.len();
         let copies = &mut self.copies;
-        median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+        median_ms(gpu.stream(), WARMUP, RUNS, count, |i| {
             let (src, dst) = &mut copies[i % count];
             gpu.stream().memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
         })

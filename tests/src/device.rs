@@ -37,14 +37,18 @@ pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
     Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).clamp(2, 64))
 }
 
-/// Median time in milliseconds of `runs` calls of `run(i)` (i counting up), each between two
-/// CUDA events, after `warmup` untimed calls.
+/// Median time in milliseconds of `runs` calls of `run(i)` (i counting up, over `sets` input
+/// sets), each between two CUDA events, after `warmup` untimed calls and at least one on every
+/// set: a call remembers its plan by buffers, as a model's repeated calls on the same weights
+/// and activations find it, so the timed calls see every set planned, and the L2 still rotated.
 pub fn median_ms(
     stream: &Arc<CudaStream>,
     warmup: usize,
     runs: usize,
+    sets: usize,
     mut run: impl FnMut(usize) -> Result<(), String>,
 ) -> Result<f64, String> {
+    let warmup = warmup.max(sets);
     for i in 0..warmup {
         run(i)?;
     }

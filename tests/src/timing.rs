@@ -139,7 +139,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         }
         let epilogue = fused(&self.bias_activation);
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        let ms = median_ms(gpu.stream(), warmup, runs, |i| {
+        let ms = median_ms(gpu.stream(), warmup, runs, sets, |i| {
             let (a, b) = &inputs[i % sets];
             launch(GemmArgs::new(a, b, &mut outputs[i % sets], shape).with_epilogue(epilogue))
         })?;
@@ -165,7 +165,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         }
         let (shape, sets) = (self.shape, self.inputs.len());
         let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("created above"));
-        median_ms(gpu.stream(), warmup, runs, |i| {
+        median_ms(gpu.stream(), warmup, runs, sets, |i| {
             let (a, b) = &inputs[i % sets];
             match library {
                 Library::Cublas(cublas) => cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets]),
@@ -180,7 +180,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         let (shape, sets) = (self.shape, self.inputs.len());
         let Some((_, _, bias)) = &self.bias_activation else { return Err("the problem fuses no bias and activation".into()) };
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        let ms = median_ms(gpu.stream(), WARMUP, RUNS, |i| {
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, sets, |i| {
             let (a, b) = &inputs[i % sets];
             match baseline {
                 FusedBaseline::Lt(lt) => lt.run(gpu.stream(), a, b, &mut outputs[i % sets]),
