@@ -526,18 +526,10 @@ pub fn heuristic<'k>(
 /// The rates the heuristic assumes where the driver reports no clocks: an H100 SXM's.
 const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
 
-/// The heuristic's model, fitted to the H200's table with `tilesmith replay` (docs/dispatch.md).
-/// Floating-point operations per second an SM sustains on a large tile, by backend, at 1980 MHz.
-fn backend_rate(backend: &str) -> f64 {
-    match backend {
-        "wgmma" => 6.8e12,
-        "mma" => 3.5e12,
-        // Fitted by replay on the H100 and H200 tables (docs/dispatch.md, "The skinny backend"):
-        // at mma's rate it took skinny tiles for mid-size problems they are slow on.
-        "skinny" => 1.5e12,
-        _ => 0.3e12,
-    }
-}
+/// Floating-point operations per second an SM sustains on a large tile at 1980 MHz: the
+/// backend's declared `gflops_per_sm` (variants.toml, fitted with `tilesmith replay`), else
+/// this, a CUDA-core kernel's.
+const UNDECLARED_GFLOPS_PER_SM: u32 = 300;
 /// Seconds a block waits for a load: the bytes its ring holds in flight, over this, bound the
 /// bandwidth it draws.
 const LOAD_LATENCY: f64 = 2.25e-6;
@@ -548,8 +540,8 @@ const BANDWIDTH_FRACTION: f64 = 1.35;
 const FIXED_SECONDS: f64 = 5e-6;
 /// A round of split-K blocks: the cluster barrier and adding up the slices, per slice.
 const SPLIT_SECONDS: f64 = 0.3e-6;
-/// How much slower mma and simt variants run on operands whose rows are not 16-byte aligned,
-/// element by element.
+/// How much slower a variant runs on operands whose rows are not 16-byte aligned, element by
+/// element.
 const ELEMENT_PATH: f64 = 6.0;
 /// The padded strategy's transposes move rows with odd leading dimensions at this fraction of
 /// the DRAM bandwidth, each read and written once.
@@ -589,10 +581,12 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     let blocks = (m / tm).ceil() * (n / tn).ceil() * split * problems;
     let rounds = (blocks / sms).ceil().max(1.0);
     let efficiency = 1.0 / (1.0 + 3.0 / tm + 22.0 / tn);
-    let rate = backend_rate(&variant.backend) * f64::from(clocks.sm_mhz.max(1)) / 1980.0 * efficiency;
+    let gflops = built.entry.gflops_per_sm.unwrap_or(UNDECLARED_GFLOPS_PER_SM);
+    let rate = f64::from(gflops) * 1e9 * f64::from(clocks.sm_mhz.max(1)) / 1980.0 * efficiency;
     let mut compute = rounds * 2.0 * tm * tn * (k / split).ceil() / rate;
+    // A variant that takes rows off 16-byte alignment loads them element by element.
     let element_path = strategy == Strategy::Direct
-        && variant.backend != "wgmma"
+        && built.entry.requires.ptr_align_bytes < 16
         && [shape.lda, shape.ldb].iter().zip(buffers).any(|(&ld, b)| misaligned(dtype, ld, b.addr));
     if element_path {
         compute *= ELEMENT_PATH;

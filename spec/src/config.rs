@@ -68,6 +68,10 @@ pub struct Backend {
     pub sass: Vec<String>,
     /// Virtual architecture to embed PTX for, so newer GPUs can JIT it (`compute_80`).
     pub ptx: String,
+    /// GFLOP/s an SM sustains on one of its large tiles at 1980 MHz: what the GEMM
+    /// dispatcher's heuristic assumes of the backend's kernels where no tuning table speaks.
+    #[serde(default)]
+    pub gflops_per_sm: Option<u32>,
 }
 
 /// A variant as declared: its axes, where it came from, and its backend's build data.
@@ -273,6 +277,9 @@ impl Parser<'_> {
                         backend.ptx
                     ),
                 );
+            }
+            if backend.gflops_per_sm == Some(0) {
+                self.report(offset, None, format!("backend `{family}.{name}`: gflops_per_sm must be above 0 (or left out)"));
             }
             // Declared even when broken, so that its uses are not reported as unknown too.
             backends.insert(name.clone(), backend.clone());

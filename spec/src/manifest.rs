@@ -46,6 +46,9 @@ pub struct Entry {
     pub launch: LaunchSpec,
     pub requires: Requirements,
     pub targets: Targets,
+    /// Its backend's declared `gflops_per_sm`, for the dispatcher's heuristic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gflops_per_sm: Option<u32>,
 }
 
 /// The assumptions a variant makes of its arguments, which the runtime checks before launch.

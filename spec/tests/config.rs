@@ -226,6 +226,16 @@ fn backends_must_name_known_architectures() {
 }
 
 #[test]
+fn a_backend_rate_must_be_above_zero() {
+    let text = BASE.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ngflops_per_sm = 0\n") + "[[gemm.groups]]\n";
+    let message = Config::parse(Path::new("v.toml"), &declared(&text)).unwrap_err().to_string();
+    assert!(message.contains("backend `gemm.simt`: gflops_per_sm must be above 0 (or left out)"), "{message}");
+    let declared_rate = BASE.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ngflops_per_sm = 300\n") + "[[gemm.groups]]\n";
+    let config = Config::parse(Path::new("v.toml"), &declared(&declared_rate)).unwrap();
+    assert!(config.variants.iter().all(|v| v.backend.gflops_per_sm == Some(300)));
+}
+
+#[test]
 fn toml_errors_name_the_line() {
     let message = error("\n[[gemm.groups]]\nlayout = nn\n");
     assert!(message.starts_with(&format!("variants.toml:{}: ", line_of("\n[[gemm.groups]]\nlayout = nn\n", "= nn"))), "{message}");
