@@ -159,13 +159,50 @@ struct Tile {
     }
 };
 
-// A is TM x TK: stored K-major (rows of K) or M-major (rows of M); B likewise with N.
+// A is TM x TK, stored K-major (rows of K) or M-major (rows of M); B likewise with N.
 typedef Tile<A_K_MAJOR ? TM : TK, A_K_MAJOR ? TK : TM> TileA;
 typedef Tile<B_K_MAJOR ? TN : TK, B_K_MAJOR ? TK : TN> TileB;
 #define STAGE_BYTES (TileA::BYTES + TileB::BYTES)
 
-// Two adjacent outputs of a row (of C's type, TC), stored in one access.
+// Copies A's TM x TK block at (m0, k0) and B's TK x TN block at (k0, n0) into the ring stage
+// at `dst`; a masked one reads what lies past the matrix as zero.
+__device__ __forceinline__ void load_stage_tiles(uint32_t dst, const T* A, long long lda, const T* B, long long ldb, int m0, int n0,
+                                                 int k0, int M, int N, int K, bool a_masked, bool b_masked, bool a_aligned,
+                                                 bool b_aligned) {
+    if (A_K_MAJOR) TileA::load(dst, A + (long long)m0 * lda + k0, lda, M - m0, K - k0, a_masked, a_aligned);
+    else TileA::load(dst, A + (long long)k0 * lda + m0, lda, K - k0, M - m0, a_masked, a_aligned);
+    if (B_K_MAJOR) TileB::load(dst + TileA::BYTES, B + (long long)n0 * ldb + k0, ldb, N - n0, K - k0, b_masked, b_aligned);
+    else TileB::load(dst + TileA::BYTES, B + (long long)k0 * ldb + n0, ldb, K - k0, N - n0, b_masked, b_aligned);
+}
+
+// ldmatrix.x4 reads four 8x8 matrices, lane l addressing row l % 8 of matrix l / 8.
+// A's mma.sync fragment of rows m..m+15 and 16-deep k step ks: matrices (m 0-7, k 0-7),
+// (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15); transposed where A is stored M-major.
+__device__ __forceinline__ void a_fragment(uint32_t (&a)[4], uint32_t a_tile, int m, int ks, int lane) {
+    const int j = lane / 8, r = lane % 8;
+    if (A_K_MAJOR) ldmatrix_x4(a, a_tile + TileA::offset(m + r + 8 * (j % 2), ks * 2 + j / 2));
+    else ldmatrix_x4_trans(a, a_tile + TileA::offset(ks * 16 + r + 8 * (j / 2), m / 8 + j % 2));
+}
+
+// B's fragments of columns n..n+7 (`lo`) and n+8..n+15 (`hi`), k step ks: matrices
+// (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+__device__ __forceinline__ void b_fragments(uint32_t (&lo)[2], uint32_t (&hi)[2], uint32_t b_tile, int n, int ks, int lane) {
+    const int j = lane / 8, r = lane % 8;
+    uint32_t q[4];
+    if (B_K_MAJOR) ldmatrix_x4(q, b_tile + TileB::offset(n + r + 8 * (j / 2), ks * 2 + j % 2));
+    else ldmatrix_x4_trans(q, b_tile + TileB::offset(ks * 16 + r + 8 * (j % 2), n / 8 + j / 2));
+    lo[0] = q[0];
+    lo[1] = q[1];
+    hi[0] = q[2];
+    hi[1] = q[3];
+}
+
+// Two adjacent outputs of a row of C (of type TC), stored in one access.
 struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
+
+__device__ __forceinline__ void store_pair(TC* p, TC lo, TC hi) {
+    *reinterpret_cast<Pair*>(p) = Pair{ lo, hi };
+}
 
 // Small blocks ask for two per SM, so that one's barrier hides behind the other's MMAs.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -197,12 +234,8 @@ gemm_tn_128x256x32_w8_unchecked(const T* __restrict__ A, const T* __restrict__ B
     // Issues the copies of k-tile `kt` into pipeline stage `stage`.
     auto load_stage = [&](int stage, int kt) {
         const int k0 = kt * TK;
-        const uint32_t dst = smem_base + stage * STAGE_BYTES;
         const bool masked = edge_mn || k0 + TK > K || !a_aligned || !b_aligned;
-        if (A_K_MAJOR) TileA::load(dst, A + (long long)m0 * lda + k0, lda, M - m0, K - k0, masked, a_aligned);
-        else TileA::load(dst, A + (long long)k0 * lda + m0, lda, K - k0, M - m0, masked, a_aligned);
-        if (B_K_MAJOR) TileB::load(dst + TileA::BYTES, B + (long long)n0 * ldb + k0, ldb, N - n0, K - k0, masked, b_aligned);
-        else TileB::load(dst + TileA::BYTES, B + (long long)k0 * ldb + n0, ldb, K - k0, N - n0, masked, b_aligned);
+        load_stage_tiles(smem_base + stage * STAGE_BYTES, A, lda, B, ldb, m0, n0, k0, M, N, K, masked, masked, a_aligned, b_aligned);
     };
 
     float acc[MI][NI][4] = {};
@@ -216,10 +249,6 @@ gemm_tn_128x256x32_w8_unchecked(const T* __restrict__ A, const T* __restrict__ B
     cp_async_wait<STAGES - 2>();
     __syncthreads();
 
-    // Which row and 16-byte chunk of an 8x8 matrix this lane addresses for ldmatrix.x4:
-    // matrix j = lane / 8, row lane % 8.
-    const int j = lane / 8, r = lane % 8;
-
     // Fragments of one 16-deep k-step, double-buffered: step ks + 1 loads while ks multiplies.
     uint32_t a[2][MI][4];
     uint32_t b[2][NI][2];
@@ -227,24 +256,9 @@ gemm_tn_128x256x32_w8_unchecked(const T* __restrict__ A, const T* __restrict__ B
         const uint32_t a_tile = smem_base + stage * STAGE_BYTES;
         const uint32_t b_tile = a_tile + TileA::BYTES;
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-            const int m = wm + mi * 16;
-            // Matrices 0..3 are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15).
-            if (A_K_MAJOR) ldmatrix_x4(a[buf][mi], a_tile + TileA::offset(m + r + 8 * (j % 2), ks * 2 + j / 2));
-            else ldmatrix_x4_trans(a[buf][mi], a_tile + TileA::offset(ks * 16 + r + 8 * (j / 2), m / 8 + j % 2));
-        }
+        for (int mi = 0; mi < MI; ++mi) a_fragment(a[buf][mi], a_tile, wm + mi * 16, ks, lane);
 #pragma unroll
-        for (int nj = 0; nj < NI / 2; ++nj) {
-            const int n = wn + nj * 16;
-            // Matrices 0..3 are (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
-            uint32_t q[4];
-            if (B_K_MAJOR) ldmatrix_x4(q, b_tile + TileB::offset(n + r + 8 * (j / 2), ks * 2 + j % 2));
-            else ldmatrix_x4_trans(q, b_tile + TileB::offset(ks * 16 + r + 8 * (j % 2), n / 8 + j / 2));
-            b[buf][2 * nj][0] = q[0];
-            b[buf][2 * nj][1] = q[1];
-            b[buf][2 * nj + 1][0] = q[2];
-            b[buf][2 * nj + 1][1] = q[3];
-        }
+        for (int nj = 0; nj < NI / 2; ++nj) b_fragments(b[buf][2 * nj], b[buf][2 * nj + 1], b_tile, wn + nj * 16, ks, lane);
     };
 
     constexpr int K_STEPS = TK / 16;
@@ -284,7 +298,7 @@ gemm_tn_128x256x32_w8_unchecked(const T* __restrict__ A, const T* __restrict__ B
                 TC* p = C + (long long)row * ldc + col;
                 const TC lo = from_float<TC>(epilogue_one(ep, acc[mi][ni][2 * h], row, col));
                 const TC hi = from_float<TC>(epilogue_one(ep, acc[mi][ni][2 * h + 1], row, col + 1));
-                *reinterpret_cast<Pair*>(p) = Pair{ lo, hi };
+                store_pair(p, lo, hi);
             }
         }
     }
