@@ -350,13 +350,13 @@ fn check_stored(op: &Stored) -> Result<(), String> {
     if *problems == 0 {
         return Ok(());
     }
-    let needed = op.span().ok_or(format!("{name} spans more elements than an address can hold"))?;
+    let needed = op.span().ok_or_else(|| format!("{name} spans more elements than an address can hold"))?;
     if buffer.len < needed {
         return Err(format!("{name} holds {} elements, but {rows} rows of {cols} with {ld_name} = {ld} span {needed}", buffer.len));
     }
     let all = op
         .batch_span()
-        .ok_or(format!("{name}'s {problems} problems, {stride} elements apart, span more elements than an address can hold"))?;
+        .ok_or_else(|| format!("{name}'s {problems} problems, {stride} elements apart, span more elements than an address can hold"))?;
     if buffer.len < all {
         return Err(format!(
             "{name} holds {} elements, but {problems} problems of {needed} elements, {stride} apart, span {all}",
@@ -634,7 +634,7 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             let along = |i: usize| family.tile.get(i).and_then(|q| quantities.get(q.as_str()).copied()).unwrap_or(1);
             let (m, n) = (along(0), along(1));
             rule.grid(m, n, problems, sms, spec.cluster)
-                .ok_or(format!("{problems} {m}×{n} problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"))?
+                .ok_or_else(|| format!("{problems} {m}×{n} problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"))?
         }
     };
     let dynamic_smem_bytes = spec

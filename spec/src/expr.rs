@@ -105,7 +105,7 @@ impl Expr {
 fn eval(node: &Node, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
     Ok(match node {
         Node::Number(n) => *n,
-        Node::Name(name) => env(name).ok_or(format!("`{name}` has no value here"))?,
+        Node::Name(name) => env(name).ok_or_else(|| format!("`{name}` has no value here"))?,
         Node::Binary(op, a, b) => {
             let (a, b) = (eval(a, env)?, eval(b, env)?);
             let value = match op {
@@ -115,7 +115,7 @@ fn eval(node: &Node, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
                 '/' => a.checked_div(b),
                 _ => a.checked_rem(b),
             };
-            value.ok_or(format!("{a} {op} {b} overflows or divides by zero"))?
+            value.ok_or_else(|| format!("{a} {op} {b} overflows or divides by zero"))?
         }
         Node::Call(function, args) => {
             let (a, b) = (eval(&args[0], env)?, eval(&args[1], env)?);

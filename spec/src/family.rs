@@ -489,7 +489,7 @@ impl Family {
     /// quantities: the declared tolerance, grown with the square root of the reduction length
     /// past 4096.
     pub fn tolerance(&self, dtype: Dtype, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<f64, String> {
-        let base = *self.reference.tolerance.get(&dtype).ok_or(format!("the family declares no tolerance for {dtype}"))?;
+        let base = *self.reference.tolerance.get(&dtype).ok_or_else(|| format!("the family declares no tolerance for {dtype}"))?;
         let length = match &self.reference.reduction {
             Some(expr) => expr.eval(quantity)? as f64,
             None => 1.0,
@@ -517,7 +517,7 @@ impl Family {
         let row_major = order.as_ref().is_none_or(|(_, _, row_major)| *row_major);
         let (rows, cols) = if row_major { (rows, cols) } else { (cols, rows) };
         let ld = match &operand.ld {
-            Some(ld) => quantity(ld).ok_or(format!("the call gives no `{ld}`"))?,
+            Some(ld) => quantity(ld).ok_or_else(|| format!("the call gives no `{ld}`"))?,
             None => cols,
         };
         let layout = match order {
@@ -531,7 +531,7 @@ impl Family {
     pub fn order_axis(&self, order: &str) -> Result<(&AxisDecl, usize), String> {
         let (axis, rest) = order.split_once('[').ok_or("write it as axis[index], e.g. layout[0]")?;
         let index: usize = rest.strip_suffix(']').and_then(|i| i.parse().ok()).ok_or("write it as axis[index], e.g. layout[0]")?;
-        let decl = self.axes.iter().find(|a| a.name == axis).ok_or(format!("`{axis}` is not one of the family's axes"))?;
+        let decl = self.axes.iter().find(|a| a.name == axis).ok_or_else(|| format!("`{axis}` is not one of the family's axes"))?;
         let letters_ok =
             !decl.values.is_empty() && decl.values.iter().all(|v| v.as_bytes().get(index).is_some_and(|c| *c == b't' || *c == b'n'));
         if !letters_ok {

@@ -309,10 +309,12 @@ impl LaunchSpec {
                 return Err(format!("parameter `{name}` is declared twice"));
             }
             let operand = |operand: &str| {
-                family.operand(operand).ok_or(format!(
-                    "parameter `{name}` takes operand `{operand}`, which {what} does not pass (its operands: {})",
-                    family.operands.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
-                ))
+                family.operand(operand).ok_or_else(|| {
+                    format!(
+                        "parameter `{name}` takes operand `{operand}`, which {what} does not pass (its operands: {})",
+                        family.operands.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")
+                    )
+                })
             };
             match &param.kind {
                 ParamKind::Pointer { operand: o, access } => {
