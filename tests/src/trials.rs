@@ -356,23 +356,25 @@ fn refused_overlap<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Ker
     let [_, b, c] = good.batch.strides;
     let shape = good.with_batch(Batch { strides: [0, b, c.saturating_sub(good.ldc)], ..good.batch });
     let what = format!("a batch whose C stride {} is below a problem's span", shape.batch.strides[2]);
-    refused_call::<T, TC, TB>(gpu, kernel, shape, shape.spans()[2], &what)
+    refused_call::<T, TC, TB>(gpu, kernel, shape, shape.spans()[2], None, &what)
 }
 
-/// A call on `shape` with fresh random A and B, a NaN-poisoned C of `c_len` elements and the
-/// variant's activation (nothing else of the epilogue), which must be refused (`what`).
+/// A call on `shape` with fresh random A and B, a NaN-poisoned C of `c_len` elements, the
+/// variant's activation and `bias` (nothing else of the epilogue), which must be refused
+/// (`what`).
 fn refused_call<T: Element, TC: Element, TB: Element>(
     gpu: &Gpu,
     kernel: &Kernel,
     shape: GemmShape,
     c_len: usize,
+    bias: Option<&cudarc::driver::CudaSlice<TC>>,
     what: &str,
 ) -> Result<String, String> {
     let [a_len, b_len, _] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
-    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, ..Epilogue::default() });
+    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, bias, ..Epilogue::default() });
     let launched = kernel.gemm(gpu, args);
     refusal(gpu, launched, &dc, what)
 }
@@ -393,10 +395,10 @@ fn refused_types<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kerne
     let shape = gemm_shapes(kernel)[0];
     let c_len = shape.spans()[2];
     match TB::DTYPE {
-        Dtype::E4m3 => refused_call::<T, TC, tilesmith_runtime::F8E5M2>(gpu, kernel, shape, c_len, "a B of e5m2"),
-        Dtype::E5m2 => refused_call::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel, shape, c_len, "a B of e4m3"),
-        Dtype::F32 => refused_call::<T, TC, half::f16>(gpu, kernel, shape, c_len, "a B of f16"),
-        Dtype::F16 | Dtype::Bf16 => refused_call::<T, TC, f32>(gpu, kernel, shape, c_len, "a B of f32"),
+        Dtype::E4m3 => refused_call::<T, TC, tilesmith_runtime::F8E5M2>(gpu, kernel, shape, c_len, None, "a B of e5m2"),
+        Dtype::E5m2 => refused_call::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel, shape, c_len, None, "a B of e4m3"),
+        Dtype::F32 => refused_call::<T, TC, half::f16>(gpu, kernel, shape, c_len, None, "a B of f16"),
+        Dtype::F16 | Dtype::Bf16 => refused_call::<T, TC, f32>(gpu, kernel, shape, c_len, None, "a B of f32"),
     }
 }
 
@@ -404,15 +406,11 @@ fn refused_types<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kerne
 /// without an epilogue. C must be left untouched.
 fn refused_bias<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
     let shape = gemm_shapes(kernel)[0];
-    let [a_len, b_len, c_len] = shape.spans();
-    let (activation, applies) = epilogue_of(kernel)?;
+    let (_, applies) = epilogue_of(kernel)?;
     let bias_len = if applies { shape.n - 1 } else { shape.n };
-    let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
     let bias = upload(gpu, &random::<TC>(bias_len))?;
-    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
-    let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue::bias(activation, &bias));
-    let launched = kernel.gemm(gpu, args);
-    refusal(gpu, launched, &dc, &format!("a bias of {bias_len} elements for N = {}", shape.n))
+    let what = format!("a bias of {bias_len} elements for N = {}", shape.n);
+    refused_call::<T, TC, TB>(gpu, kernel, shape, shape.spans()[2], Some(&bias), &what)
 }
 
 /// A call the variant must refuse: an off-tile shape for an unchecked variant, a C buffer one
@@ -426,7 +424,7 @@ fn refused_gemm<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel
         (off_tile, off_tile.spans()[2])
     };
     let what = format!("{}x{}x{} with C of {c_len} elements", shape.m, shape.n, shape.k);
-    refused_call::<T, TC, TB>(gpu, kernel, shape, c_len, &what)
+    refused_call::<T, TC, TB>(gpu, kernel, shape, c_len, None, &what)
 }
 
 /// Edge of the square GEMM problem the performance trials time.
