@@ -474,8 +474,10 @@ gemm_tn_64x128x64_f16_wgmma_w8_s6_splitk4_gelu_tanh(const __grid_constant__ CUte
             }
             wgmma_wait<0>();
             if (t == 0 && kb_end > kb_begin) release(smem_addr(&empty[previous]));
-            // This block's partial sums, after the ring, for the cluster to add up.
-            const uint32_t red = base + STAGES * STAGE_BYTES;
+            // This block's partial sums, over the ring once every consumer's MMAs have read it
+            // (the producer loads nothing past this block's slice), for the cluster to add up.
+            const uint32_t red = base;
+            named_sync(1, CONSUMERS * 128);
             const int warp = t / 32, lane = t % 32;
 #pragma unroll
             for (int j = 0; j < TN / 8; ++j) {
@@ -489,17 +491,18 @@ gemm_tn_64x128x64_f16_wgmma_w8_s6_splitk4_gelu_tanh(const __grid_constant__ CUte
     }
     cluster_sync();
     if (threadIdx.x >= 128) {
-        // Block `slice` adds up rows [slice, slice + 1) * TM / SPLIT_K of the tile, 4 columns
-        // per step, from every block's partial sums in rank order, and stores them masked.
+        // Block `slice` adds up rows [slice, slice + 1) * TM / SPLIT_K of the tile (rounded
+        // down: slices may differ by a row), 4 columns per step, from every block's partial
+        // sums in rank order, and stores them masked.
         int tile_m, tile_n;
         tile_coords(first_unit % units, tiles_m, tiles_n, tile_m, tile_n);
-        const uint32_t red = base + STAGES * STAGE_BYTES;
+        const uint32_t red = base;
         const long long offset_c = blockIdx.z * stride_c;
         TC* const Cp = C + offset_c;
         const Epilogue ep = at_problem(Epilogue{ alpha, beta, bias, row_bias, C, ldc, M, N }, offset_c);
-        constexpr int ROWS = TM / SPLIT_K, STEPS = ROWS * TN / 4;
-        for (int i = threadIdx.x - 128; i < STEPS; i += CONSUMERS * 128) {
-            const int r = slice * ROWS + i / (TN / 4), col4 = i % (TN / 4) * 4;
+        const int first_row = slice * TM / SPLIT_K, steps = ((slice + 1) * TM / SPLIT_K - first_row) * (TN / 4);
+        for (int i = threadIdx.x - 128; i < steps; i += CONSUMERS * 128) {
+            const int r = first_row + i / (TN / 4), col4 = i % (TN / 4) * 4;
             const uint32_t offset = (r * RED_LD + col4) * 4;
             float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll

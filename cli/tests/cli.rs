@@ -689,46 +689,29 @@ ptx = "compute_90a"
     assert!(sass.contains("UTMALDG.3D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
 
-/// A Hopper variant whose dynamic shared memory just fits the limit: its mbarriers' static
-/// bytes, which only ptxas reports, push it over, and the build says so.
+/// A variant whose dynamic shared memory just fits the limit: its static bytes (here the
+/// transpose's tile), which only ptxas reports, push it over, and the build says so.
 #[test]
 fn static_shared_memory_counts_against_the_limit() {
-    let variants = r#"
-[gemm.defaults]
-layout = "tn"
-dtype = "bf16"
-tile = [64, 128, 64]
-backend = "wgmma"
-warps = 8
-stages = 8
-cluster = 1
-split_k = 2
-epilogue = "none"
-b_dtype = "in"
-out = "in"
-bounds = "checked"
-
-[gemm.backends.wgmma]
-template = "gemm_wgmma.cu.tera"
-sass = ["sm_90a"]
-ptx = "compute_90a"
-
-[[gemm.groups]]
-"#;
-    let project = generated(variants);
+    let project = scratch(TRANSPOSE_ONLY);
+    let template = project.path().join("kernel-templates/transpose.cu.tera");
+    let text = std::fs::read_to_string(&template).unwrap();
+    std::fs::write(&template, text.replacen("dynamic_smem_bytes=0", "dynamic_smem_bytes=166912", 1)).unwrap();
+    succeeds(Some(project.path()), &["gen"]);
     let manifest: Manifest =
         serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
     assert_eq!(
         manifest.variants[0].launch.dynamic_smem_bytes.as_constant(),
-        Some(232_448),
-        "the whole sm_90a limit, which the template accepts"
+        Some(166_912),
+        "the whole sm_80 limit, which generation accepts"
     );
     let out = fails(Some(project.path()), &["build"]);
+    assert!(out.contains("the kernel needs 166912 bytes of dynamic and "), "{out}");
     assert!(
-        out.contains("the kernel needs 232448 bytes of dynamic and 1024 of static shared memory, over the 232448-byte limit of sm_90a (from template kernel-templates/gemm_wgmma.cu.tera)"),
+        out.contains("of static shared memory, over the 166912-byte limit of sm_80 (from template kernel-templates/transpose.cu.tera)"),
         "{out}"
     );
-    assert!(!project.path().join("registry/gemm_tn_64x128x64.fatbin").exists());
+    assert!(!project.path().join("registry/transpose_64x64.fatbin").exists());
 }
 
 #[test]
