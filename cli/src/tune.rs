@@ -74,6 +74,10 @@ pub struct Args {
     /// run, which skips what the table holds.
     #[arg(long, default_value_t = 10.0)]
     minutes: f64,
+    /// Append a line per problem measured to FILE: GPU, dtype, layout, problem, seconds taken,
+    /// candidates timed and not launched, the fastest's time over cuBLAS's.
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
 }
 
 /// A problem of the tuning set.
@@ -154,6 +158,9 @@ struct Kind {
     queue: Mutex<VecDeque<(Problem, Dtype, Layout)>>,
 }
 
+/// Where a line per measured problem goes, if anywhere.
+type Log = Option<Mutex<std::fs::File>>;
+
 /// Tunes on the kernels of `registry`, writing the tables into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
     let out = args.out.clone().unwrap_or(default_out);
@@ -232,6 +239,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         );
         kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
     }
+    let log: Log = match &args.log {
+        Some(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     let total: usize = kinds.iter().map(|k| k.queue.lock().map_or(0, |q| q.len())).sum();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
@@ -243,8 +256,8 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             .zip(&devices)
             .map(|(&ordinal, device)| {
                 let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
-                let bar = &bar;
-                scope.spawn(move || work(ordinal, kind, registry, bar, deadline))
+                let (bar, log) = (&bar, &log);
+                scope.spawn(move || work(ordinal, kind, registry, bar, log, deadline))
             })
             .collect();
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
@@ -272,7 +285,7 @@ fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 3]) {
 
 /// One GPU's share: takes its kind's problems one by one until none are left or time is up,
 /// writing the table after each.
-fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, deadline: Instant) -> Result<(), String> {
+fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log: &Log, deadline: Instant) -> Result<(), String> {
     let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
     GemmCase::<half::bf16>::new(&gpu, GemmShape::packed(4096, 4096, 4096, Layout::Tn), 0.0)?.time_cublas_runs(&gpu, WARM_GPU, 1)?;
     loop {
@@ -282,9 +295,23 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, dea
         let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
         let shape = shape(problem, layout);
         let (key, _) = key(problem, dtype, layout);
-        bar.set_message(format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" }));
-        let entry = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
+        let name = format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" });
+        bar.set_message(name.clone());
+        let start = Instant::now();
+        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
         bar.inc(1);
+        if let Some(log) = log {
+            let best = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ms / e.cublas_ms));
+            let line = format!(
+                "GPU {ordinal}\t{name}\t{:.2} s\t{} timed\t{} not launched\t{}\n",
+                start.elapsed().as_secs_f64(),
+                counts.timed,
+                counts.skipped,
+                best.map_or("no candidate".into(), |r| format!("best {r:.3} of cuBLAS's time")),
+            );
+            use std::io::Write;
+            log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))?;
+        }
         if let Some(entry) = entry {
             let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
             table.insert(entry);
@@ -313,6 +340,13 @@ fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -
     (ranked.into_iter().map(|(seconds, kernel, strategy)| (seconds, kernel.clone(), strategy)).collect(), transpose.cloned())
 }
 
+/// How many of a problem's candidates were timed, and how many not launched (see SKIP).
+#[derive(Default)]
+struct Counts {
+    timed: usize,
+    skipped: usize,
+}
+
 fn measure<T: tilesmith_runtime::Element>(
     gpu: &Gpu,
     registry: &Registry,
@@ -320,10 +354,11 @@ fn measure<T: tilesmith_runtime::Element>(
     dtype: Dtype,
     shape: GemmShape,
     key: Key,
-) -> Result<Option<TuningEntry>, String> {
+) -> Result<(Option<TuningEntry>, Counts), String> {
     let (candidates, transpose) = candidates(registry, gpu, dtype, &shape);
+    let mut counts = Counts::default();
     if candidates.is_empty() {
-        return Ok(None);
+        return Ok((None, counts));
     }
     let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
     let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
@@ -336,8 +371,10 @@ fn measure<T: tilesmith_runtime::Element>(
     let mut best = f64::INFINITY;
     for (estimate, kernel, strategy) in candidates {
         if estimate * 1e3 > SKIP * best {
+            counts.skipped += 1;
             continue;
         }
+        counts.timed += 1;
         let choice = Choice::forced(kernel, strategy, transpose.clone());
         let warn = |what: String| bar.println(format!("warning: {} on {problem}: {what}", choice.label()));
         let first = match case.time_choice(gpu, &choice, &mut workspace, 1, LOOK) {
@@ -365,7 +402,8 @@ fn measure<T: tilesmith_runtime::Element>(
         best = best.min(ms);
         measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
     }
-    Ok(Some(TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured)? }))
+    let entry = TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured)? };
+    Ok((Some(entry), counts))
 }
 
 /// Writes the table through a temporary file, so that an interrupt leaves the old one whole.
