@@ -6,6 +6,7 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{HashSet, VecDeque};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -309,7 +310,6 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log
                 counts.skipped,
                 best.map_or("no candidate".into(), |r| format!("best {r:.3} of cuBLAS's time")),
             );
-            use std::io::Write;
             log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))?;
         }
         if let Some(entry) = entry {
