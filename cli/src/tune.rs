@@ -76,7 +76,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10.0)]
     minutes: f64,
     /// Append a line per problem measured to FILE: GPU, dtype, layout, problem, seconds taken,
-    /// candidates timed and not launched, the fastest's time over cuBLAS's.
+    /// candidates timed and not launched, the pick's speed relative to cuBLAS (above 1: faster).
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
 }
@@ -302,13 +302,13 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log
         let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
         bar.inc(1);
         if let Some(log) = log {
-            let best = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ms / e.cublas_ms));
+            let pick = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ratio(e)));
             let line = format!(
                 "GPU {ordinal}\t{name}\t{:.2} s\t{} timed\t{} not launched\t{}\n",
                 start.elapsed().as_secs_f64(),
                 counts.timed,
                 counts.skipped,
-                best.map_or("no candidate".into(), |r| format!("best {r:.3} of cuBLAS's time")),
+                pick.map_or("no candidate".into(), |r| format!("pick {r:.3}x cuBLAS")),
             );
             log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))?;
         }
