@@ -19,7 +19,8 @@ pub fn upload<T: Element>(gpu: &Gpu, host: &[T]) -> Result<CudaSlice<T>, String>
     gpu.stream().clone_htod(host).map_err(|err| format!("copying to the GPU: {err}"))
 }
 
-pub fn download<T: Element>(gpu: &Gpu, device: &CudaSlice<T>) -> Result<Vec<T>, String> {
+/// A buffer, or a view of part of one, copied to the host.
+pub fn download<T: Element>(gpu: &Gpu, device: &impl DevicePtr<T>) -> Result<Vec<T>, String> {
     gpu.stream().clone_dtoh(device).map_err(|err| format!("copying from the GPU: {err}"))
 }
 

@@ -2,7 +2,7 @@
 //! kernels and baselines alike, each the median of RUNS event-timed launches after WARMUP.
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
-use crate::device::{median_ms, poison, rotation, upload, Cublas};
+use crate::device::{download, median_ms, poison, rotation, upload, Cublas};
 use crate::fused::{LtGemm, Unfused};
 use crate::host::{activate, random, relative_error, Operands};
 use crate::report::Record;
@@ -109,6 +109,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     /// enqueueing), over HOST_CALLS calls enqueued back to back, fewer than a stream queues.
     fn host_us(&mut self, gpu: &Gpu, registry: &Registry, workspace: &mut Workspace) -> Result<f64, String> {
         const HOST_CALLS: usize = 64;
+        self.poison_outputs(gpu)?;
         let epilogue = fused(&self.bias_activation);
         let (shape, sets) = (self.shape, self.inputs.len());
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
@@ -134,9 +135,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         mut launch: impl FnMut(GemmArgs<'_, T, TC, TB>) -> Result<(), String>,
     ) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
-        for output in &mut self.outputs {
-            poison(gpu, output)?;
-        }
+        self.poison_outputs(gpu)?;
         let epilogue = fused(&self.bias_activation);
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
         let ms = median_ms(gpu.stream(), warmup, runs, sets, |i| {
@@ -178,6 +177,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     /// cuBLASLt's own epilogue, or cuBLAS and a separate kernel; its last result spot checked.
     pub fn time_fused_baseline(&mut self, gpu: &Gpu, baseline: &FusedBaseline) -> Result<f64, String> {
         let (shape, sets) = (self.shape, self.inputs.len());
+        self.poison_outputs(gpu)?;
         let Some((_, _, bias)) = &self.bias_activation else { return Err("the problem fuses no bias and activation".into()) };
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
         let ms = median_ms(gpu.stream(), WARMUP, RUNS, sets, |i| {
@@ -191,6 +191,11 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         Ok(ms)
     }
 
+    /// NaN in every output set, so that the spot check after a timing catches what it left unwritten.
+    fn poison_outputs(&mut self, gpu: &Gpu) -> Result<(), String> {
+        self.outputs.iter_mut().try_for_each(|output| poison(gpu, output))
+    }
+
     /// Compares 256 random elements of the first output set, 16 in each of 16 random rows (of
     /// random problems of a batch), with float64 dot products. Only those rows are copied back:
     /// the whole output was most of a large problem's time in `tune`.
@@ -202,10 +207,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
             let p = rng.random_range(0..self.shape.batch.count);
             let i = rng.random_range(0..self.shape.m);
             let start = p * sc + i * self.shape.ldc;
-            let row = gpu
-                .stream()
-                .clone_dtoh(&self.outputs[0].slice(start..start + self.shape.n))
-                .map_err(|e| format!("copying from the GPU: {e}"))?;
+            let row = download(gpu, &self.outputs[0].slice(start..start + self.shape.n))?;
             let operands = Operands { shape: self.shape, a: &self.a[p * sa..], b: &self.b[p * sb..] };
             for _ in 0..16 {
                 let j = rng.random_range(0..self.shape.n);
