@@ -11,6 +11,7 @@
 //   stages = 6
 //   cluster = 1
 //   split_k = 8
+//   swap = none
 //   epilogue = none
 //   b_dtype = in
 //   out = in
@@ -213,6 +214,8 @@ __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { r
 // Layout nn: 0 where an operand is stored K-major, 1 where MN-major.
 #define A_MN_MAJOR 1
 #define B_MN_MAJOR 0
+// The MMA's N: TN.
+#define MMA_N 128
 
 // One stage: the A tile, then the B tile. A K-major tile is rows of TK elements (128 bytes);
 // an MN-major one (16-bit types) is 64-element blocks of TK rows each, BLOCK_BYTES apart.
@@ -375,28 +378,29 @@ gemm_nn_64x128x64_wgmma_w8_s6_splitk8(const __grid_constant__ CUtensorMap tmA, c
         const int c = threadIdx.x / 128 - 1;
         const int t = threadIdx.x % 128;
         int stage = 0, phase = 0, previous = 0;
-        float d[TN / 2];
+        float d[MMA_N / 2];
         for (int unit = first_unit; unit < all_units; unit += unit_stride) {
             int group_m, tile_n;
             tile_coords(unit % units, groups_m, tiles_n, group_m, tile_n);
             const int tile_m = group_m * CLUSTER + rank;
             if (kb_end == kb_begin) {
 #pragma unroll
-                for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
+                for (int i = 0; i < MMA_N / 2; ++i) d[i] = 0.0f;
             }
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an
-                // MN-major one, 16 rows of 128 bytes.
-                const uint32_t a = base + stage * STAGE_BYTES + c * 64 * TK * ELEM_BYTES;
-                const uint32_t b = base + stage * STAGE_BYTES + A_BYTES;
+                // MN-major one, 16 rows of 128 bytes. Consumer c's 64 rows of the MMA's first
+                // operand start BLOCK_BYTES · c on in either order.
+                const uint32_t a = base + stage * STAGE_BYTES;
+                const uint32_t b = a + A_BYTES;
                 wgmma_fence();
 #pragma unroll
                 for (int k = 0; k < TK / MMA_K; ++k) {
                     const uint32_t step_a = A_MN_MAJOR ? k * 16 * 128 : k * 32;
                     const uint32_t step_b = B_MN_MAJOR ? k * 16 * 128 : k * 32;
                     wgmma_m64n128k16<A_MN_MAJOR, B_MN_MAJOR>(
-                        d, smem_desc(a + step_a, BLOCK_BYTES), smem_desc(b + step_b, BLOCK_BYTES), kb > kb_begin || k > 0);
+                        d, smem_desc(a + c * BLOCK_BYTES + step_a, BLOCK_BYTES), smem_desc(b + step_b, BLOCK_BYTES), kb > kb_begin || k > 0);
                 }
                 wgmma_commit();
                 // This block's MMAs stay in flight; the previous block's buffer is free once

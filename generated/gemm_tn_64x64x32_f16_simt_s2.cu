@@ -11,6 +11,7 @@
 //   stages = 2
 //   cluster = 1
 //   split_k = 1
+//   swap = none
 //   epilogue = none
 //   b_dtype = in
 //   out = in

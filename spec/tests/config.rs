@@ -13,6 +13,7 @@ warps = 8
 stages = 2
 cluster = 1
 split_k = 1
+swap = "none"
 epilogue = "none"
 b_dtype = "in"
 out = "in"
@@ -94,7 +95,8 @@ bounds = ["checked", "unchecked"]
             ("layout", "nn".into()),
             ("out", "in".into()),
             ("split_k", "1".into()),
-            ("stages", "2".into())
+            ("stages", "2".into()),
+            ("swap", "none".into())
         ]
     );
     assert_eq!(first.backend.template, "gemm_simt.cu.tera");
@@ -150,7 +152,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, epilogue, b_dtype, out, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, swap, epilogue, b_dtype, out, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -352,6 +354,7 @@ fn shipped_names_keep_their_axes() {
             ("stages", stages),
             ("cluster", "1"),
             ("split_k", "1"),
+            ("swap", "none"),
             ("epilogue", "none"),
             ("b_dtype", "in"),
             ("out", "in"),
