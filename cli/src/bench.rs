@@ -194,7 +194,14 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         push(case.record(&gpu, kernel, baselines[0].1)?);
                     }
                     if args.dispatch {
-                        push(case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?);
+                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?;
+                        if fused {
+                            push(record);
+                        } else {
+                            // Timed in turns with its own baseline.
+                            println!("{}", record.summary());
+                            records.push(record);
+                        }
                     }
                     Ok::<(), String>(())
                 }))?,

@@ -7,6 +7,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tilesmith_runtime::{Dtype, Element, GemmShape, Gpu};
 
 /// The process's GPU, opened once; the error says why there is none.
@@ -60,38 +61,66 @@ pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
     Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).clamp(2, 64))
 }
 
+/// The least time the untimed calls before a timing are enqueued over. A GPU left idle while
+/// the host made a problem's inputs drops its clocks (345 MHz seen on an idle H100), and a few
+/// calls of a 25 µs kernel did not bring them back: one side of a ratio was then timed at up to
+/// 3x its time (0.32-0.44 one-offs in the dispatch bench, docs/dispatch.md).
+const MIN_WARMUP: Duration = Duration::from_millis(10);
+
 /// Median time in milliseconds of `runs` calls of `run(i)` (i counting up, over `sets` input
-/// sets), each between two CUDA events, after `warmup` untimed calls and at least one on every
-/// set: a call remembers its plan by buffers, as a model's repeated calls on the same weights
-/// and activations find it, so the timed calls see every set planned, and the L2 still rotated.
+/// sets), each between two CUDA events, after at least `warmup_calls` untimed calls, one on
+/// every set and MIN_WARMUP of enqueueing: a call remembers its plan by buffers, as a model's
+/// repeated calls on the same weights and activations find it, so the timed calls see every
+/// set planned, and the L2 still rotated.
 pub fn median_ms(
     stream: &Arc<CudaStream>,
-    warmup: usize,
+    warmup_calls: usize,
     runs: usize,
     sets: usize,
     mut run: impl FnMut(usize) -> Result<(), String>,
 ) -> Result<f64, String> {
-    let warmup = warmup.max(sets);
-    for i in 0..warmup {
-        run(i)?;
+    let [ms] = medians_ms(stream, warmup_calls, runs, sets, |i, _| run(i))?;
+    Ok(ms)
+}
+
+/// `median_ms` of N sides at once, interleaved: round i calls `run(i, side)` for each side in
+/// turn, so that every side sees the GPU's clocks and temperature of the same moments (timed
+/// one after the other, a problem's second side ran on a GPU that the first had heated: 5-10%
+/// on multi-millisecond problems).
+pub fn medians_ms<const N: usize>(
+    stream: &Arc<CudaStream>,
+    warmup_calls: usize,
+    runs: usize,
+    sets: usize,
+    mut run: impl FnMut(usize, usize) -> Result<(), String>,
+) -> Result<[f64; N], String> {
+    let start = Instant::now();
+    let mut warmup = 0;
+    // The GPU runs the calls at least as long as the host takes to enqueue them, as it cannot
+    // finish the last before it is enqueued; a full queue makes the host wait.
+    while warmup < warmup_calls.max(sets) || start.elapsed() < MIN_WARMUP {
+        (0..N).try_for_each(|side| run(warmup, side))?;
+        warmup += 1;
     }
     // Made before timing: creating an event costs the host time the loop would add between
     // launches, which the GPU waits out when a launch is shorter.
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let event = || stream.context().new_event(flags).map_err(|e| format!("creating an event: {e}"));
-    let pairs = (0..runs).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
+    let pairs = (0..runs * N).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
     for (i, (start, end)) in pairs.iter().enumerate() {
         start.record(stream).map_err(|e| format!("recording an event: {e}"))?;
-        run(warmup + i)?;
+        run(warmup + i / N, i % N)?;
         end.record(stream).map_err(|e| format!("recording an event: {e}"))?;
     }
     stream.synchronize().map_err(|e| format!("waiting for the timed runs: {e}"))?;
-    let mut times: Vec<f64> = pairs
-        .iter()
-        .map(|(start, end)| start.elapsed_ms(end).map(f64::from).map_err(|e| format!("reading an event: {e}")))
-        .collect::<Result<_, _>>()?;
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    let mut times: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(runs));
+    for (i, (start, end)) in pairs.iter().enumerate() {
+        times[i % N].push(start.elapsed_ms(end).map(f64::from).map_err(|e| format!("reading an event: {e}"))?);
+    }
+    Ok(times.map(|mut side| {
+        side.sort_by(f64::total_cmp);
+        side[side.len() / 2]
+    }))
 }
 
 /// cuBLAS for one GEMM shape in our row-major convention.

@@ -2,7 +2,7 @@
 //! kernels and baselines alike, each the median of RUNS event-timed launches after WARMUP.
 //! Every timed kernel result is spot checked, so a fast wrong kernel fails.
 
-use crate::device::{download, median_ms, poison, rotation, upload, Cublas};
+use crate::device::{download, median_ms, medians_ms, poison, rotation, upload, Cublas};
 use crate::fused::{LtGemm, Unfused};
 use crate::host::{activate, random, relative_error, Operands};
 use crate::report::Record;
@@ -18,6 +18,22 @@ const RUNS: usize = 25;
 enum Library {
     Cublas(Cublas),
     Lt(LtGemm),
+}
+
+impl Library {
+    fn run<T: Element, TC: Element, TB: Element>(
+        &self,
+        gpu: &Gpu,
+        shape: &GemmShape,
+        a: &CudaSlice<T>,
+        b: &CudaSlice<TB>,
+        c: &mut CudaSlice<TC>,
+    ) -> Result<(), String> {
+        match self {
+            Library::Cublas(cublas) => cublas.gemm(gpu.stream(), shape, a, b, c),
+            Library::Lt(lt) => lt.run(gpu.stream(), a, b, c),
+        }
+    }
 }
 
 /// One GEMM problem, ready to time: A of `T`, B of `TB`, outputs of `TC`.
@@ -152,6 +168,51 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     }
 
     pub fn time_cublas_runs(&mut self, gpu: &Gpu, warmup: usize, runs: usize) -> Result<f64, String> {
+        self.open_library(gpu)?;
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("opened above"));
+        median_ms(gpu.stream(), warmup, runs, sets, |i| {
+            let (a, b) = &inputs[i % sets];
+            library.run(gpu, &shape, a, b, &mut outputs[i % sets])
+        })
+    }
+
+    /// Median milliseconds of the registry's `gemm` call and of the baseline library, timed in
+    /// turns (`medians_ms`), the library on the input set half a rotation from the call's, so
+    /// that neither finds the other's inputs in the L2. The call's result is spot checked after
+    /// one more call on the poisoned first set, which the library may have written last.
+    pub fn time_dispatch_beside_baseline(
+        &mut self,
+        gpu: &Gpu,
+        registry: &Registry,
+        workspace: &mut Workspace,
+    ) -> Result<(f64, f64), String> {
+        self.open_library(gpu)?;
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let epilogue = fused(&self.bias_activation);
+        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("opened above"));
+        let [ours, baseline] = medians_ms(gpu.stream(), WARMUP, RUNS, sets, |i, side| {
+            let set = (i + side * sets / 2) % sets;
+            let (a, b) = &inputs[set];
+            if side == 0 {
+                registry
+                    .gemm(gpu, GemmArgs::new(a, b, &mut outputs[set], shape).with_epilogue(epilogue), workspace)
+                    .map(drop)
+                    .map_err(|err| err.to_string())
+            } else {
+                library.run(gpu, &shape, a, b, &mut outputs[set])
+            }
+        })?;
+        poison(gpu, &mut self.outputs[0])?;
+        let (a, b) = &self.inputs[0];
+        let args = GemmArgs::new(a, b, &mut self.outputs[0], shape).with_epilogue(fused(&self.bias_activation));
+        registry.gemm(gpu, args, workspace).map_err(|err| err.to_string())?;
+        self.spot_check(gpu)?;
+        Ok((ours, baseline))
+    }
+
+    /// The baseline library, opened on first use.
+    fn open_library(&mut self, gpu: &Gpu) -> Result<(), String> {
         if self.library.is_none() {
             self.library = Some(if Self::lt_baseline() {
                 if self.shape.is_batched() {
@@ -162,15 +223,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
                 Library::Cublas(Cublas::new(gpu)?)
             });
         }
-        let (shape, sets) = (self.shape, self.inputs.len());
-        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("created above"));
-        median_ms(gpu.stream(), warmup, runs, sets, |i| {
-            let (a, b) = &inputs[i % sets];
-            match library {
-                Library::Cublas(cublas) => cublas.gemm(gpu.stream(), &shape, a, b, &mut outputs[i % sets]),
-                Library::Lt(lt) => lt.run(gpu.stream(), a, b, &mut outputs[i % sets]),
-            }
-        })
+        Ok(())
     }
 
     /// Median milliseconds of a fused-epilogue baseline on the same inputs and bias:
@@ -227,7 +280,8 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     }
 
     /// Times the registry's `gemm` call and reports it beside the baseline, named
-    /// `dispatch:<pick>`.
+    /// `dispatch:<pick>`: a call with no fused bias beside the library, timed in turns with it
+    /// (`time_dispatch_beside_baseline`), a fused one beside `baseline_ms`.
     pub fn record_dispatch(
         &mut self,
         gpu: &Gpu,
@@ -240,7 +294,10 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
             let args = GemmArgs::new(&inputs[0].0, &inputs[0].1, &mut outputs[0], *shape).with_epilogue(fused(bias_activation));
             registry.choose_gemm(gpu, &args).map_err(|err| err.to_string())?
         };
-        let ms = self.time_dispatch(gpu, registry, workspace)?;
+        let (ms, baseline_ms) = match self.bias_activation {
+            None => self.time_dispatch_beside_baseline(gpu, registry, workspace)?,
+            Some(_) => (self.time_dispatch(gpu, registry, workspace)?, baseline_ms),
+        };
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
         let s = self.shape;
         let mut record = Record::new(
