@@ -194,11 +194,11 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         push(case.record(&gpu, kernel, baselines[0].1)?);
                     }
                     if args.dispatch {
-                        let record = case.record_dispatch(&gpu, registry, &mut workspace, baselines[0].1)?;
                         if fused {
-                            push(record);
+                            push(case.record_dispatch(&gpu, registry, &mut workspace, Some(baselines[0].1))?);
                         } else {
-                            // Timed in turns with its own baseline.
+                            // Timed in turns with its own baseline, not beside the problem's.
+                            let record = case.record_dispatch(&gpu, registry, &mut workspace, None)?;
                             println!("{}", record.summary());
                             records.push(record);
                         }

@@ -280,23 +280,23 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     }
 
     /// Times the registry's `gemm` call and reports it beside the baseline, named
-    /// `dispatch:<pick>`: a call with no fused bias beside the library, timed in turns with it
-    /// (`time_dispatch_beside_baseline`), a fused one beside `baseline_ms`.
+    /// `dispatch:<pick>`: beside `baseline_ms` where given, else beside the library, timed in
+    /// turns with it (`time_dispatch_beside_baseline`).
     pub fn record_dispatch(
         &mut self,
         gpu: &Gpu,
         registry: &Registry,
         workspace: &mut Workspace,
-        baseline_ms: f64,
+        baseline_ms: Option<f64>,
     ) -> Result<Record, String> {
         let choice = {
             let GemmCase { inputs, outputs, bias_activation, shape, .. } = self;
             let args = GemmArgs::new(&inputs[0].0, &inputs[0].1, &mut outputs[0], *shape).with_epilogue(fused(bias_activation));
             registry.choose_gemm(gpu, &args).map_err(|err| err.to_string())?
         };
-        let (ms, baseline_ms) = match self.bias_activation {
+        let (ms, baseline_ms) = match baseline_ms {
+            Some(baseline_ms) => (self.time_dispatch(gpu, registry, workspace)?, baseline_ms),
             None => self.time_dispatch_beside_baseline(gpu, registry, workspace)?,
-            Some(_) => (self.time_dispatch(gpu, registry, workspace)?, baseline_ms),
         };
         let tera = |ms: f64| self.flops() / (ms * 1e-3) / 1e12;
         let s = self.shape;
