@@ -235,12 +235,16 @@ __device__ __forceinline__ Epilogue at_problem(const Epilogue& e, long long) { r
 #define RED_LD 264
 
 // The output tile `tile` of a tiles_m x tiles_n grid, walking GROUP_M tile rows at a time.
+// Group g starts g columns on (wrapping): when a group is as many tiles as the grid has blocks,
+// block b would otherwise get the same column in every group, and the blocks holding the last,
+// partial column (its B rows past N zero-filled) would take every such tile.
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int& tile_m, int& tile_n) {
     const int per_group = GROUP_M * tiles_n;
-    const int first_m = tile / per_group * GROUP_M;
+    const int group = tile / per_group;
+    const int first_m = group * GROUP_M;
     const int rows = min(tiles_m - first_m, GROUP_M);
     tile_m = first_m + tile % per_group % rows;
-    tile_n = tile % per_group / rows;
+    tile_n = (tile % per_group / rows + group) % tiles_n;
 }
 
 // Two adjacent outputs of a row, stored in one access; four, in split-K's.

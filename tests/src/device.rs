@@ -61,15 +61,15 @@ pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
     Ok((2 * l2_bytes(gpu)?).div_ceil(bytes_per_set.max(1)).clamp(2, 64))
 }
 
-/// The least time the untimed calls before a timing are enqueued over. A GPU left idle while
-/// the host made a problem's inputs drops its clocks (345 MHz seen on an idle H100), and a few
+/// The least time the GPU runs the untimed calls before a timing. A GPU left idle while the
+/// host made a problem's inputs drops its clocks (345 MHz seen on an idle H100), and a few
 /// calls of a 25 µs kernel did not bring them back: one side of a ratio was then timed at up to
 /// 3x its time (0.32-0.44 one-offs in the dispatch bench, docs/dispatch.md).
 const MIN_WARMUP: Duration = Duration::from_millis(10);
 
 /// Median time in milliseconds of `runs` calls of `run(i)` (i counting up, over `sets` input
 /// sets), each between two CUDA events, after at least `warmup_calls` untimed calls, one on
-/// every set and MIN_WARMUP of enqueueing: a call remembers its plan by buffers, as a model's
+/// every set and MIN_WARMUP of GPU time: a call remembers its plan by buffers, as a model's
 /// repeated calls on the same weights and activations find it, so the timed calls see every
 /// set planned, and the L2 still rotated.
 pub fn median_ms(
@@ -96,10 +96,12 @@ pub fn medians_ms<const N: usize>(
 ) -> Result<[f64; N], String> {
     let start = Instant::now();
     let mut warmup = 0;
-    // The GPU runs the calls at least as long as the host takes to enqueue them, as it cannot
-    // finish the last before it is enqueued; a full queue makes the host wait.
+    // Each round waited for, so that the clock reads the GPU's time: counted in enqueueing
+    // time, 10 ms queued a thousand 0.5 ms calls, and tuning the default set took 50 s a
+    // 4096x11008x4096 problem instead of 5.
     while warmup < warmup_calls.max(sets) || start.elapsed() < MIN_WARMUP {
         (0..N).try_for_each(|side| run(warmup, side))?;
+        stream.synchronize().map_err(|e| format!("waiting for the warm-up calls: {e}"))?;
         warmup += 1;
     }
     // Made before timing: creating an event costs the host time the loop would add between
