@@ -207,6 +207,16 @@ fn a_backend_without_clusters_refuses_a_cluster() {
 }
 
 #[test]
+fn a_backend_other_than_wgmma_refuses_swap_ab() {
+    let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\nswap = \"ab\"\n");
+    let out = fails(Some(scratch(&variants).path()), &["gen"]);
+    assert!(
+        out.contains("variant `gemm_tn_128x128x32_swap_ab`: template gemm_simt.cu.tera: backend simt multiplies A by B only: swap must be none (swap ab is backend wgmma's), got ab"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_backend_multiplying_one_type_refuses_another_b() {
     let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\nb_dtype = \"e4m3\"\n");
     let out = fails(Some(scratch(&variants).path()), &["gen"]);
