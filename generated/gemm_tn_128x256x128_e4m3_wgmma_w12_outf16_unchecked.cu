@@ -191,6 +191,9 @@ typedef __half TC;
 struct Epilogue {};
 struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+__device__ __forceinline__ float column_bias(const Epilogue&, int) { return 0.0f; }
+template <bool PLAIN>
+__device__ __forceinline__ float epilogue_one_biased(const Epilogue&, float x, int, int, float) { return x; }
 template <int PAIRS>
 __device__ __forceinline__ void bias_pairs(const Epilogue&, int, bool, BiasPair (&)[PAIRS]) {}
 template <bool PLAIN>

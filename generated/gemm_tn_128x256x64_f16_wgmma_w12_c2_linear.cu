@@ -215,8 +215,21 @@ __device__ __forceinline__ float epilogue_biased(const Epilogue& e, float x, int
     return activate(v);
 }
 
+// The bias of column col: 0 without a bias or past column N.
+__device__ __forceinline__ float column_bias(const Epilogue& e, int col) {
+    return e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f;
+}
+
 __device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int row, int col) {
-    return epilogue_biased(e, x, row, col, e.bias && col < e.N ? to_float(e.bias[col]) : 0.0f);
+    return epilogue_biased(e, x, row, col, column_bias(e, col));
+}
+
+// One output from its sum and its column's bias, loaded ahead (column_bias); with PLAIN (see
+// reads_nothing_but_bias) act(alpha·x + bias) alone, as epilogue_two.
+template <bool PLAIN>
+__device__ __forceinline__ float epilogue_one_biased(const Epilogue& e, float x, int row, int col, float bias) {
+    if (PLAIN) return activate(e.alpha * x + bias);
+    return epilogue_biased(e, x, row, col, bias);
 }
 
 // The biases of columns col and col + 1 (even col): loaded ahead of the epilogue that uses

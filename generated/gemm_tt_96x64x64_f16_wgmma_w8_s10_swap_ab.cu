@@ -190,6 +190,9 @@ typedef __half TC;
 struct Epilogue {};
 struct BiasPair {};
 __device__ __forceinline__ float epilogue_one(const Epilogue&, float x, int, int) { return x; }
+__device__ __forceinline__ float column_bias(const Epilogue&, int) { return 0.0f; }
+template <bool PLAIN>
+__device__ __forceinline__ float epilogue_one_biased(const Epilogue&, float x, int, int, float) { return x; }
 template <int PAIRS>
 __device__ __forceinline__ void bias_pairs(const Epilogue&, int, bool, BiasPair (&)[PAIRS]) {}
 template <bool PLAIN>
@@ -273,10 +276,11 @@ __device__ __forceinline__ void st_shared_one(uint32_t addr, TC value) {
 // C's 64 starting at col0 (its MMA rows) in rows 8j + 2(lane % 4) and the next (its MMA
 // columns). Each output goes alone to shared memory, into TM rows of 128 bytes per
 // OUT_BLOCK_COLS columns in the swizzle TMA reads; a warp's stores then reach 16 banks, two
-// halves of a word each. Rows past M are clipped by TMA; with EDGE, blocks crossing column N go
-// straight to C, masked.
-template <bool EDGE>
-__device__ __forceinline__ void epilogue_swapped(const float (&d)[MMA_N / 2], const Epilogue& ep, uint32_t out, const CUtensorMap* tmC, TC* C,
+// halves of a word each. `bias` holds the biases of columns q and q + 8, loaded ahead. Rows
+// past M are clipped by TMA; with EDGE, blocks crossing column N go straight to C, masked.
+// PLAIN as in `epilogue`.
+template <bool EDGE, bool PLAIN>
+__device__ __forceinline__ void epilogue_swapped(const float (&d)[MMA_N / 2], const Epilogue& ep, const float (&bias)[2], uint32_t out, const CUtensorMap* tmC, TC* C,
                                                  int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
     if (t == 0) bulk_wait_read();
@@ -287,7 +291,7 @@ __device__ __forceinline__ void epilogue_swapped(const float (&d)[MMA_N / 2], co
         for (int i = 0; i < 4; ++i) {
             const int q = warp * 16 + lane / 4 + 8 * (i / 2), r = 8 * j + 2 * (lane % 4) + i % 2;
             const int row = row0 + r, col = col0 + q;
-            const TC v = from_float<TC>(epilogue_one(ep, d[4 * j + i], row, col));
+            const TC v = from_float<TC>(epilogue_one_biased<PLAIN>(ep, d[4 * j + i], row, col, bias[i / 2]));
             if (EDGE && col0 + (q / OUT_BLOCK_COLS + 1) * OUT_BLOCK_COLS > N) {
                 if (row < M && col < N) C[(long long)row * ldc + col] = v;
                 continue;
@@ -390,6 +394,10 @@ gemm_tt_96x64x64_f16_wgmma_w8_s10_swap_ab(const __grid_constant__ CUtensorMap tm
 #pragma unroll
                 for (int i = 0; i < MMA_N / 2; ++i) d[i] = 0.0f;
             }
+            // This thread's two column biases (see epilogue_swapped), loaded while the tile's MMAs run.
+            float bias[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) bias[h] = column_bias(ep, tile_n * TN + c * 64 + t / 32 * 16 + t % 32 / 4 + 8 * h);
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an
@@ -419,8 +427,9 @@ gemm_tt_96x64x64_f16_wgmma_w8_s10_swap_ab(const __grid_constant__ CUtensorMap tm
             const long long offset_c = problem * stride_c;
             const uint32_t out = base + STAGES * STAGE_BYTES + c * 64 * TM * OUT_BYTES;
             const int row0 = tile_m * TM, col0 = tile_n * TN + c * 64;
-            if (col0 + 64 > N) epilogue_swapped<true>(d, at_problem(ep, offset_c), out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
-            else epilogue_swapped<false>(d, at_problem(ep, offset_c), out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            if (col0 + 64 > N) epilogue_swapped<true, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else if (reads_nothing_but_bias(ep)) epilogue_swapped<false, true>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
+            else epilogue_swapped<false, false>(d, at_problem(ep, offset_c), bias, out, &tmC, C + offset_c, problem, row0, col0, M, N, ldc, c, t);
         }
         // The last stores must have read the block's shared memory before it goes away; their
         // writes to C complete with the grid, so waiting for them would only lengthen its tail.
