@@ -59,12 +59,6 @@ tile = [128, 128, 32]
 backend = "simt"
 warps = 8
 stages = 2
-cluster = 1
-split_k = 1
-swap = "none"
-epilogue = "none"
-b_dtype = "in"
-out = "in"
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -663,8 +657,8 @@ fn nvcc_runs_through_a_launcher_with_the_hash_unchanged() {
     assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 3);
 }
 
-/// The wgmma template's cluster path (B multicast across 2 blocks), which no shipped variant
-/// uses: it renders, builds with its entry, and its SASS holds the multicast TMA loads.
+/// The wgmma template's cluster path (B multicast across 2 blocks): it renders, builds with
+/// its entry, and its SASS holds the multicast TMA loads.
 #[test]
 fn a_clustered_wgmma_variant_builds_with_multicast_loads() {
     let variants = r#"
@@ -675,12 +669,6 @@ tile = [128, 256, 64]
 backend = "wgmma"
 warps = 12
 stages = 4
-cluster = 2
-split_k = 1
-swap = "none"
-epilogue = "none"
-b_dtype = "in"
-out = "in"
 bounds = "checked"
 
 [gemm.backends.wgmma]
@@ -689,6 +677,7 @@ sass = ["sm_90a"]
 ptx = "compute_90a"
 
 [[gemm.groups]]
+cluster = 2
 "#;
     let project = generated(variants);
     let manifest: Manifest =
@@ -697,7 +686,7 @@ ptx = "compute_90a"
     succeeds(Some(project.path()), &["build"]);
     let toolchain = succeeds(None, &["toolchain"]);
     let tool = toolchain.lines().find_map(|line| line.strip_prefix("cuobjdump: ")).unwrap();
-    let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64.fatbin"), "--dump-sass");
+    let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64_c2.fatbin"), "--dump-sass");
     assert!(sass.contains("UTMALDG.3D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
 

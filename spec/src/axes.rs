@@ -110,6 +110,8 @@ pub struct Axis {
     pub name: String,
     pub domain: Domain,
     pub naming: Naming,
+    /// The value `[<family>.defaults]` leaves to the declaration (an own axis's `default`).
+    pub default: Option<Value>,
 }
 
 /// One axis value, checked against its domain.

@@ -2,7 +2,8 @@
 //! template. Nothing here touches the file system except [`Config::load`].
 //!
 //! ```toml
-//! [gemm.defaults]            # one value per axis; names leave default values out
+//! [gemm.defaults]            # one value per axis (but those the axis declares with
+//!                             # `default = ...`); names leave default values out
 //! layout = "tn"
 //! ...
 //! [gemm.backends.simt]       # template and targets of a backend value
@@ -297,10 +298,21 @@ impl Parser<'_> {
         let before = self.diagnostics.len();
         self.unknown_axes(family, axes, table.get_ref(), &[]);
         let mut values = BTreeMap::new();
-        for Axis { name: axis, domain, .. } in axes {
-            match table.get_ref().get(axis) {
-                None => self.report(table.span().start, None, format!("[{family}.defaults] must set axis `{axis}`")),
-                Some(raw) => {
+        for Axis { name: axis, domain, default, .. } in axes {
+            match (table.get_ref().get(axis), default) {
+                (None, Some(value)) => {
+                    values.insert(axis.as_str(), value.clone());
+                }
+                (None, None) => self.report(table.span().start, None, format!("[{family}.defaults] must set axis `{axis}`")),
+                (Some(raw), Some(value)) => self.report(
+                    raw.span().start,
+                    None,
+                    format!(
+                        "axis `{axis}`: [{family}.family] declares its default ({}); [{family}.defaults] must not set it too",
+                        show(value)
+                    ),
+                ),
+                (Some(raw), None) => {
                     if let Some(value) = self.value(family, axis, domain, raw, backends) {
                         values.insert(axis.as_str(), value);
                     }

@@ -4,7 +4,7 @@
 //! call against it) and by the trials (which make inputs, shapes, references and baselines from
 //! it).
 
-use crate::axes::{Axis, Bounds, Domain, Dtype, Naming};
+use crate::axes::{Axis, Bounds, Domain, Dtype, Naming, Value};
 use crate::expr::Expr;
 use crate::launch::Access;
 use crate::variant::Variant;
@@ -66,6 +66,11 @@ pub struct AxisDecl {
     /// Written before the value in names (`s` for stages: `s3`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prefix: String,
+    /// The family's default value, stated here instead of in `[<family>.defaults]`: for an
+    /// axis whose default switches a feature off (GEMM's `swap = "none"`, `cluster = 1`), so
+    /// that variants.toml files that do not use it need not name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,29 +276,38 @@ impl Family {
                     Show::Always => Naming::Always,
                     Show::IfNotDefault => Naming::IfNotDefault { prefix: a.prefix.clone() },
                 },
+                default: a.default.clone(),
             })
         };
         let mut axes: Vec<Axis> = own(true).collect();
         if !self.tile.is_empty() {
-            axes.push(Axis { name: "tile".into(), domain: Domain::Tile(self.tile.clone()), naming: Naming::Always });
+            axes.push(Axis { name: "tile".into(), domain: Domain::Tile(self.tile.clone()), naming: Naming::Always, default: None });
         }
         let words = |all: Vec<String>| Domain::Words(all);
         axes.push(Axis {
             name: "dtype".into(),
             domain: words(Dtype::ALL.iter().map(|d| d.to_string()).collect()),
             naming: Naming::IfNotDefault { prefix: String::new() },
+            default: None,
         });
-        axes.push(Axis { name: "backend".into(), domain: Domain::Backend, naming: Naming::IfNotDefault { prefix: String::new() } });
+        axes.push(Axis {
+            name: "backend".into(),
+            domain: Domain::Backend,
+            naming: Naming::IfNotDefault { prefix: String::new() },
+            default: None,
+        });
         axes.push(Axis {
             name: "warps".into(),
             domain: Domain::Count { min: 1, max: 32 },
             naming: Naming::IfNotDefault { prefix: "w".into() },
+            default: None,
         });
         axes.extend(own(false));
         axes.push(Axis {
             name: "bounds".into(),
             domain: words(Bounds::ALL.iter().map(|b| b.to_string()).collect()),
             naming: Naming::IfNotDefault { prefix: String::new() },
+            default: None,
         });
         axes
     }
@@ -387,6 +401,18 @@ impl Family {
                     "axis `{}` takes either `values` (a non-empty list of words: letters, digits, `_`) or `range = [min, max]`",
                     axis.name
                 )),
+            }
+            let in_domain = |value: &Value| match (value, axis.range) {
+                (Value::Word(word), None) => axis.values.contains(word),
+                (Value::Count(n), Some([min, max])) => (min..=max).contains(n),
+                _ => false,
+            };
+            if let Some(default) = axis.default.as_ref().filter(|d| !in_domain(d)) {
+                let domain = match axis.range {
+                    Some([min, max]) => format!("a count from {min} to {max}"),
+                    None => format!("one of {}", axis.values.join(", ")),
+                };
+                problems.push(format!("axis `{}`: default `{default}` must be {domain}", axis.name));
             }
         }
         let quantities: Vec<&str> = self.quantities.iter().map(String::as_str).collect();

@@ -11,12 +11,6 @@ tile = [128, 128, 32]
 backend = "simt"
 warps = 8
 stages = 2
-cluster = 1
-split_k = 1
-swap = "none"
-epilogue = "none"
-b_dtype = "in"
-out = "in"
 bounds = "checked"
 
 [gemm.backends.simt]
@@ -219,6 +213,23 @@ fn defaults_must_set_every_axis() {
     assert_eq!(message, "v.toml:2: [gemm.defaults] must set axis `stages`");
 }
 
+/// An axis whose declaration gives its default (GEMM's cluster, split_k, swap, epilogue,
+/// b_dtype, out) takes it from there: defaults that leave it out name the same variants, and
+/// defaults that set it again are refused, so the value is stated once.
+#[test]
+fn an_axis_declaring_its_default_takes_it_from_the_declaration() {
+    let config = parse("[[gemm.groups]]\ncluster = [1, 2]\nepilogue = [\"none\", \"relu\"]\n").unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert_eq!(names, ["gemm_tn_128x128x32", "gemm_tn_128x128x32_relu", "gemm_tn_128x128x32_c2", "gemm_tn_128x128x32_c2_relu"]);
+    let text = BASE.replace("stages = 2\n", "stages = 2\nswap = \"none\"\n") + "[[gemm.groups]]\n";
+    let line = text.lines().position(|l| l == "swap = \"none\"").unwrap() + 1;
+    let message = Config::parse(Path::new("v.toml"), &declared(&text)).unwrap_err().to_string();
+    assert_eq!(
+        message,
+        format!("v.toml:{line}: axis `swap`: [gemm.family] declares its default (`none`); [gemm.defaults] must not set it too")
+    );
+}
+
 #[test]
 fn backends_must_name_known_architectures() {
     let text = BASE.replace("\"sm_90\"]", "\"sm_91\"]").replace("compute_80", "compute_81") + "[[gemm.groups]]\n";
@@ -416,6 +427,13 @@ fn bad_declarations_are_reported_at_the_family_table() {
         ("dims = [\"m\", \"k\"]", "dims = [\"m\", \"q\"]", "operand `a`: dims: expression `q` uses `q`, which is not one of: m, n, k"),
         ("order = \"layout[0]\"", "order = \"layuot[0]\"", "operand `a`: order `layuot[0]`: `layuot` is not one of the family's axes"),
         ("{ name = \"stages\"", "{ name = \"tile\"", "axis `tile`: axis names are C identifiers, unique, and not one of"),
+        ("prefix = \"c\", default = 1", "prefix = \"c\", default = 9", "axis `cluster`: default `9` must be a count from 1 to 8"),
+        (
+            "prefix = \"swap_\", default = \"none\"",
+            "prefix = \"swap_\", default = \"ba\"",
+            "axis `swap`: default `ba` must be one of none, ab",
+        ),
+        ("prefix = \"c\", default = 1", "prefix = \"c\", default = \"one\"", "axis `cluster`: default `one` must be a count from 1 to 8"),
         ("bytes = \"(m * k", "bytes = \"(m * kk", "work.bytes: expression `(m * kk + k * n + m * n) * elem` uses `kk`"),
         ("tile = [\"m\", \"n\", \"k\"]", "tile = [\"m\", \"n\", \"x\"]", "tile edge `x` is not a quantity (quantities: m, n, k)"),
         ("ld = \"ldc\",", "ld = \"lda\",", "leading dimension `lda`: the name is taken"),
