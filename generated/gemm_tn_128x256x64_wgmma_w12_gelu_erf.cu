@@ -225,7 +225,8 @@ __device__ __forceinline__ float epilogue_one(const Epilogue& e, float x, int ro
 }
 
 // One output from its sum and its column's bias, loaded ahead (column_bias); with PLAIN (see
-// reads_nothing_but_bias) act(alpha·x + bias) alone, as epilogue_two.
+// reads_nothing_but_bias) act(alpha·x + bias) alone, where outputs outside C are computed and
+// never stored.
 template <bool PLAIN>
 __device__ __forceinline__ float epilogue_one_biased(const Epilogue& e, float x, int row, int col, float bias) {
     if (PLAIN) return activate(e.alpha * x + bias);
@@ -268,8 +269,7 @@ __device__ __forceinline__ bool reads_nothing_but_bias(const Epilogue& e) {
 // never stored.
 template <bool PLAIN>
 __device__ __forceinline__ float2 epilogue_two(const Epilogue& e, float x0, float x1, int row, int col, const BiasPair& pair) {
-    if (PLAIN) return make_float2(activate(e.alpha * x0 + to_float(pair.lo)), activate(e.alpha * x1 + to_float(pair.hi)));
-    return make_float2(epilogue_biased(e, x0, row, col, to_float(pair.lo)), epilogue_biased(e, x1, row, col + 1, to_float(pair.hi)));
+    return make_float2(epilogue_one_biased<PLAIN>(e, x0, row, col, to_float(pair.lo)), epilogue_one_biased<PLAIN>(e, x1, row, col + 1, to_float(pair.hi)));
 }
 
 #define TM 128

@@ -272,6 +272,10 @@ __device__ __forceinline__ void st_shared_one(uint32_t addr, TC value) {
     asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(addr), "h"(*reinterpret_cast<const unsigned short*>(&value)) : "memory");
 }
 
+// Column h (0 or 1) of the two that thread t holds of its consumer's 64 with swap ab: the MMA
+// rows of its warp's 16, 8 apart.
+__device__ __forceinline__ int swapped_column(int t, int h) { return t / 32 * 16 + t % 32 / 4 + 8 * h; }
+
 // Epilogue of consumer c with swap ab: thread t = (warp, lane) holds columns q and q + 8 of
 // C's 64 starting at col0 (its MMA rows) in rows 8j + 2(lane % 4) and the next (its MMA
 // columns). Each output goes alone to shared memory, into TM rows of 128 bytes per
@@ -282,14 +286,14 @@ __device__ __forceinline__ void st_shared_one(uint32_t addr, TC value) {
 template <bool EDGE, bool PLAIN>
 __device__ __forceinline__ void epilogue_swapped(const float (&d)[MMA_N / 2], const Epilogue& ep, const float (&bias)[2], uint32_t out, const CUtensorMap* tmC, TC* C,
                                                  int problem, int row0, int col0, int M, int N, int ldc, int c, int t) {
-    const int warp = t / 32, lane = t % 32;
+    const int lane = t % 32;
     if (t == 0) bulk_wait_read();
     named_sync(1 + c, 128);
 #pragma unroll
     for (int j = 0; j < MMA_N / 8; ++j) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int q = warp * 16 + lane / 4 + 8 * (i / 2), r = 8 * j + 2 * (lane % 4) + i % 2;
+            const int q = swapped_column(t, i / 2), r = 8 * j + 2 * (lane % 4) + i % 2;
             const int row = row0 + r, col = col0 + q;
             const TC v = from_float<TC>(epilogue_one_biased<PLAIN>(ep, d[4 * j + i], row, col, bias[i / 2]));
             if (EDGE && col0 + (q / OUT_BLOCK_COLS + 1) * OUT_BLOCK_COLS > N) {
@@ -397,7 +401,7 @@ gemm_tn_96x64x64_f16_wgmma_w8_s8_swap_ab(const __grid_constant__ CUtensorMap tmA
             // This thread's two column biases (see epilogue_swapped), loaded while the tile's MMAs run.
             float bias[2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) bias[h] = column_bias(ep, tile_n * TN + c * 64 + t / 32 * 16 + t % 32 / 4 + 8 * h);
+            for (int h = 0; h < 2; ++h) bias[h] = column_bias(ep, tile_n * TN + c * 64 + swapped_column(t, h));
             for (int kb = kb_begin; kb < kb_end; ++kb) {
                 mbar_wait(smem_addr(&full[stage]), phase);
                 // A K-major block advances MMA_K elements (32 bytes) along its rows per MMA; an
