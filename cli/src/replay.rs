@@ -9,7 +9,7 @@ use crate::tune;
 use std::path::PathBuf;
 use tilesmith_runtime::dispatch::{self, GemmCall};
 use tilesmith_runtime::{Buffer, EpilogueArgs, GemmShape, Registry};
-use tilesmith_spec::tuning::{Alignment, Clocks, Device, TuningEntry, TuningTable};
+use tilesmith_spec::tuning::{self, Alignment, Clocks, Device, TuningEntry, TuningTable};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -85,7 +85,7 @@ fn call_shape(entry: &TuningEntry) -> GemmShape {
     let packed = GemmShape::packed(m, n, k, entry.key.layout);
     let packed_class = dispatch::alignment(entry.key.dtype, &packed, &Buffer::unallocated(packed.spans()));
     let odd_ld = entry.key.alignment == Alignment::Unaligned && packed_class == Alignment::Aligned;
-    tune::shape(tune::Problem { shape: [m, n, k], odd_ld }, entry.key.layout)
+    tune::shape(tune::Problem { batch: entry.batch as usize, shape: [m, n, k], odd_ld }, entry.key.layout)
 }
 
 pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
@@ -106,7 +106,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         let shape = call_shape(entry);
         let buffers = Buffer::unallocated(shape.spans());
         let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
-        let problem = format!("{}x{}x{} {} {} {:?}", shape.m, shape.n, shape.k, entry.key.dtype, shape.layout, entry.key.alignment);
+        let problem = format!("{} {} {} {:?}", tuning::describe(entry.problem()), entry.key.dtype, shape.layout, entry.key.alignment);
         let pick = |tables: &[TuningTable]| {
             dispatch::choose(kernels.iter().copied(), tables, &device, &call).ok().map(|c| (c.kernel.name().to_string(), c.strategy))
         };
@@ -115,7 +115,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         let mut held_out = table.clone();
         held_out
             .entries
-            .retain(|e| !(e.shape == entry.shape && e.key.layout == entry.key.layout && e.key.alignment == entry.key.alignment));
+            .retain(|e| !(e.problem() == entry.problem() && e.key.layout == entry.key.layout && e.key.alignment == entry.key.alignment));
         let mut picks = vec![entry.ranked.first().map(|c| (c.variant.clone(), c.strategy)), pick(&[]), pick(&[held_out])];
         if let Some(other) = &borrowed {
             picks.push(pick(std::slice::from_ref(other)));
@@ -155,10 +155,10 @@ mod tests {
 
     #[test]
     fn a_policy_scores_picks_at_their_measured_ratio() {
-        let shape = [16, 4096, 4096];
         let entry = TuningEntry {
-            key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, shape),
-            shape,
+            key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 16, 4096, 4096]),
+            shape: [16, 4096, 4096],
+            batch: 1,
             cublas_ms: 1.0,
             ranked: vec![
                 Candidate { variant: "fast".into(), strategy: Strategy::Direct, ms: 0.5 },

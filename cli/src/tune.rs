@@ -18,9 +18,10 @@ use tilesmith_trials::{trials, with_element};
 
 /// The default tuning set, most wanted first (a run out of time keeps what it measured):
 /// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
-/// 14336), the bench's, skinny ones and odd leading dimensions (`!`), then a grid of 16, 256
-/// and 4096 in M, N and K: 67 problems in 4 layouts, 258 once buckets repeat, about 7 minutes
-/// on an H100 or an H200.
+/// 14336), the bench's, skinny ones and odd leading dimensions (`!`), strided batches
+/// (attention's many small products, a few large ones), then a grid of 16, 256 and 4096 in M,
+/// N and K: 73 problems in 4 layouts, 282 once buckets repeat, about 7 minutes on an H100 or
+/// an H200.
 const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x14336,\
 16x4096x4096,16x11008x4096,16x4096x11008,16x14336x4096,16x4096x14336,\
 128x4096x4096,128x11008x4096,128x4096x11008,128x14336x4096,128x4096x14336,\
@@ -28,6 +29,7 @@ const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x143
 const EXTRA: &str = "1024x1024x1024,2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
 128x8192x8192,96x5120x5120,96x4096x4096,96x11008x4096,96x4096x11008,12288x64x4096,64x64x65536,128x128x128,1024x128x8192,\
 4095x4097x4099!,1023x1025x1027!,513x1025x2047!,1000x1001x1003!,127x4097x4099!,2047x2049x2051!";
+const BATCHES: &str = "64x512x512x64,8x4096x4096x4096,32x1024x1024x128,128x256x256x64,16x2048x2048x2048,4x4096x11008x4096";
 const GRID: [usize; 3] = [16, 256, 4096];
 /// Timed launches: a first look (the median of LOOK), then the median of RUNS after WARMUP for
 /// candidates within PRUNE times the fastest so far. A first look of one launch pruned the
@@ -85,6 +87,8 @@ pub struct Args {
 /// A problem of the tuning set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Problem {
+    /// Problems in a strided batch, each matrix right after the previous problem's; 1 for one.
+    pub(crate) batch: usize,
     pub(crate) shape: [usize; 3],
     pub(crate) odd_ld: bool,
 }
@@ -99,8 +103,13 @@ fn parse_problems(text: &str) -> Result<Vec<Problem>, String> {
         let sizes: Vec<usize> =
             dims.split('x').map(|d| d.parse().map_err(|_| format!("problem `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
         match sizes[..] {
-            [m, n, k] if m > 0 && n > 0 && k > 0 => problems.push(Problem { shape: [m, n, k], odd_ld }),
-            _ => return Err(format!("problem `{item}` must be MxNxK with every size at least 1, `!` after it for odd leading dimensions")),
+            [m, n, k] if m > 0 && n > 0 && k > 0 => problems.push(Problem { batch: 1, shape: [m, n, k], odd_ld }),
+            [batch, m, n, k] if batch > 0 && m > 0 && n > 0 && k > 0 => problems.push(Problem { batch, shape: [m, n, k], odd_ld }),
+            _ => {
+                return Err(format!(
+                    "problem `{item}` must be MxNxK, or BxMxNxK for a batch of B problems, with every size at least 1, `!` after it for odd leading dimensions"
+                ))
+            }
         }
     }
     Ok(problems)
@@ -119,10 +128,11 @@ fn problems(args: &Args) -> Result<Vec<Problem>, String> {
     if problems.is_empty() {
         problems.extend(parse_problems(LLM)?);
         problems.extend(parse_problems(EXTRA)?);
+        problems.extend(parse_problems(BATCHES)?);
         for m in GRID {
             for n in GRID {
                 for k in GRID {
-                    problems.push(Problem { shape: [m, n, k], odd_ld: false });
+                    problems.push(Problem { batch: 1, shape: [m, n, k], odd_ld: false });
                 }
             }
         }
@@ -141,15 +151,21 @@ fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T
 }
 
 /// The shape of a problem in a layout: packed, or with odd leading dimensions (one more where
-/// the packed one is even).
+/// the packed one is even); a batch's problems one after another.
 pub(crate) fn shape(problem: Problem, layout: Layout) -> GemmShape {
     let [m, n, k] = problem.shape;
     let packed = GemmShape::packed(m, n, k, layout);
-    if !problem.odd_ld {
-        return packed;
+    let one = if problem.odd_ld {
+        let odd = |ld: usize| if ld.is_multiple_of(2) { ld + 1 } else { ld };
+        GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
+    } else {
+        packed
+    };
+    if problem.batch == 1 {
+        one
+    } else {
+        one.batched(problem.batch)
     }
-    let odd = |ld: usize| if ld.is_multiple_of(2) { ld + 1 } else { ld };
-    GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
 }
 
 /// One kind of GPU being tuned: its table, where it goes, and the problems left.
@@ -277,11 +293,11 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 
 /// The entry a problem makes: as the dispatcher sees the call ([`dispatch::canonical`]), so a
 /// matrix-vector product in nn is the tn entry.
-fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 3]) {
+fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 4]) {
     let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
     let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
-    let dims = [shape.m, shape.n, shape.k].map(|d| d as u64);
+    let dims = [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64);
     (Key::new(dtype, shape.layout, class, dims), dims)
 }
 
@@ -296,8 +312,8 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log
         }
         let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
         let shape = shape(problem, layout);
-        let (key, _) = key(problem, dtype, layout);
-        let name = format!("{dtype} {layout} {}x{}x{}{}", shape.m, shape.n, shape.k, if problem.odd_ld { " odd ld" } else { "" });
+        let (key, dims) = key(problem, dtype, layout);
+        let name = format!("{dtype} {layout} {}{}", tuning::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
         bar.set_message(name.clone());
         let start = Instant::now();
         let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
@@ -362,7 +378,8 @@ fn measure<T: tilesmith_runtime::Element>(
         return Ok((None, counts));
     }
     let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
-    let problem = format!("{}x{}x{} {dtype} {}", shape.m, shape.n, shape.k, shape.layout);
+    let dims = [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64);
+    let problem = format!("{} {dtype} {}", tuning::describe(dims), shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
     if !tuning::valid_ms(cublas_ms) {
         return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
@@ -403,7 +420,13 @@ fn measure<T: tilesmith_runtime::Element>(
         best = best.min(ms);
         measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
     }
-    let entry = TuningEntry { key, shape: [shape.m, shape.n, shape.k].map(|d| d as u64), cublas_ms, ranked: tuning::rank(measured)? };
+    let entry = TuningEntry {
+        key,
+        shape: [shape.m, shape.n, shape.k].map(|d| d as u64),
+        batch: shape.batch.count as u64,
+        cublas_ms,
+        ranked: tuning::rank(measured)?,
+    };
     Ok((Some(entry), counts))
 }
 
@@ -413,4 +436,46 @@ fn write(path: &std::path::Path, table: &TuningTable) -> Result<(), String> {
     let temporary = path.with_extension("json.tmp");
     std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
     std::fs::rename(&temporary, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn four_sizes_are_a_batch_and_bad_problems_are_refused() {
+        let problems = parse_problems("64x512x512x64, 4095x4097x4099!").unwrap();
+        assert_eq!(problems[0], Problem { batch: 64, shape: [512, 512, 64], odd_ld: false });
+        assert_eq!(problems[1], Problem { batch: 1, shape: [4095, 4097, 4099], odd_ld: true });
+        let batch = shape(problems[0], Layout::Tn);
+        assert_eq!((batch.batch.count, batch.batch.strides), (64, [512 * 64, 512 * 64, 512 * 512]));
+        for bad in ["0x512x512x64", "512x512", "1x2x3x4x5", "8x8xk"] {
+            assert!(parse_problems(bad).unwrap_err().contains(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_default_set_holds_the_batches_and_counts_as_its_comment_says() {
+        let args = Args {
+            shapes: None,
+            shapes_file: None,
+            dtypes: "bf16".into(),
+            layouts: "nn,nt,tn,tt".into(),
+            out: None,
+            fresh: false,
+            gpus: None,
+            minutes: 10.0,
+            log: None,
+        };
+        let set = problems(&args).unwrap();
+        assert_eq!(set.len(), 73);
+        assert!(set.contains(&Problem { batch: 8, shape: [4096, 4096, 4096], odd_ld: false }));
+        let mut keys = HashSet::new();
+        for &problem in &set {
+            for layout in Layout::ALL {
+                keys.insert(key(problem, Dtype::Bf16, *layout));
+            }
+        }
+        assert_eq!(keys.len(), 282);
+    }
 }

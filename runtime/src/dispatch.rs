@@ -367,13 +367,14 @@ pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t 
         .map(|t| (t, (f64::from(t.device.sms) / f64::from(device.sms.max(1))).sqrt()))
 }
 
-/// How far (in [`tuning::distance`], summed |log2| of M, N and K) a measured problem may lie from
-/// a call and still stand for it; farther, the heuristic does better (`tilesmith replay`).
+/// How far (in [`tuning::distance`], summed |log2| of problem count, M, N and K) a measured
+/// problem may lie from a call and still stand for it; farther, the heuristic does better
+/// (`tilesmith replay`).
 const NEAR_ENOUGH: f64 = 1.0;
 
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
-/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem of
-/// the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
+/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem
+/// (a batch's problem count counts) of the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
 /// variants run the same code) within [`NEAR_ENOUGH`], its candidates in rank order (each as the
 /// variant of the same axes with the call's dtype and epilogue), the first that takes the call;
 /// then the next nearest problem. Otherwise, or when no near candidate takes it, [`heuristic`].
@@ -413,14 +414,13 @@ pub fn choose<'k>(
         transpose: (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten(),
         reason,
     };
-    // Tables measure single problems; a batch's tiles fill the GPU as a larger problem's would,
-    // which only the heuristic's model counts.
-    let found = table_for(tables, device).filter(|_| !shape.is_batched());
+    // A batch is near the batches a table measured, whose tiles fill the GPU as its do.
+    let found = table_for(tables, device);
     if let Some((table, scale)) = found {
         let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
-        let problem = [scaled(shape.m), scaled(shape.n), shape.k as u64];
+        let problem = [shape.batch.count as u64, scaled(shape.m), scaled(shape.n), shape.k as u64];
         let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
-        let near = |entry: &&TuningEntry| tuning::distance(entry.shape, problem) <= NEAR_ENOUGH;
+        let near = |entry: &&TuningEntry| tuning::distance(entry.problem(), problem) <= NEAR_ENOUGH;
         let entries = std::iter::once(dtype).chain(widths).flat_map(|d| table.nearest(d, shape.layout, class, problem)).filter(near);
         // A padded candidate was measured for the entry's operands; the call's may move others,
         // which gives the GEMM another layout: the same variant in that one.
@@ -436,7 +436,7 @@ pub fn choose<'k>(
                 };
                 let kernel = epilogue.activation.epilogues().iter().filter_map(|word| sibling(&gemms, ranked, word, layout)).find(takes);
                 if let Some(kernel) = kernel {
-                    let [m, n, k] = entry.shape;
+                    let measured = tuning::describe(entry.problem());
                     let borrowed = if table.device.is(device) {
                         String::new()
                     } else {
@@ -446,7 +446,7 @@ pub fn choose<'k>(
                         )
                     };
                     let reason = format!(
-                        "tuning table {}{borrowed}: nearest measured problem {m}x{n}x{k} ({} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
+                        "tuning table {}{borrowed}: nearest measured problem {measured} ({} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
                         TuningTable::file_name(&table.device),
                         entry.key.dtype,
                         shape.layout,
@@ -460,9 +460,7 @@ pub fn choose<'k>(
             }
         }
     }
-    let why = if shape.is_batched() {
-        "a batch of problems, which tables do not measure"
-    } else if found.is_some() {
+    let why = if found.is_some() {
         "no measured problem near this call has a candidate that takes it"
     } else {
         "no tuning table for this device"

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use tilesmith_runtime::dispatch::{choose, Choice, GemmCall};
-use tilesmith_runtime::{plan_gemm_with, Activation, Buffer, Dtype, EpilogueArgs, GemmShape, Layout, Registry};
+use tilesmith_runtime::{plan_gemm_with, Activation, Batch, Buffer, Dtype, EpilogueArgs, GemmShape, Layout, Registry};
 use tilesmith_spec::tuning::{self, Alignment, Candidate, Device, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
 use tilesmith_spec::{Built, Manifest};
 
@@ -15,8 +15,9 @@ fn h200() -> Device {
 
 fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]) -> TuningEntry {
     TuningEntry {
-        key: Key::new(Dtype::Bf16, Layout::Tn, alignment, shape),
+        key: Key::new(Dtype::Bf16, Layout::Tn, alignment, [1, shape[0], shape[1], shape[2]]),
         shape,
+        batch: 1,
         cublas_ms: 1.0,
         ranked: tuning::rank(ranked.iter().map(|&(v, strategy, ms)| Candidate { variant: v.into(), strategy, ms }).collect()).unwrap(),
     }
@@ -64,6 +65,15 @@ fn registry() -> Registry {
                     ("gemm_tn_128x128x32", direct, 0.50),
                 ],
             ),
+            TuningEntry {
+                key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]),
+                batch: 64,
+                ..entry(
+                    Alignment::Aligned,
+                    [512, 512, 64],
+                    &[("gemm_tn_128x256x64_wgmma_w12", direct, 0.020), ("gemm_tn_128x128x64_wgmma_w12_s6", direct, 0.024)],
+                )
+            },
         ],
     };
     Registry::new(Path::new("registry"), built, vec![table])
@@ -104,6 +114,21 @@ fn the_nearest_entry_gives_the_first_candidate_that_takes_the_call() {
     assert_eq!(name, "gemm_tn_64x128x64_wgmma_w8_s6_splitk2");
     // Farther than a factor of 2 in all from every measured problem: the heuristic.
     let (_, _, reason) = pick(&registry, &h200(), GemmShape::packed(24, 3000, 5000, Layout::Tn));
+    assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
+}
+
+#[test]
+fn a_batch_takes_the_nearest_measured_batch_and_one_problem_does_not() {
+    let registry = registry();
+    let one = GemmShape::packed(512, 512, 64, Layout::Tn);
+    let (name, _, reason) = pick(&registry, &h200(), one.batched(48));
+    assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12");
+    assert!(reason.contains("nearest measured problem 64 x 512x512x64") && reason.contains("rank 1 of 2"), "{reason}");
+    // A batch whose B is shared takes the same pick: the tiles are the same.
+    let shared = one.with_batch(Batch { count: 64, strides: [512 * 64, 0, 512 * 512] });
+    assert_eq!(pick(&registry, &h200(), shared).0, "gemm_tn_128x256x64_wgmma_w12");
+    // One such problem is 64 times fewer tiles, nowhere near the batch.
+    let (_, _, reason) = pick(&registry, &h200(), one);
     assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
 }
 

@@ -84,6 +84,21 @@ pub struct Key {
     pub alignment: Alignment,
     /// ⌊log2⌉ of M, N and K, rounded to the nearest integer: the bucket.
     pub bucket: [u32; 3],
+    /// The bucket of a batch's problem count; 0 for one problem (left out of the file).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(value: &u64) -> bool {
+    *value == 1
 }
 
 /// One measured problem and its candidates, fastest first.
@@ -92,6 +107,10 @@ pub struct TuningEntry {
     pub key: Key,
     /// [M, N, K] as measured.
     pub shape: [u64; 3],
+    /// Problems in the batch measured, each matrix right after the previous problem's; 1
+    /// (left out of the file) for a single problem.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub batch: u64,
     pub cublas_ms: f64,
     pub ranked: Vec<Candidate>,
 }
@@ -102,6 +121,14 @@ pub struct Candidate {
     pub variant: String,
     pub strategy: Strategy,
     pub ms: f64,
+}
+
+impl TuningEntry {
+    /// [problems, M, N, K]: what the dispatcher measures distances between.
+    pub fn problem(&self) -> [u64; 4] {
+        let [m, n, k] = self.shape;
+        [self.batch, m, n, k]
+    }
 }
 
 impl Candidate {
@@ -120,9 +147,16 @@ pub fn bucket(size: u64) -> u32 {
 }
 
 impl Key {
-    pub fn new(dtype: Dtype, layout: Layout, alignment: Alignment, [m, n, k]: [u64; 3]) -> Key {
-        Key { dtype, layout, alignment, bucket: [bucket(m), bucket(n), bucket(k)] }
+    /// The key of a problem [problems, M, N, K].
+    pub fn new(dtype: Dtype, layout: Layout, alignment: Alignment, [batch, m, n, k]: [u64; 4]) -> Key {
+        Key { dtype, layout, alignment, bucket: [bucket(m), bucket(n), bucket(k)], batch: bucket(batch) }
     }
+}
+
+/// A problem [problems, M, N, K] as messages write it: `MxNxK`, or `B x MxNxK` for a batch.
+pub fn describe([batch, m, n, k]: [u64; 4]) -> String {
+    let problems = if batch == 1 { String::new() } else { format!("{batch} x ") };
+    format!("{problems}{m}x{n}x{k}")
 }
 
 /// Whether a time in milliseconds is one a table may hold: finite and above zero.
@@ -150,32 +184,34 @@ pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
     Ok(ranked)
 }
 
-/// Log-space distance between a problem and an entry's: the sum over M, N and K of
-/// |log2(a) - log2(b)|.
-pub fn distance(a: [u64; 3], b: [u64; 3]) -> f64 {
+/// Log-space distance between two problems [problems, M, N, K]: the sum over the four of
+/// |log2(a) - log2(b)|. A batch of 2 is as far from one problem as twice the M is.
+pub fn distance(a: [u64; 4], b: [u64; 4]) -> f64 {
     a.iter().zip(b).map(|(&x, y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
 }
 
 impl TuningTable {
-    /// The entries for this dtype, layout and alignment, nearest to `shape` first (log-space
-    /// distance; equal distances by shape), so that a caller can fall back to the next.
-    pub fn nearest(&self, dtype: Dtype, layout: Layout, alignment: Alignment, shape: [u64; 3]) -> Vec<&TuningEntry> {
+    /// The entries for this dtype, layout and alignment, nearest to `problem` ([problems, M, N,
+    /// K]) first (log-space distance; equal distances by problem), so that a caller can fall
+    /// back to the next.
+    pub fn nearest(&self, dtype: Dtype, layout: Layout, alignment: Alignment, problem: [u64; 4]) -> Vec<&TuningEntry> {
         let mut entries: Vec<&TuningEntry> =
             self.entries.iter().filter(|e| e.key.dtype == dtype && e.key.layout == layout && e.key.alignment == alignment).collect();
-        entries.sort_by(|a, b| distance(a.shape, shape).total_cmp(&distance(b.shape, shape)).then(a.shape.cmp(&b.shape)));
+        entries
+            .sort_by(|a, b| distance(a.problem(), problem).total_cmp(&distance(b.problem(), problem)).then(a.problem().cmp(&b.problem())));
         entries
     }
 
-    /// The entry measured for exactly this problem, if any.
-    pub fn entry(&self, key: &Key, shape: [u64; 3]) -> Option<&TuningEntry> {
-        self.entries.iter().find(|e| &e.key == key && e.shape == shape)
+    /// The entry measured for exactly this problem ([problems, M, N, K]), if any.
+    pub fn entry(&self, key: &Key, problem: [u64; 4]) -> Option<&TuningEntry> {
+        self.entries.iter().find(|e| &e.key == key && e.problem() == problem)
     }
 
     /// Adds or replaces the entry for its problem, keeping entries in a fixed order.
     pub fn insert(&mut self, entry: TuningEntry) {
-        self.entries.retain(|e| !(e.key == entry.key && e.shape == entry.shape));
+        self.entries.retain(|e| !(e.key == entry.key && e.problem() == entry.problem()));
         self.entries.push(entry);
-        self.entries.sort_by_key(|e| (e.key, e.shape));
+        self.entries.sort_by_key(|e| (e.key, e.problem()));
     }
 
     /// Reads a table, checking its format, the file name its device goes by and every entry
@@ -208,21 +244,25 @@ impl TuningTable {
         Ok(table)
     }
 
-    /// The rules every table meets: a device with SMs, and entries whose shapes have no zero,
-    /// whose key is the bucket of their shape, and whose times (cuBLAS's and every
+    /// The rules every table meets: a device with SMs, and entries whose problems have no zero,
+    /// whose key holds the buckets of their problem, and whose times (cuBLAS's and every
     /// candidate's) are finite and above zero, candidates in rank order.
     pub fn check(&self) -> Result<(), String> {
         if self.device.name.trim().is_empty() || self.device.sms == 0 {
             return Err(format!("device {:?} needs a name and at least one SM", self.device));
         }
         for (index, entry) in self.entries.iter().enumerate() {
-            let [m, n, k] = entry.shape;
-            let at = format!("entry {} ({m}x{n}x{k} {} {} {:?})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
-            if entry.shape.contains(&0) {
-                return Err(format!("{at}: a shape has no zero dimension"));
+            let problem = describe(entry.problem());
+            let at = format!("entry {} ({problem} {} {} {:?})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
+            if entry.problem().contains(&0) {
+                return Err(format!("{at}: a problem has no zero dimension and a batch at least one problem"));
             }
-            if entry.key.bucket != Key::new(entry.key.dtype, entry.key.layout, entry.key.alignment, entry.shape).bucket {
-                return Err(format!("{at}: bucket {:?} is not the bucket of its shape", entry.key.bucket));
+            let expected = Key::new(entry.key.dtype, entry.key.layout, entry.key.alignment, entry.problem());
+            if (entry.key.bucket, entry.key.batch) != (expected.bucket, expected.batch) {
+                return Err(format!(
+                    "{at}: buckets {:?} and batch {} are not its problem's ({:?} and {})",
+                    entry.key.bucket, entry.key.batch, expected.bucket, expected.batch
+                ));
             }
             if !valid_ms(entry.cublas_ms) {
                 return Err(format!("{at}: cuBLAS's time {} ms is not finite and above 0", entry.cublas_ms));
@@ -330,29 +370,77 @@ mod tests {
         assert_eq!(again, ranked);
     }
 
-    #[test]
-    fn nearest_is_by_log_distance_within_the_class() {
-        let entry = |shape: [u64; 3], alignment| TuningEntry {
-            key: Key::new(Dtype::Bf16, Layout::Tn, alignment, shape),
-            shape,
+    fn entry([batch, m, n, k]: [u64; 4], alignment: Alignment) -> TuningEntry {
+        TuningEntry {
+            key: Key::new(Dtype::Bf16, Layout::Tn, alignment, [batch, m, n, k]),
+            shape: [m, n, k],
+            batch,
             cublas_ms: 1.0,
             ranked: vec![],
-        };
-        let mut table = TuningTable {
+        }
+    }
+
+    fn table() -> TuningTable {
+        TuningTable {
             format: TUNING_FORMAT,
             device: Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None },
             compiler: String::new(),
             entries: vec![],
-        };
-        for shape in [[4096, 4096, 4096], [2048, 2048, 2048], [16, 4096, 4096]] {
+        }
+    }
+
+    #[test]
+    fn nearest_is_by_log_distance_within_the_class() {
+        let mut table = table();
+        for shape in [[1, 4096, 4096, 4096], [1, 2048, 2048, 2048], [1, 16, 4096, 4096]] {
             table.insert(entry(shape, Alignment::Aligned));
         }
-        table.insert(entry([3000, 3000, 3000], Alignment::Unaligned));
-        let near = table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [3000, 3000, 3000]);
+        table.insert(entry([1, 3000, 3000, 3000], Alignment::Unaligned));
+        let near = table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 3000, 3000, 3000]);
         assert_eq!(near[0].shape, [4096, 4096, 4096]);
         assert_eq!(near.len(), 3);
-        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [32, 4000, 4000])[0].shape, [16, 4096, 4096]);
-        assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, [32, 32, 32]).is_empty());
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 32, 4000, 4000])[0].shape, [16, 4096, 4096]);
+        assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, [1, 32, 32, 32]).is_empty());
         assert_eq!(TuningTable::file_name(&table.device), "GPU-132sm.json");
+    }
+
+    #[test]
+    fn a_batch_is_a_problem_of_its_own_nearest_to_batches() {
+        let mut table = table();
+        for problem in [[1, 512, 512, 64], [64, 512, 512, 64], [1, 4096, 4096, 4096]] {
+            table.insert(entry(problem, Alignment::Aligned));
+        }
+        assert_eq!(table.entries.len(), 3, "one problem and a batch of it are two entries");
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [48, 512, 512, 64])[0].problem(), [64, 512, 512, 64]);
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 600, 512, 64])[0].problem(), [1, 512, 512, 64]);
+        assert!(table.entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]), [64, 512, 512, 64]).is_some());
+        assert!(table.entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [60, 512, 512, 64]), [60, 512, 512, 64]).is_none());
+        table.check().unwrap();
+    }
+
+    #[test]
+    fn single_problems_read_and_write_as_before_batches() {
+        let single = entry([1, 16, 4096, 4096], Alignment::Aligned);
+        let text = serde_json::to_string(&single).unwrap();
+        assert!(!text.contains("batch"), "{text}");
+        assert_eq!(serde_json::from_str::<TuningEntry>(&text).unwrap(), single);
+        let batch = entry([64, 512, 512, 64], Alignment::Aligned);
+        let text = serde_json::to_string(&batch).unwrap();
+        assert!(text.contains(r#""batch":6"#) && text.contains(r#""batch":64"#), "{text}");
+        assert_eq!(serde_json::from_str::<TuningEntry>(&text).unwrap(), batch);
+    }
+
+    #[test]
+    fn an_entry_whose_batch_is_not_its_bucket_is_refused() {
+        let mut table = table();
+        let mut wrong = entry([64, 512, 512, 64], Alignment::Aligned);
+        wrong.key.batch = 0;
+        table.insert(wrong);
+        let err = table.check().unwrap_err();
+        assert!(err.contains("64 x 512x512x64") && err.contains("batch 0") && err.contains("6)"), "{err}");
+        let mut empty = entry([1, 512, 512, 64], Alignment::Aligned);
+        empty.batch = 0;
+        table.entries = vec![empty];
+        assert!(table.check().unwrap_err().contains("at least one problem"));
     }
 }
