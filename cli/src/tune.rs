@@ -297,8 +297,12 @@ fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 4]) {
     let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
     let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
-    let dims = [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64);
-    (Key::new(dtype, shape.layout, class, dims), dims)
+    (Key::new(dtype, shape.layout, class, dims(&shape)), dims(&shape))
+}
+
+/// [problems, M, N, K] of a shape, as tables hold problems.
+fn dims(shape: &GemmShape) -> [u64; 4] {
+    [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64)
 }
 
 /// One GPU's share: takes its kind's problems one by one until none are left or time is up,
@@ -378,8 +382,7 @@ fn measure<T: tilesmith_runtime::Element>(
         return Ok((None, counts));
     }
     let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
-    let dims = [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64);
-    let problem = format!("{} {dtype} {}", tuning::describe(dims), shape.layout);
+    let problem = format!("{} {dtype} {}", tuning::describe(dims(&shape)), shape.layout);
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
     if !tuning::valid_ms(cublas_ms) {
         return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));

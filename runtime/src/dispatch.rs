@@ -374,10 +374,10 @@ const NEAR_ENOUGH: f64 = 1.0;
 
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
 /// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem
-/// (a batch's problem count counts) of the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
-/// variants run the same code) within [`NEAR_ENOUGH`], its candidates in rank order (each as the
-/// variant of the same axes with the call's dtype and epilogue), the first that takes the call;
-/// then the next nearest problem. Otherwise, or when no near candidate takes it, [`heuristic`].
+/// (a batch's problem count counts) of the call's layout and alignment (of its dtype, else of a
+/// dtype of the same width, whose variants run the same code) within [`NEAR_ENOUGH`], its
+/// candidates in rank order (each as the variant of the same axes with the call's dtype and
+/// epilogue), the first that takes the call; then the next nearest problem. Otherwise, or when no near candidate takes it, [`heuristic`].
 /// The call is seen as [`canonical`] makes it.
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
