@@ -1,5 +1,5 @@
 //! Replays the dispatcher against a measured tuning table, on the CPU: for each problem the
-//! table holds, what the heuristic picks (as on a GPU without a table), what the table picks
+//! table holds (plain entries), what the heuristic picks (as on a GPU without a table), what the table picks
 //! with that problem held out (how well its neighbours stand for it), and what another GPU's
 //! table picks where one is given (as the nearest-table fallback would); each pick at the time
 //! the table measured for it, beside the fastest candidate's and cuBLAS's. For fitting the
@@ -102,7 +102,9 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         policies.push(Policy::new("the other GPU's table"));
     }
     let plain = EpilogueArgs::default();
-    for entry in &table.entries {
+    // Epilogue entries stand for calls with an activation and a bias, which the replay does
+    // not make.
+    for entry in table.entries.iter().filter(|e| e.epilogue.is_none()) {
         let shape = call_shape(entry);
         let buffers = Buffer::unallocated(shape.spans());
         let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
@@ -159,6 +161,7 @@ mod tests {
             key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 16, 4096, 4096]),
             shape: [16, 4096, 4096],
             batch: 1,
+            epilogue: None,
             cublas_ms: 1.0,
             ranked: vec![
                 Candidate { variant: "fast".into(), strategy: Strategy::Direct, ms: 0.5 },

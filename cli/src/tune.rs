@@ -62,6 +62,12 @@ pub struct Args {
     /// Layouts to tune, comma-separated.
     #[arg(long, default_value = "nn,nt,tn,tt")]
     layouts: String,
+    /// Rank the variants of this `epilogue` value (relu, gelu_tanh, gelu_erf, silu), each timed
+    /// with a bias per column, into entries of their own, which the dispatcher reads first for
+    /// calls with that activation (default: plain GEMMs, whose picks stand for every epilogue
+    /// without entries of its own).
+    #[arg(long, value_name = "WORD")]
+    epilogue: Option<String>,
     /// Folder of the tables; a GPU's is `<name>-<SMs>sm.json` there (default: the project's
     /// tuning/, else tuning/ here).
     #[arg(long, env = "TILESMITH_TUNING_DIR")]
@@ -176,8 +182,24 @@ struct Kind {
     queue: Mutex<VecDeque<(Problem, Dtype, Layout)>>,
 }
 
+/// The epilogue `--epilogue` names: an activation's, since calls with none take the plain
+/// entries.
+fn measured(word: Option<&str>) -> Result<Measured, String> {
+    let Some(word) = word else { return Ok(None) };
+    match Activation::of_epilogue(word) {
+        Some(activation) if activation != Activation::None => Ok(Some((word.to_string(), activation))),
+        _ => Err(format!(
+            "--epilogue {word}: tuning entries of their own are for relu, gelu_tanh, gelu_erf or silu; calls with none or linear take the plain entries"
+        )),
+    }
+}
+
 /// Where a line per measured problem goes, if anywhere.
 type Log = Option<Mutex<std::fs::File>>;
+
+/// The epilogue whose variants a run ranks, its `epilogue` value and activation; `None`: the
+/// plain GEMMs.
+type Measured = Option<(String, Activation)>;
 
 /// Tunes on the kernels of `registry`, writing the tables into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
@@ -188,6 +210,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
     }
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
+    let epilogue = measured(args.epilogue.as_deref())?;
     if !(args.minutes > 0.0 && args.minutes.is_finite()) {
         return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
     }
@@ -236,7 +259,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             for &dtype in &dtypes {
                 for &layout in &layouts {
                     let (key, dims) = key(problem, dtype, layout);
-                    if !args.fresh && table.entry(&key, dims).is_some() {
+                    if !args.fresh && table.entry(&key, epilogue.as_ref().map(|(word, _)| word.as_str()), dims).is_some() {
                         skipped += 1;
                     } else if queued.insert((key, dims)) {
                         queue.push_back((problem, dtype, layout));
@@ -274,8 +297,8 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             .zip(&devices)
             .map(|(&ordinal, device)| {
                 let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
-                let (bar, log) = (&bar, &log);
-                scope.spawn(move || work(ordinal, kind, registry, bar, log, deadline))
+                let (bar, log, epilogue) = (&bar, &log, &epilogue);
+                scope.spawn(move || work(ordinal, kind, registry, bar, log, epilogue, deadline))
             })
             .collect();
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
@@ -307,7 +330,15 @@ fn dims(shape: &GemmShape) -> [u64; 4] {
 
 /// One GPU's share: takes its kind's problems one by one until none are left or time is up,
 /// writing the table after each.
-fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log: &Log, deadline: Instant) -> Result<(), String> {
+fn work(
+    ordinal: usize,
+    kind: &Kind,
+    registry: &Registry,
+    bar: &ProgressBar,
+    log: &Log,
+    epilogue: &Measured,
+    deadline: Instant,
+) -> Result<(), String> {
     let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
     GemmCase::<half::bf16>::new(&gpu, GemmShape::packed(4096, 4096, 4096, Layout::Tn), 0.0)?.time_cublas_runs(&gpu, WARM_GPU, 1)?;
     loop {
@@ -317,10 +348,11 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log
         let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
         let shape = shape(problem, layout);
         let (key, dims) = key(problem, dtype, layout);
-        let name = format!("{dtype} {layout} {}{}", tuning::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
+        let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
+        let name = format!("{dtype} {layout} {}{}{with}", tuning::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
         bar.set_message(name.clone());
         let start = Instant::now();
-        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key))?;
+        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key, epilogue))?;
         bar.inc(1);
         if let Some(log) = log {
             let pick = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ratio(e)));
@@ -342,21 +374,28 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, bar: &ProgressBar, log
 }
 
 /// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
-fn candidates(registry: &Registry, gpu: &Gpu, dtype: Dtype, shape: &GemmShape) -> (Vec<(f64, Kernel, Strategy)>, Option<Kernel>) {
+fn candidates(
+    registry: &Registry,
+    gpu: &Gpu,
+    dtype: Dtype,
+    shape: &GemmShape,
+    epilogue: &Measured,
+) -> (Vec<(f64, Kernel, Strategy)>, Option<Kernel>) {
     let buffers = Buffer::unallocated(shape.spans());
     let device = gpu.device();
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
-    // Tables rank main loops: the variants without an epilogue; the dispatcher maps a pick to
-    // its epilogue sibling.
+    // Plain entries rank main loops, the variants without an epilogue, and the dispatcher maps
+    // a pick to its epilogue sibling; an epilogue's entries rank its own variants.
+    let (word, activation) = epilogue.as_ref().map_or(("none", Activation::None), |(word, activation)| (word.as_str(), *activation));
     let gemms: Vec<&Kernel> = registry
         .kernels()
         .filter(|k| {
             let v = k.variant();
-            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && Activation::epilogue_of(v) == "none"
+            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && Activation::epilogue_of(v) == word
         })
         .collect();
-    let plain = EpilogueArgs::default();
-    let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &plain };
+    let args = EpilogueArgs { activation, ..EpilogueArgs::default() };
+    let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &args };
     let ranked = dispatch::by_estimate(&gemms, transpose, &device, &call);
     (ranked.into_iter().map(|(seconds, kernel, strategy)| (seconds, kernel.clone(), strategy)).collect(), transpose.cloned())
 }
@@ -375,15 +414,20 @@ fn measure<T: tilesmith_runtime::Element>(
     dtype: Dtype,
     shape: GemmShape,
     key: Key,
+    epilogue: &Measured,
 ) -> Result<(Option<TuningEntry>, Counts), String> {
-    let (candidates, transpose) = candidates(registry, gpu, dtype, &shape);
+    let (candidates, transpose) = candidates(registry, gpu, dtype, &shape, epilogue);
     let mut counts = Counts::default();
     if candidates.is_empty() {
         return Ok((None, counts));
     }
     let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
-    let problem = format!("{} {dtype} {}", tuning::describe(dims(&shape)), shape.layout);
+    // cuBLAS's plain GEMM stays the ratio's baseline; the candidates add a bias and activate.
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
+    if let Some((_, activation)) = epilogue {
+        case = case.with_bias_activation(gpu, *activation)?;
+    }
+    let problem = format!("{} {dtype} {}", tuning::describe(dims(&shape)), shape.layout);
     if !tuning::valid_ms(cublas_ms) {
         return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
     }
@@ -427,6 +471,7 @@ fn measure<T: tilesmith_runtime::Element>(
         key,
         shape: [shape.m, shape.n, shape.k].map(|d| d as u64),
         batch: shape.batch.count as u64,
+        epilogue: epilogue.as_ref().map(|(word, _)| word.clone()),
         cublas_ms,
         ranked: tuning::rank(measured)?,
     };
@@ -458,12 +503,22 @@ mod tests {
     }
 
     #[test]
+    fn an_epilogue_of_its_own_is_an_activation() {
+        assert_eq!(measured(Some("gelu_tanh")), Ok(Some(("gelu_tanh".to_string(), Activation::GeluTanh))));
+        assert_eq!(measured(None), Ok(None));
+        for bad in ["none", "linear", "gelu"] {
+            assert!(measured(Some(bad)).unwrap_err().contains(&format!("--epilogue {bad}:")), "{bad}");
+        }
+    }
+
+    #[test]
     fn the_default_set_holds_the_batches_and_counts_as_its_comment_says() {
         let args = Args {
             shapes: None,
             shapes_file: None,
             dtypes: "bf16".into(),
             layouts: "nn,nt,tn,tt".into(),
+            epilogue: None,
             out: None,
             fresh: false,
             gpus: None,

@@ -373,12 +373,13 @@ pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t 
 const NEAR_ENOUGH: f64 = 1.0;
 
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
-/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest measured problem
-/// (a batch's problem count counts) of the call's layout and alignment (of its dtype, else of a
-/// dtype of the same width, whose variants run the same code) within [`NEAR_ENOUGH`], its
-/// candidates in rank order (each as the variant of the same axes with the call's dtype and
-/// epilogue), the first that takes the call; then the next nearest problem. Otherwise, or when no near candidate takes it, [`heuristic`].
-/// The call is seen as [`canonical`] makes it.
+/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest problem measured
+/// with the call's activation, else the nearest plain one (a batch's problem count counts), of
+/// the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
+/// variants run the same code) within [`NEAR_ENOUGH`], its candidates in rank order (each as
+/// the variant of the same axes with the call's dtype and epilogue), the first that takes the
+/// call; then the next nearest problem. Otherwise, or when no near candidate takes it,
+/// [`heuristic`]. The call is seen as [`canonical`] makes it.
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
     tables: &[TuningTable],
@@ -420,8 +421,14 @@ pub fn choose<'k>(
         let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
         let problem = [shape.batch.count as u64, scaled(shape.m), scaled(shape.n), shape.k as u64];
         let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
+        let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
         let near = |entry: &&TuningEntry| tuning::distance(entry.problem(), problem) <= NEAR_ENOUGH;
-        let entries = std::iter::once(dtype).chain(widths).flat_map(|d| table.nearest(d, shape.layout, class, problem)).filter(near);
+        // Entries measured with the call's activation first, then the plain ones.
+        let activated = if epilogue.activation == Activation::None { &[][..] } else { epilogue.activation.epilogues() };
+        let measured_with = activated.iter().map(|&word| Some(word)).chain([None]);
+        let entries = measured_with
+            .flat_map(|with| dtypes.iter().flat_map(move |&d| table.nearest(d, shape.layout, class, with, problem)))
+            .filter(near);
         // A padded candidate was measured for the entry's operands; the call's may move others,
         // which gives the GEMM another layout: the same variant in that one.
         let padded_layout = padding(dtype, shape, &buffers, None).map(|p| p.gemm.layout);
@@ -436,7 +443,8 @@ pub fn choose<'k>(
                 };
                 let kernel = epilogue.activation.epilogues().iter().filter_map(|word| sibling(&gemms, ranked, word, layout)).find(takes);
                 if let Some(kernel) = kernel {
-                    let measured = tuning::describe(entry.problem());
+                    let with = entry.epilogue.as_deref().map(|e| format!(" with {e}")).unwrap_or_default();
+                    let measured = tuning::describe(entry.problem()) + &with;
                     let borrowed = if table.device.is(device) {
                         String::new()
                     } else {

@@ -18,6 +18,7 @@ fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]
         key: Key::new(Dtype::Bf16, Layout::Tn, alignment, [1, shape[0], shape[1], shape[2]]),
         shape,
         batch: 1,
+        epilogue: None,
         cublas_ms: 1.0,
         ranked: tuning::rank(ranked.iter().map(|&(v, strategy, ms)| Candidate { variant: v.into(), strategy, ms }).collect()).unwrap(),
     }
@@ -65,6 +66,17 @@ fn registry() -> Registry {
                     ("gemm_tn_128x128x32", direct, 0.50),
                 ],
             ),
+            TuningEntry {
+                epilogue: Some("gelu_tanh".into()),
+                ..entry(
+                    Alignment::Aligned,
+                    [16, 4096, 4096],
+                    &[
+                        ("gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh", direct, 0.021),
+                        ("gemm_tn_64x128x64_wgmma_w8_s6_gelu_tanh", direct, 0.022),
+                    ],
+                )
+            },
             TuningEntry {
                 key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]),
                 batch: 64,
@@ -115,6 +127,24 @@ fn the_nearest_entry_gives_the_first_candidate_that_takes_the_call() {
     // Farther than a factor of 2 in all from every measured problem: the heuristic.
     let (_, _, reason) = pick(&registry, &h200(), GemmShape::packed(24, 3000, 5000, Layout::Tn));
     assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
+}
+
+#[test]
+fn an_activation_measured_with_its_epilogue_takes_that_entry_first() {
+    let registry = registry();
+    let shape = GemmShape::packed(16, 4096, 4096, Layout::Tn);
+    let bias = Buffer { len: 4096, addr: ALIGNED };
+    let with = |activation| EpilogueArgs { activation, bias: Some(bias), ..EpilogueArgs::default() };
+    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(Activation::GeluTanh)).unwrap();
+    assert_eq!(choice.kernel.name(), "gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh");
+    assert!(choice.reason.contains("16x4096x4096 with gelu_tanh") && choice.reason.contains("rank 1 of 2"), "{}", choice.reason);
+    // relu has no entries of its own: the plain entry's picks, as relu variants (split-K 2 has
+    // none; the 64x128 tile has).
+    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(Activation::Relu)).unwrap();
+    assert_eq!(choice.kernel.name(), "gemm_tn_64x128x64_wgmma_w8_s6_relu");
+    assert!(!choice.reason.contains("with"), "{}", choice.reason);
+    // A plain call never reads the gelu entry.
+    assert_eq!(pick(&registry, &h200(), shape).0, "gemm_tn_64x128x64_wgmma_w8_s6_splitk2");
 }
 
 #[test]

@@ -111,6 +111,11 @@ pub struct TuningEntry {
     /// (left out of the file) for a single problem.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub batch: u64,
+    /// The `epilogue` value of the variants ranked, measured with a bias per column (α = 1,
+    /// β = 0); absent for plain GEMMs, whose picks stand for every epilogue without its own
+    /// entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilogue: Option<String>,
     pub cublas_ms: f64,
     pub ranked: Vec<Candidate>,
 }
@@ -191,27 +196,39 @@ pub fn distance(a: [u64; 4], b: [u64; 4]) -> f64 {
 }
 
 impl TuningTable {
-    /// The entries for this dtype, layout and alignment, nearest to `problem` ([problems, M, N,
-    /// K]) first (log-space distance; equal distances by problem), so that a caller can fall
-    /// back to the next.
-    pub fn nearest(&self, dtype: Dtype, layout: Layout, alignment: Alignment, problem: [u64; 4]) -> Vec<&TuningEntry> {
-        let mut entries: Vec<&TuningEntry> =
-            self.entries.iter().filter(|e| e.key.dtype == dtype && e.key.layout == layout && e.key.alignment == alignment).collect();
+    /// The entries for this dtype, layout, alignment and epilogue (`None`: plain), nearest to
+    /// `problem` ([problems, M, N, K]) first (log-space distance; equal distances by problem),
+    /// so that a caller can fall back to the next.
+    pub fn nearest(
+        &self,
+        dtype: Dtype,
+        layout: Layout,
+        alignment: Alignment,
+        epilogue: Option<&str>,
+        problem: [u64; 4],
+    ) -> Vec<&TuningEntry> {
+        let mut entries: Vec<&TuningEntry> = self
+            .entries
+            .iter()
+            .filter(|e| e.key.dtype == dtype && e.key.layout == layout && e.key.alignment == alignment && e.epilogue.as_deref() == epilogue)
+            .collect();
         entries
             .sort_by(|a, b| distance(a.problem(), problem).total_cmp(&distance(b.problem(), problem)).then(a.problem().cmp(&b.problem())));
         entries
     }
 
-    /// The entry measured for exactly this problem ([problems, M, N, K]), if any.
-    pub fn entry(&self, key: &Key, problem: [u64; 4]) -> Option<&TuningEntry> {
-        self.entries.iter().find(|e| &e.key == key && e.problem() == problem)
+    /// The entry measured for exactly this problem ([problems, M, N, K]) with this epilogue
+    /// (`None`: plain), if any.
+    pub fn entry(&self, key: &Key, epilogue: Option<&str>, problem: [u64; 4]) -> Option<&TuningEntry> {
+        self.entries.iter().find(|e| &e.key == key && e.epilogue.as_deref() == epilogue && e.problem() == problem)
     }
 
-    /// Adds or replaces the entry for its problem, keeping entries in a fixed order.
+    /// Adds or replaces the entry for its problem and epilogue, keeping entries in a fixed
+    /// order (plain entries first).
     pub fn insert(&mut self, entry: TuningEntry) {
-        self.entries.retain(|e| !(e.key == entry.key && e.problem() == entry.problem()));
+        self.entries.retain(|e| !(e.key == entry.key && e.epilogue == entry.epilogue && e.problem() == entry.problem()));
         self.entries.push(entry);
-        self.entries.sort_by_key(|e| (e.key, e.problem()));
+        self.entries.sort_by(|a, b| (a.epilogue.as_deref(), a.key, a.problem()).cmp(&(b.epilogue.as_deref(), b.key, b.problem())));
     }
 
     /// Reads a table, checking its format, the file name its device goes by and every entry
@@ -253,7 +270,8 @@ impl TuningTable {
         }
         for (index, entry) in self.entries.iter().enumerate() {
             let problem = describe(entry.problem());
-            let at = format!("entry {} ({problem} {} {} {:?})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
+            let with = entry.epilogue.as_deref().map(|e| format!(" with epilogue {e}")).unwrap_or_default();
+            let at = format!("entry {} ({problem} {} {} {:?}{with})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
             if entry.problem().contains(&0) {
                 return Err(format!("{at}: a problem has no zero dimension and a batch at least one problem"));
             }
@@ -375,6 +393,7 @@ mod tests {
             key: Key::new(Dtype::Bf16, Layout::Tn, alignment, [batch, m, n, k]),
             shape: [m, n, k],
             batch,
+            epilogue: None,
             cublas_ms: 1.0,
             ranked: vec![],
         }
@@ -396,11 +415,11 @@ mod tests {
             table.insert(entry(shape, Alignment::Aligned));
         }
         table.insert(entry([1, 3000, 3000, 3000], Alignment::Unaligned));
-        let near = table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 3000, 3000, 3000]);
+        let near = table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, None, [1, 3000, 3000, 3000]);
         assert_eq!(near[0].shape, [4096, 4096, 4096]);
         assert_eq!(near.len(), 3);
-        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 32, 4000, 4000])[0].shape, [16, 4096, 4096]);
-        assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, [1, 32, 32, 32]).is_empty());
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, None, [1, 32, 4000, 4000])[0].shape, [16, 4096, 4096]);
+        assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, None, [1, 32, 32, 32]).is_empty());
         assert_eq!(TuningTable::file_name(&table.device), "GPU-132sm.json");
     }
 
@@ -411,11 +430,35 @@ mod tests {
             table.insert(entry(problem, Alignment::Aligned));
         }
         assert_eq!(table.entries.len(), 3, "one problem and a batch of it are two entries");
-        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [48, 512, 512, 64])[0].problem(), [64, 512, 512, 64]);
-        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 600, 512, 64])[0].problem(), [1, 512, 512, 64]);
-        assert!(table.entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]), [64, 512, 512, 64]).is_some());
-        assert!(table.entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [60, 512, 512, 64]), [60, 512, 512, 64]).is_none());
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, None, [48, 512, 512, 64])[0].problem(), [64, 512, 512, 64]);
+        assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, None, [1, 600, 512, 64])[0].problem(), [1, 512, 512, 64]);
+        assert!(table
+            .entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]), None, [64, 512, 512, 64])
+            .is_some());
+        assert!(table
+            .entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [60, 512, 512, 64]), None, [60, 512, 512, 64])
+            .is_none());
         table.check().unwrap();
+    }
+
+    #[test]
+    fn an_epilogue_entry_is_found_for_its_epilogue_only() {
+        let mut table = table();
+        let plain = entry([1, 16, 14336, 4096], Alignment::Aligned);
+        let gelu = TuningEntry { epilogue: Some("gelu_tanh".into()), ..plain.clone() };
+        table.insert(gelu.clone());
+        table.insert(plain.clone());
+        assert_eq!(table.entries, [plain.clone(), gelu.clone()], "two entries, plain first");
+        let near = |epilogue| table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, epilogue, [1, 16, 14336, 4096]);
+        assert_eq!(near(Some("gelu_tanh")), [&gelu]);
+        assert_eq!(near(None), [&plain]);
+        assert!(near(Some("relu")).is_empty());
+        assert_eq!(table.entry(&plain.key, Some("gelu_tanh"), plain.problem()), Some(&gelu));
+        let text = serde_json::to_string(&gelu).unwrap();
+        assert!(text.contains(r#""epilogue":"gelu_tanh""#), "{text}");
+        assert!(!serde_json::to_string(&plain).unwrap().contains("epilogue"));
+        table.entries[1].cublas_ms = f64::NAN;
+        assert!(table.check().unwrap_err().contains("16x14336x4096 bf16 tn Aligned with epilogue gelu_tanh"));
     }
 
     #[test]
