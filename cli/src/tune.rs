@@ -20,8 +20,8 @@ use tilesmith_trials::{trials, with_element};
 /// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
 /// 14336), the bench's, skinny ones and odd leading dimensions (`!`), strided batches
 /// (attention's many small products, a few large ones), then a grid of 16, 256 and 4096 in M,
-/// N and K: 73 problems in 4 layouts, 282 once buckets repeat, about 7 minutes on an H100 or
-/// an H200.
+/// N and K: 73 problems in 4 layouts, 282 once buckets repeat: about 9 minutes on an H100 and
+/// 8 on an H200, summing the runs that measured its parts.
 const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x14336,\
 16x4096x4096,16x11008x4096,16x4096x11008,16x14336x4096,16x4096x14336,\
 128x4096x4096,128x11008x4096,128x4096x11008,128x14336x4096,128x4096x14336,\
