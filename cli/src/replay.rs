@@ -132,7 +132,8 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
             println!("{line}");
         }
     }
-    println!("{} problems of {} ({} SMs)\n", table.entries.len(), table.device.name, table.device.sms);
+    let plain = table.entries.iter().filter(|e| e.epilogue.is_none()).count();
+    println!("{plain} plain problems of {} ({} SMs)\n", table.device.name, table.device.sms);
     println!("| picks by | geometric mean x cuBLAS | measured | under 0.9 | unmeasured | worst |");
     println!("| --- | --- | --- | --- | --- | --- |");
     for policy in &policies {
