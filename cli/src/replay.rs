@@ -132,8 +132,8 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
             println!("{line}");
         }
     }
-    let plain = table.entries.iter().filter(|e| e.epilogue.is_none()).count();
-    println!("{plain} plain problems of {} ({} SMs)\n", table.device.name, table.device.sms);
+    let scored = table.entries.iter().filter(|e| e.epilogue.is_none()).count();
+    println!("{scored} plain problems of {} ({} SMs)\n", table.device.name, table.device.sms);
     println!("| picks by | geometric mean x cuBLAS | measured | under 0.9 | unmeasured | worst |");
     println!("| --- | --- | --- | --- | --- | --- |");
     for policy in &policies {
