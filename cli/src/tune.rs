@@ -320,7 +320,8 @@ fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 4]) {
     let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
     let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
-    (Key::new(dtype, shape.layout, class, dims(&shape)), dims(&shape))
+    let dims = dims(&shape);
+    (Key::new(dtype, shape.layout, class, dims), dims)
 }
 
 /// [problems, M, N, K] of a shape, as tables hold problems.

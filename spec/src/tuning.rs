@@ -134,6 +134,12 @@ impl TuningEntry {
         let [m, n, k] = self.shape;
         [self.batch, m, n, k]
     }
+
+    /// What tells entries apart in a table, in its order: plain entries first, then by key
+    /// and problem.
+    fn identity(&self) -> (Option<&str>, Key, [u64; 4]) {
+        (self.epilogue.as_deref(), self.key, self.problem())
+    }
 }
 
 impl Candidate {
@@ -220,15 +226,15 @@ impl TuningTable {
     /// The entry measured for exactly this problem ([problems, M, N, K]) with this epilogue
     /// (`None`: plain), if any.
     pub fn entry(&self, key: &Key, epilogue: Option<&str>, problem: [u64; 4]) -> Option<&TuningEntry> {
-        self.entries.iter().find(|e| &e.key == key && e.epilogue.as_deref() == epilogue && e.problem() == problem)
+        self.entries.iter().find(|e| e.identity() == (epilogue, *key, problem))
     }
 
     /// Adds or replaces the entry for its problem and epilogue, keeping entries in a fixed
     /// order (plain entries first).
     pub fn insert(&mut self, entry: TuningEntry) {
-        self.entries.retain(|e| !(e.key == entry.key && e.epilogue == entry.epilogue && e.problem() == entry.problem()));
+        self.entries.retain(|e| e.identity() != entry.identity());
         self.entries.push(entry);
-        self.entries.sort_by(|a, b| (a.epilogue.as_deref(), a.key, a.problem()).cmp(&(b.epilogue.as_deref(), b.key, b.problem())));
+        self.entries.sort_by(|a, b| a.identity().cmp(&b.identity()));
     }
 
     /// Reads a table, checking its format, the file name its device goes by and every entry
