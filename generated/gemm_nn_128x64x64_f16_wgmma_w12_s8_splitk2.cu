@@ -12,6 +12,7 @@
 //   cluster = 1
 //   split_k = 2
 //   swap = none
+//   schedule = cooperative
 //   epilogue = none
 //   b_dtype = in
 //   out = in
@@ -152,6 +153,11 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 // A barrier for the `threads` threads that use barrier `id` (0 is __syncthreads's).
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// Arrives on barrier `id` without waiting: the other threads of its `threads` wait on it.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t value) {

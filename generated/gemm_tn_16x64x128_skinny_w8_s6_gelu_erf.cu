@@ -12,6 +12,7 @@
 //   cluster = 1
 //   split_k = 1
 //   swap = none
+//   schedule = cooperative
 //   epilogue = gelu_erf
 //   b_dtype = in
 //   out = in

@@ -12,6 +12,7 @@
 //   cluster = 1
 //   split_k = 1
 //   swap = none
+//   schedule = cooperative
 //   epilogue = none
 //   b_dtype = in
 //   out = in
