@@ -211,6 +211,43 @@ fn a_backend_other_than_wgmma_refuses_swap_ab() {
 }
 
 #[test]
+fn a_backend_other_than_wgmma_refuses_the_pingpong_schedule() {
+    let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\nschedule = \"pingpong\"\n");
+    let out = fails(Some(scratch(&variants).path()), &["gen"]);
+    assert!(
+        out.contains("variant `gemm_tn_128x128x32_pingpong`: template gemm_simt.cu.tera: backend simt has no consumer warpgroups to alternate: schedule must be cooperative (pingpong is backend wgmma's), got pingpong"),
+        "{out}"
+    );
+}
+
+/// Ping-pong consumers hold whole tiles in blocks of their own: a cluster, or a tile of more
+/// sums than a consumer's registers hold, is refused with the rule.
+#[test]
+fn a_pingpong_variant_refuses_clusters_and_tiles_too_large_for_one_consumer() {
+    let head = r#"
+[gemm.defaults]
+layout = "tn"
+dtype = "bf16"
+tile = [128, 128, 64]
+backend = "wgmma"
+warps = 12
+stages = 5
+bounds = "checked"
+
+[gemm.backends.wgmma]
+template = "gemm_wgmma.cu.tera"
+sass = ["sm_90a"]
+ptx = "compute_90a"
+"#;
+    let clustered = format!("{head}\n[[gemm.groups]]\nschedule = \"pingpong\"\ncluster = 2\n");
+    let out = fails(Some(scratch(&clustered).path()), &["gen"]);
+    assert!(out.contains("variant `gemm_tn_128x128x64_c2_pingpong`: template gemm_wgmma.cu.tera: schedule pingpong gives each consumer whole tiles of A·B in a block of its own: swap must be none, split_k and cluster 1; got swap none, split_k 1, cluster 2"), "{out}");
+    let large = format!("{head}\n[[gemm.groups]]\nschedule = \"pingpong\"\ntile = [128, 256, 64]\nstages = 3\n");
+    let out = fails(Some(scratch(&large).path()), &["gen"]);
+    assert!(out.contains("with schedule pingpong one consumer holds a whole tile, at most 128 f32 sums a thread: TM must be 64 or 128, TN a multiple of 64 up to 256, TM x TN at most 16384; got 128x256"), "{out}");
+}
+
+#[test]
 fn a_backend_multiplying_one_type_refuses_another_b() {
     let variants = format!("{SIMT_HEAD}\n[[gemm.groups]]\nb_dtype = \"e4m3\"\n");
     let out = fails(Some(scratch(&variants).path()), &["gen"]);

@@ -88,6 +88,7 @@ bounds = ["checked", "unchecked"]
             ("epilogue", "none".into()),
             ("layout", "nn".into()),
             ("out", "in".into()),
+            ("schedule", "cooperative".into()),
             ("split_k", "1".into()),
             ("stages", "2".into()),
             ("swap", "none".into())
@@ -146,7 +147,7 @@ fn unknown_axis_names_the_line_and_the_known_axes() {
     assert_eq!(
         error(groups),
         format!(
-            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, swap, epilogue, b_dtype, out, bounds, exclude)",
+            "variants.toml:{}: unknown gemm axis `layuot` (known: layout, tile, dtype, backend, warps, stages, cluster, split_k, swap, schedule, epilogue, b_dtype, out, bounds, exclude)",
             line_of(groups, "layuot")
         )
     );
@@ -366,6 +367,7 @@ fn shipped_names_keep_their_axes() {
             ("cluster", "1"),
             ("split_k", "1"),
             ("swap", "none"),
+            ("schedule", "cooperative"),
             ("epilogue", "none"),
             ("b_dtype", "in"),
             ("out", "in"),
