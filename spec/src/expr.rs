@@ -1,25 +1,32 @@
 //! Integer expressions over named quantities, as families and launch contracts write them:
 //! `2 * rows * cols * elem`, `cdiv(rows, 4)`, `min(rows, 8 * sms)`. Evaluated in u64 with
 //! checked arithmetic: an overflow, a division by zero or an unknown name is an error, never a
-//! wrap or a panic.
+//! wrap or a panic. An expression is held in postfix order, so that evaluating and dropping it
+//! never recurse; parsing recurses only per parenthesis or call, at most `MAX_DEPTH` deep.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeSet;
 use std::fmt;
 
+/// The longest expression accepted, in bytes of text.
+pub const MAX_LEN: usize = 4096;
+/// The deepest nesting of parentheses and calls accepted.
+pub const MAX_DEPTH: usize = 64;
+
 /// A parsed expression; it reads and writes as its text.
 #[derive(Clone, Debug)]
 pub struct Expr {
     text: String,
-    node: Node,
+    /// The operations in postfix order: operands before what applies to them.
+    ops: Vec<Op>,
 }
 
 #[derive(Clone, Debug)]
-enum Node {
+enum Op {
     Number(u64),
     Name(String),
-    Binary(char, Box<Node>, Box<Node>),
-    Call(Function, Vec<Node>),
+    Binary(char),
+    Call(Function),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -48,39 +55,28 @@ impl fmt::Display for Expr {
 
 impl Expr {
     /// Parses `text`: integers, names (C identifiers), `+ - * / %`, parentheses, and the
-    /// functions `cdiv(a, b)` (⌈a / b⌉), `min(a, b)` and `max(a, b)`.
+    /// functions `cdiv(a, b)` (⌈a / b⌉), `min(a, b)` and `max(a, b)`; at most `MAX_LEN` bytes
+    /// and `MAX_DEPTH` nested parentheses or calls.
     pub fn parse(text: &str) -> Result<Expr, String> {
+        if text.len() > MAX_LEN {
+            return Err(format!("an expression of {} bytes is longer than the limit of {MAX_LEN}", text.len()));
+        }
         let tokens = tokenize(text)?;
-        let mut parser = Parser { tokens: &tokens, at: 0 };
-        let node = parser.sum()?;
+        let mut parser = Parser { tokens: &tokens, at: 0, depth: 0, ops: Vec::new() };
+        parser.sum()?;
         match parser.peek() {
-            None => Ok(Expr { text: text.trim().to_string(), node }),
+            None => Ok(Expr { text: text.trim().to_string(), ops: parser.ops }),
             Some(token) => Err(format!("expression `{text}`: unexpected `{token}`")),
         }
     }
 
     pub fn constant(value: u64) -> Expr {
-        Expr { text: value.to_string(), node: Node::Number(value) }
+        Expr { text: value.to_string(), ops: vec![Op::Number(value)] }
     }
 
     /// The names it uses.
     pub fn names(&self) -> BTreeSet<&str> {
-        fn walk<'a>(node: &'a Node, out: &mut BTreeSet<&'a str>) {
-            match node {
-                Node::Number(_) => {}
-                Node::Name(name) => {
-                    out.insert(name);
-                }
-                Node::Binary(_, a, b) => {
-                    walk(a, out);
-                    walk(b, out);
-                }
-                Node::Call(_, args) => args.iter().for_each(|arg| walk(arg, out)),
-            }
-        }
-        let mut out = BTreeSet::new();
-        walk(&self.node, &mut out);
-        out
+        self.ops.iter().filter_map(|op| if let Op::Name(name) = op { Some(name.as_str()) } else { None }).collect()
     }
 
     /// Its value where it uses no name.
@@ -98,35 +94,50 @@ impl Expr {
 
     /// Its value with names looked up in `env`.
     pub fn eval(&self, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
-        eval(&self.node, env).map_err(|rule| format!("`{}`: {rule}", self.text))
+        eval(&self.ops, env).map_err(|rule| format!("`{}`: {rule}", self.text))
     }
 }
 
-fn eval(node: &Node, env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
-    Ok(match node {
-        Node::Number(n) => *n,
-        Node::Name(name) => env(name).ok_or_else(|| format!("`{name}` has no value here"))?,
-        Node::Binary(op, a, b) => {
-            let (a, b) = (eval(a, env)?, eval(b, env)?);
-            let value = match op {
-                '+' => a.checked_add(b),
-                '-' => a.checked_sub(b),
-                '*' => a.checked_mul(b),
-                '/' => a.checked_div(b),
-                _ => a.checked_rem(b),
-            };
-            value.ok_or_else(|| format!("{a} {op} {b} overflows or divides by zero"))?
-        }
-        Node::Call(function, args) => {
-            let (a, b) = (eval(&args[0], env)?, eval(&args[1], env)?);
-            match function {
-                Function::Cdiv if b == 0 => return Err(format!("cdiv({a}, 0) divides by zero")),
-                Function::Cdiv => a.div_ceil(b),
-                Function::Min => a.min(b),
-                Function::Max => a.max(b),
+fn eval(ops: &[Op], env: &dyn Fn(&str) -> Option<u64>) -> Result<u64, String> {
+    let mut stack: Vec<u64> = Vec::new();
+    for op in ops {
+        let value = match op {
+            Op::Number(n) => *n,
+            Op::Name(name) => env(name).ok_or_else(|| format!("`{name}` has no value here"))?,
+            Op::Binary(op) => {
+                let (a, b) = pop_two(&mut stack)?;
+                let value = match op {
+                    '+' => a.checked_add(b),
+                    '-' => a.checked_sub(b),
+                    '*' => a.checked_mul(b),
+                    '/' => a.checked_div(b),
+                    _ => a.checked_rem(b),
+                };
+                value.ok_or_else(|| format!("{a} {op} {b} overflows or divides by zero"))?
             }
-        }
-    })
+            Op::Call(function) => {
+                let (a, b) = pop_two(&mut stack)?;
+                match function {
+                    Function::Cdiv if b == 0 => return Err(format!("cdiv({a}, 0) divides by zero")),
+                    Function::Cdiv => a.div_ceil(b),
+                    Function::Min => a.min(b),
+                    Function::Max => a.max(b),
+                }
+            }
+        };
+        stack.push(value);
+    }
+    match stack[..] {
+        [value] => Ok(value),
+        _ => Err("is not a well-formed expression".into()),
+    }
+}
+
+fn pop_two(stack: &mut Vec<u64>) -> Result<(u64, u64), String> {
+    match (stack.pop(), stack.pop()) {
+        (Some(b), Some(a)) => Ok((a, b)),
+        _ => Err("is not a well-formed expression".into()),
+    }
 }
 
 fn tokenize(text: &str) -> Result<Vec<String>, String> {
@@ -161,6 +172,9 @@ fn tokenize(text: &str) -> Result<Vec<String>, String> {
 struct Parser<'a> {
     tokens: &'a [String],
     at: usize,
+    /// Parentheses and calls open around the current token.
+    depth: usize,
+    ops: Vec<Op>,
 }
 
 impl Parser<'_> {
@@ -181,35 +195,50 @@ impl Parser<'_> {
         }
     }
 
-    fn sum(&mut self) -> Result<Node, String> {
-        let mut node = self.product()?;
+    fn sum(&mut self) -> Result<(), String> {
+        self.product()?;
         while let Some(op @ ("+" | "-")) = self.peek() {
             let op = op.chars().next().unwrap_or('+');
             self.at += 1;
-            node = Node::Binary(op, Box::new(node), Box::new(self.product()?));
+            self.product()?;
+            self.ops.push(Op::Binary(op));
         }
-        Ok(node)
+        Ok(())
     }
 
-    fn product(&mut self) -> Result<Node, String> {
-        let mut node = self.atom()?;
+    fn product(&mut self) -> Result<(), String> {
+        self.atom()?;
         while let Some(op @ ("*" | "/" | "%")) = self.peek() {
             let op = op.chars().next().unwrap_or('*');
             self.at += 1;
-            node = Node::Binary(op, Box::new(node), Box::new(self.atom()?));
+            self.atom()?;
+            self.ops.push(Op::Binary(op));
         }
-        Ok(node)
+        Ok(())
     }
 
-    fn atom(&mut self) -> Result<Node, String> {
+    /// Opens a parenthesis or a call, refusing past `MAX_DEPTH`.
+    fn nest(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(format!("an expression nests parentheses and calls deeper than the limit of {MAX_DEPTH}"));
+        }
+        Ok(())
+    }
+
+    fn atom(&mut self) -> Result<(), String> {
         let token = self.next().ok_or("an expression ends where a value was expected")?.to_string();
         if token == "(" {
-            let node = self.sum()?;
+            self.nest()?;
+            self.sum()?;
             self.expect(")")?;
-            return Ok(node);
+            self.depth -= 1;
+            return Ok(());
         }
         if token.starts_with(|c: char| c.is_ascii_digit()) {
-            return token.parse().map(Node::Number).map_err(|_| format!("`{token}` is not an integer below 2^64"));
+            let number = token.parse().map_err(|_| format!("`{token}` is not an integer below 2^64"))?;
+            self.ops.push(Op::Number(number));
+            return Ok(());
         }
         if !crate::variant::is_c_identifier(&token) {
             return Err(format!("unexpected `{token}`"));
@@ -219,13 +248,17 @@ impl Parser<'_> {
                 return Err(format!("unknown function `{token}` (known: cdiv, min, max)"));
             };
             self.at += 1;
-            let first = self.sum()?;
+            self.nest()?;
+            self.sum()?;
             self.expect(",")?;
-            let second = self.sum()?;
+            self.sum()?;
             self.expect(")")?;
-            return Ok(Node::Call(function, vec![first, second]));
+            self.depth -= 1;
+            self.ops.push(Op::Call(function));
+            return Ok(());
         }
-        Ok(Node::Name(token))
+        self.ops.push(Op::Name(token));
+        Ok(())
     }
 }
 
@@ -288,5 +321,21 @@ mod tests {
         let n: Expr = serde_json::from_str("4096").unwrap();
         assert_eq!(n.as_constant(), Some(4096));
         assert!(serde_json::from_str::<Expr>("\"1 +\"").is_err());
+    }
+
+    #[test]
+    fn depth_and_length_are_bounded_and_long_sums_evaluate() {
+        let deep = format!("{}1{}", "(".repeat(20_000), ")".repeat(20_000));
+        assert!(Expr::parse(&deep).unwrap_err().contains("longer than the limit of 4096"));
+        let nested = format!("{}1{}", "(".repeat(MAX_DEPTH + 1), ")".repeat(MAX_DEPTH + 1));
+        assert!(Expr::parse(&nested).unwrap_err().contains("deeper than the limit of 64"));
+        let calls = format!("{}1{}", "min(1, ".repeat(MAX_DEPTH + 1), ")".repeat(MAX_DEPTH + 1));
+        assert!(Expr::parse(&calls).unwrap_err().contains("deeper than the limit"));
+        assert_eq!(value(&format!("{}1{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH)), &[]), Ok(1));
+        let flat = vec!["n"; 50_000].join(" + ");
+        assert!(Expr::parse(&flat).unwrap_err().contains("longer than the limit"));
+        // The longest flat sum accepted evaluates and drops without recursion.
+        let terms = MAX_LEN / 4;
+        assert_eq!(value(&vec!["n"; terms].join(" + "), &[("n", 3)]), Ok(3 * terms as u64));
     }
 }
