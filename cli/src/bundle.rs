@@ -1,7 +1,7 @@
 //! `tilesmith bundle`: this `tilesmith` and the project's registry in one folder, with scripts
 //! that run every trial, the bench and tuning there, for a GPU machine without a Rust toolchain.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tilesmith_build::compile::Options;
 use tilesmith_build::{compile, Project, Selection};
@@ -49,17 +49,33 @@ export TILESMITH_BENCH_DIR="${TILESMITH_BENCH_DIR:-$here/bench}"
 exec "$here/bin/tilesmith" bench "$@"
 "#;
 
+/// The file that marks a folder as a bundle, which a later bundle may replace.
+const MARKER: &str = ".tilesmith-bundle";
+
+/// What a bundle writes into its folder, and all a later bundle removes there (results, bench
+/// and tuning output left by the scripts stay).
+const WRITES: &[&str] = &["bin", "registry", "run.sh", "bench.sh", "tune.sh", MARKER];
+
 pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result<()> {
-    let out = out.unwrap_or_else(|| project.root.join("bundle"));
+    let out = std::path::absolute(out.unwrap_or_else(|| project.root.join("bundle")))?;
+    check_out(project, &out)?;
     compile::run(project, &Selection::new(&[])?, options)?;
     let myself = std::env::current_exe().context("cannot find this tilesmith's executable")?;
 
-    if out.exists() {
-        std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;
+    for name in WRITES {
+        let path = out.join(name);
+        let removed = if path.is_dir() { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
+        match removed {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                return Err(err).with_context(|| format!("cannot clear {} of the earlier bundle", path.display()))
+            }
+            _ => {}
+        }
     }
     let bin = out.join("bin");
     let registry = out.join("registry");
     std::fs::create_dir_all(&bin)?;
+    std::fs::write(out.join(MARKER), "written by `tilesmith bundle`, which replaces this folder's bin/, registry/ and scripts\n")?;
     std::fs::create_dir_all(&registry)?;
     std::fs::copy(&myself, bin.join("tilesmith")).with_context(|| format!("cannot copy {}", myself.display()))?;
     let registry_dir = project.registry_dir();
@@ -86,6 +102,34 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
     );
     if cfg!(debug_assertions) {
         println!("note: this tilesmith is a debug build, slow on the host side of trials; bundle with a release one (cargo install, or cargo run --release)");
+    }
+    Ok(())
+}
+
+/// Refuses an `--out` that would lose a user's files: the project, a folder above it or one it
+/// owns, or an existing folder that holds anything and is not an earlier bundle.
+fn check_out(project: &Project, out: &Path) -> Result<()> {
+    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let (root, target) = (real(&project.root), real(out));
+    if root.starts_with(&target) {
+        bail!("bundle --out {}: is the project or a folder above it; give a folder of its own, e.g. {}", out.display(), project.root.join("bundle").display());
+    }
+    let owned = [project.templates_dir(), project.generated_dir(), project.registry_dir(), project.tuning_dir(), project.root.join(".git")];
+    if let Some(owner) = owned.iter().find(|dir| target.starts_with(real(dir))) {
+        bail!("bundle --out {}: is inside {}, which the project owns; give a folder of its own", out.display(), owner.display());
+    }
+    if target.exists() {
+        if !target.is_dir() {
+            bail!("bundle --out {}: is a file, not a folder", out.display());
+        }
+        let empty = std::fs::read_dir(&target).with_context(|| format!("cannot read {}", out.display()))?.next().is_none();
+        if !empty && !target.join(MARKER).is_file() {
+            bail!(
+                "bundle --out {}: the folder holds files and is not an earlier bundle (it has no {MARKER}); \
+                 give a new or empty folder, so that nothing of yours is replaced",
+                out.display()
+            );
+        }
     }
     Ok(())
 }
