@@ -108,7 +108,8 @@ impl Config {
 
     /// Parses `text`, naming `path` in messages.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let mut parser = Parser { path, text, items: item_offsets(text), diagnostics: Vec::new() };
+        let line_starts = text.match_indices('\n').map(|(at, _)| at + 1).collect();
+        let mut parser = Parser { path, text, items: item_offsets(text), line_starts, expanded: 0, diagnostics: Vec::new() };
         let variants = parser.parse();
         if parser.diagnostics.is_empty() {
             Ok(Config { path: path.to_path_buf(), variants })
@@ -134,18 +135,25 @@ struct FamilyDecl {
 /// Largest tile edge accepted; templates may set tighter rules.
 const MAX_TILE_EDGE: i64 = 1024;
 
+/// The most variants a project may declare, counted before any group is expanded.
+pub const MAX_VARIANTS: usize = 20_000;
+
 struct Parser<'a> {
     path: &'a Path,
     text: &'a str,
     /// For each array in the file, by the offset where it starts, where its items start: serde's
     /// spans stop at the array, and a bad item is reported at its own line.
     items: BTreeMap<usize, Vec<usize>>,
+    /// Where each line after the first starts, for line numbers in time logarithmic in the file.
+    line_starts: Vec<usize>,
+    /// Variants expanded so far, against `MAX_VARIANTS`.
+    expanded: usize,
     diagnostics: Vec<Diagnostic>,
 }
 
 impl Parser<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+        self.line_starts.partition_point(|&start| start <= offset) + 1
     }
 
     /// Where item `index` of the array that starts at `array` starts; the array's start if unknown.
@@ -360,8 +368,27 @@ impl Parser<'_> {
             choices.push((axis.as_str(), values));
         }
         let excludes = table.get("exclude").map(|raw| self.excludes(family, axes, raw, backends)).unwrap_or_default();
-        if self.diagnostics.len() != before {
+        if self.diagnostics.len() != before || self.expanded > MAX_VARIANTS {
             return Vec::new();
+        }
+        let count = choices.iter().try_fold(1usize, |count, (_, values)| count.checked_mul(values.len()));
+        match count.and_then(|count| count.checked_add(self.expanded)) {
+            Some(total) if total <= MAX_VARIANTS => self.expanded = total,
+            _ => {
+                let count = count.map_or("more than 2^64".into(), |n| n.to_string());
+                self.report(
+                    group.span().start,
+                    None,
+                    format!(
+                        "this group of {family} declares {count} variants, which with the {} before it passes the limit of \
+                         {MAX_VARIANTS} variants per project",
+                        self.expanded
+                    ),
+                );
+                // Past the limit: later groups are neither expanded nor reported again.
+                self.expanded = MAX_VARIANTS + 1;
+                return Vec::new();
+            }
         }
 
         let mut used = vec![false; excludes.len()];
@@ -397,6 +424,9 @@ impl Parser<'_> {
             for (index, _) in used.iter().enumerate().filter(|(_, used)| !**used) {
                 let at = self.item_offset(raw.span().start, index);
                 self.report(at, None, format!("exclude #{} matches no variant of this group", index + 1));
+            }
+            if declared.is_empty() {
+                self.report(raw.span().start, None, "`exclude` removes every variant of this group, which then declares none".into());
             }
         }
         declared

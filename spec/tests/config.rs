@@ -472,3 +472,33 @@ fn an_output_type_equal_to_the_inputs_is_written_in() {
     let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
     assert!(message.contains("out = bf16 is the variant's dtype: write out = \"in\""), "{message}");
 }
+
+#[test]
+fn a_group_past_the_variant_limit_is_refused_before_it_expands() {
+    let tiles: Vec<String> = (1..=1000).map(|edge| format!("[{edge}, 64, 32]")).collect();
+    let warps: Vec<String> = (1..=32).map(|w| w.to_string()).collect();
+    let groups = format!("\n[[gemm.groups]]\ntile = [{}]\nwarps = [{}]\n", tiles.join(", "), warps.join(", "));
+    let message = error(&groups);
+    assert!(message.contains("declares 32000 variants") && message.contains("limit of 20000 variants per project"), "{message}");
+    assert!(message.contains(&format!("variants.toml:{}", line_of(&groups, "[[gemm.groups]]"))), "{message}");
+}
+
+#[test]
+fn many_small_groups_take_linear_time_and_the_limit_counts_them_all() {
+    // 100,000 groups of one variant each (the quadratic line count took over 120 s).
+    let mut groups = String::new();
+    for i in 0..100_000 {
+        groups.push_str(&format!("[[gemm.groups]]\ntile = [{}, {}, 32]\n", 1 + i % 1000, 1 + i / 1000));
+    }
+    let start = std::time::Instant::now();
+    let message = error(&groups);
+    assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
+    assert!(message.contains("with the 20000 before it passes the limit"), "{message}");
+    assert_eq!(message.matches("passes the limit").count(), 1, "{message}");
+}
+
+#[test]
+fn an_exclude_removing_every_variant_is_an_error() {
+    let message = error("\n[[gemm.groups]]\nlayout = \"nn\"\nexclude = [{ layout = \"nn\" }]\n");
+    assert!(message.contains("removes every variant of this group"), "{message}");
+}
