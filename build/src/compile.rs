@@ -19,6 +19,7 @@ use std::time::Instant;
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 use tilesmith_spec::{arch, Built, Config, Entry, Manifest, Registry, Resources};
+use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 
 /// nvcc's flags for one variant, without input and output.
 fn flags(entry: &Entry) -> Vec<String> {
@@ -88,14 +89,14 @@ impl Cache {
     /// Writes the cached fatbin of `hash` to `to` and returns its report, if the cache holds a
     /// sound one.
     fn fetch(&self, hash: &str, to: &Path) -> Option<Vec<Resources>> {
-        let cached: Cached = serde_json::from_slice(&std::fs::read(self.dir.join(format!("{hash}.json"))).ok()?).ok()?;
-        let bytes = std::fs::read(self.dir.join(format!("{hash}.fatbin"))).ok()?;
+        let cached: Cached = serde_json::from_slice(&files::read(&self.dir.join(format!("{hash}.json")), MAX_TEXT_BYTES).ok()?).ok()?;
+        let bytes = files::read(&self.dir.join(format!("{hash}.fatbin")), MAX_BINARY_BYTES).ok()?;
         (sha256_hex(&bytes) == cached.fatbin_sha256 && std::fs::write(to, &bytes).is_ok()).then_some(cached.resources)
     }
 
     /// Puts a compiled fatbin in: the fatbin first, its record last, each atomically.
     fn store(&self, hash: &str, fatbin: &Path, resources: &[Resources]) -> Result<(), String> {
-        let bytes = std::fs::read(fatbin).map_err(|err| err.to_string())?;
+        let bytes = files::read(fatbin, MAX_BINARY_BYTES).map_err(|err| err.to_string())?;
         let record = Cached { fatbin_sha256: sha256_hex(&bytes), resources: resources.to_vec() };
         let json = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
         write_atomic(&self.dir.join(format!("{hash}.fatbin")), &bytes)
@@ -335,7 +336,7 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
     let mut stale = Vec::new();
     for entry in selected {
         let name = entry.variant.name.clone();
-        match std::fs::read(project.source_path(&entry.source)) {
+        match files::read(&project.source_path(&entry.source), MAX_TEXT_BYTES) {
             Err(_) => stale.push((name, format!("{} is missing: run `tilesmith gen`", entry.source))),
             Ok(_) if entry.source_sha256.is_empty() => {
                 stale.push((name, "generated/manifest.json predates source hashes: run `tilesmith gen`".to_string()))
@@ -520,7 +521,7 @@ impl Compiler<'_> {
 /// Writes the fatbin nvcc embedded in an object (its `.nv_fatbin` section) to `fatbin`.
 fn fatbin_of_object(object: &Path, fatbin: &Path) -> Result<(), String> {
     use object::{Object as _, ObjectSection as _};
-    let bytes = std::fs::read(object).map_err(|err| format!("cannot read the object nvcc wrote, {}: {err}", object.display()))?;
+    let bytes = files::read(object, MAX_BINARY_BYTES).map_err(|err| format!("cannot read the object nvcc wrote, {}: {err}", object.display()))?;
     let file = object::File::parse(&*bytes).map_err(|err| format!("the object nvcc wrote does not parse: {err}"))?;
     let section = file.section_by_name(".nv_fatbin").ok_or("the object nvcc wrote holds no .nv_fatbin section")?;
     let data = section.data().map_err(|err| format!("the object's .nv_fatbin section does not read: {err}"))?;

@@ -164,7 +164,7 @@ fn check_fresh(project: &Project, rendered: &[Rendered], selection: &Selection, 
     let (files, _) = expected_files(project, rendered, selection, &previous)?;
     let mut stale = Vec::new();
     for (path, contents) in &files {
-        match std::fs::read_to_string(path) {
+        match tilesmith_spec::files::read_to_string(path) {
             Ok(existing) if existing == *contents => {}
             Ok(_) => stale.push(format!("  {} (differs from what the templates produce)", project.relative(path))),
             Err(_) => stale.push(format!("  {} (missing)", project.relative(path))),

@@ -115,7 +115,7 @@ impl RegistryDir {
     /// A variant's record, refused where it does not parse, breaks a manifest rule, is the
     /// record of another variant, or its fatbin no longer has the recorded SHA-256.
     fn read_record(&self, name: &str, path: &Path) -> Result<Built, String> {
-        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let text = tilesmith_spec::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let built: Built = serde_json::from_str(&text).map_err(|err| format!("{} does not parse ({err})", path.display()))?;
         if built.entry.variant.name != name {
             return Err(format!("{} holds the record of another variant, `{}`", path.display(), built.entry.variant.name));
@@ -204,5 +204,5 @@ fn file_name(path: &Path) -> String {
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    Ok(sha256_hex(&std::fs::read(path)?))
+    Ok(sha256_hex(&tilesmith_spec::files::read(path, tilesmith_spec::files::MAX_BINARY_BYTES)?))
 }

@@ -214,7 +214,7 @@ fn collect_templates(root: &Path, dir: &Path, texts: &mut BTreeMap<String, Strin
             collect_templates(root, &path, texts)?;
         } else if path.extension().is_some_and(|ext| ext == "tera") {
             let name = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
-            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let text = tilesmith_spec::files::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
             texts.insert(name, text);
         }
     }

@@ -75,7 +75,7 @@ fn describe(shape: &Shape, family: &Family) -> String {
 }
 
 fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+    let text = tilesmith_spec::files::read_to_string(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
     let records: Vec<Record> = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", from.display()))?;
     let device = records.first().map(|r| r.device.clone()).ok_or(format!("{} holds no records", from.display()))?;
     write_outputs(out, &records, &device)?;

@@ -127,7 +127,7 @@ fn problems(args: &Args) -> Result<Vec<Problem>, String> {
         problems.extend(parse_problems(text)?);
     }
     if let Some(path) = &args.shapes_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = tilesmith_spec::files::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let lines: Vec<&str> = text.lines().map(|line| line.split('#').next().unwrap_or("")).collect();
         problems.extend(parse_problems(&lines.join(",")).map_err(|e| format!("{}: {e}", path.display()))?);
     }

@@ -13,7 +13,7 @@ pub enum Fatbin {
 impl Fatbin {
     pub(crate) fn bytes(&self) -> std::io::Result<Vec<u8>> {
         match self {
-            Fatbin::File(path) => std::fs::read(path),
+            Fatbin::File(path) => tilesmith_spec::files::read(path, tilesmith_spec::files::MAX_BINARY_BYTES),
             Fatbin::Embedded { bytes, .. } => Ok(bytes.to_vec()),
         }
     }

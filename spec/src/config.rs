@@ -95,7 +95,7 @@ pub struct Config {
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|err| {
+        let text = crate::files::read_to_string(path).map_err(|err| {
             ConfigError(vec![Diagnostic {
                 file: path.to_path_buf(),
                 line: 0,

@@ -240,7 +240,7 @@ impl TuningTable {
     /// Reads a table, checking its format, the file name its device goes by and every entry
     /// ([`TuningTable::check`]).
     pub fn read(path: &Path) -> Result<TuningTable, String> {
-        let text = std::fs::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let text = crate::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         TuningTable::parse(&text, path)
     }
 

@@ -113,7 +113,7 @@ pub fn read_all(dir: &Path) -> Result<Vec<Record>, String> {
     for entry in entries {
         let path = entry.map_err(|err| err.to_string())?.path();
         if path.extension().is_some_and(|ext| ext == "json") {
-            let text = std::fs::read_to_string(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+            let text = tilesmith_spec::files::read_to_string(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
             records.push(serde_json::from_str::<Record>(&text).map_err(|err| format!("{}: {err}", path.display()))?);
         }
     }
