@@ -16,10 +16,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 use tilesmith_spec::{arch, Built, Config, Entry, Manifest, Registry, Resources};
-use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 
 /// nvcc's flags for one variant, without input and output.
 fn flags(entry: &Entry) -> Vec<String> {
@@ -521,7 +521,8 @@ impl Compiler<'_> {
 /// Writes the fatbin nvcc embedded in an object (its `.nv_fatbin` section) to `fatbin`.
 fn fatbin_of_object(object: &Path, fatbin: &Path) -> Result<(), String> {
     use object::{Object as _, ObjectSection as _};
-    let bytes = files::read(object, MAX_BINARY_BYTES).map_err(|err| format!("cannot read the object nvcc wrote, {}: {err}", object.display()))?;
+    let bytes =
+        files::read(object, MAX_BINARY_BYTES).map_err(|err| format!("cannot read the object nvcc wrote, {}: {err}", object.display()))?;
     let file = object::File::parse(&*bytes).map_err(|err| format!("the object nvcc wrote does not parse: {err}"))?;
     let section = file.section_by_name(".nv_fatbin").ok_or("the object nvcc wrote holds no .nv_fatbin section")?;
     let data = section.data().map_err(|err| format!("the object's .nv_fatbin section does not read: {err}"))?;

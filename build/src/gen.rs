@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tilesmith_spec::manifest::{self, FORMAT, MANIFEST_FILE};
-use tilesmith_spec::{Config, Entry, Manifest};
+use tilesmith_spec::{Config, Diagnostic, Entry, Manifest};
 
 /// Parses, expands, validates and renders every declared variant, in memory. Any problem with
 /// any variant is an error listing them all, so nothing is written from a bad configuration.
@@ -26,15 +26,35 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
     })?;
     let renderer = Renderer::load(project)?;
     let mut rendered = Vec::new();
-    let mut problems = Vec::new();
+    // One line per distinct rule, however many variants break it.
+    let mut problems: Vec<(Diagnostic, Vec<String>)> = Vec::new();
+    let mut rejected = 0;
     for outcome in parallel::map(&config.variants, |declared| renderer.render(project, declared)) {
         match outcome {
             Ok(r) => rendered.push(r),
-            Err(diagnostic) => problems.push(diagnostic.to_string()),
+            Err(diagnostic) => {
+                rejected += 1;
+                let variant = diagnostic.variant.clone().unwrap_or_default();
+                match problems.iter_mut().find(|(first, _)| first.rule == diagnostic.rule) {
+                    Some((_, variants)) => variants.push(variant),
+                    None => problems.push((diagnostic, vec![variant])),
+                }
+            }
         }
     }
     if !problems.is_empty() {
-        bail!("{}\n{} variant(s) rejected; nothing was written", problems.join("\n"), problems.len());
+        let lines: Vec<String> = problems
+            .iter()
+            .map(|(first, variants)| match variants.len() {
+                1 => first.to_string(),
+                n => format!(
+                    "{first}\n  ({n} variants share this error: {}{})",
+                    variants[..n.min(4)].join(", "),
+                    if n > 4 { ", ..." } else { "" }
+                ),
+            })
+            .collect();
+        bail!("{}\n{rejected} variant(s) rejected; nothing was written", lines.join("\n"));
     }
     Ok(rendered)
 }

@@ -5,6 +5,7 @@
 
 pub mod compile;
 pub mod gen;
+mod guard;
 mod parallel;
 pub mod project;
 mod registry;

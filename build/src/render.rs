@@ -1,10 +1,12 @@
 //! Expands a declared variant through its Tera template into CUDA source and launch data.
 
+use crate::guard;
 use crate::project::{sha256_hex, Project};
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use tera::{Context, Tera};
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
 use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets, Variant};
@@ -32,7 +34,8 @@ const BUILTIN_PARTIALS: &[(&str, &str)] = &[
 
 /// The templates of a project, parsed once.
 pub struct Renderer {
-    tera: Tera,
+    /// Shared with the thread each render runs on ([`guard::with_deadline`]).
+    tera: Arc<Tera>,
     /// Each template's text by its name, to point compiler errors back at template lines.
     pub texts: BTreeMap<String, String>,
     /// The names of the built-in partials in use (the project has no file of that name).
@@ -51,12 +54,45 @@ impl Renderer {
                 builtin.insert(name.to_string());
             }
         }
+        for (name, text) in &texts {
+            guard::check_nesting(text).map_err(|rule| anyhow::anyhow!("kernel-templates/{name}: {rule}"))?;
+        }
         let mut tera = Tera::default();
         tera.autoescape_on(vec![]);
+        tera.register_function("range", guard::range);
         // All at once: templates import partials, which must be known when they are parsed.
         tera.add_raw_templates(texts.iter().map(|(name, text)| (name.as_str(), text.as_str())))
             .map_err(|err| anyhow::anyhow!("in {}: {}", project.relative(&dir), messages(&err).join(": ")))?;
-        Ok(Renderer { tera, texts, builtin })
+        guard::check_recursion(&tera).map_err(|rule| anyhow::anyhow!("in {}: {rule}", project.relative(&dir)))?;
+        Ok(Renderer { tera: Arc::new(tera), texts, builtin })
+    }
+
+    /// A render error's innermost message; for a name not found, with the line of the template
+    /// that first uses it and the nearest name the template could have meant.
+    fn explain(&self, template: &str, err: &tera::Error, ctx: &Context) -> String {
+        let message = messages(err).pop().unwrap_or_default();
+        let Some(name) = message.strip_prefix("Variable `").and_then(|rest| rest.split('`').next()) else {
+            return message;
+        };
+        let root = name.split(['.', '[']).next().unwrap_or(name);
+        let text = self.texts.get(template).map_or("", String::as_str);
+        let used = |line: &str| {
+            line.match_indices(root).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + root.len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            })
+        };
+        let mut message = message.clone();
+        if let Some(line) = text.lines().position(used) {
+            message.push_str(&format!(" (first used at line {})", line + 1));
+        }
+        let known = ctx.clone().into_json();
+        let nearest = known.as_object().into_iter().flat_map(|map| map.keys()).min_by_key(|key| strsim::levenshtein(key, root));
+        if let Some(nearest) = nearest.filter(|key| strsim::levenshtein(key, root) <= 2) {
+            message.push_str(&format!("; did you mean `{nearest}`?"));
+        }
+        message
     }
 
     /// Where a template's text comes from, for messages: its file, or the tool.
@@ -85,9 +121,20 @@ impl Renderer {
             )));
         }
         let render = |ctx: &Context| {
-            self.tera
-                .render(template, ctx)
-                .map_err(|err| fail(format!("template {template}: {}", messages(&err).pop().unwrap_or_default())))
+            let (tera, name, owned) = (Arc::clone(&self.tera), template.clone(), ctx.clone());
+            let rendered = guard::with_deadline(move || {
+                let mut output = guard::Output::default();
+                let result = tera.render_to(&name, &owned, &mut output);
+                (result, output)
+            });
+            match rendered {
+                Err(rule) => Err(fail(format!("template {template}: {rule}"))),
+                Ok((_, guard::Output { cut: Some(rule), .. })) => Err(fail(format!("template {template}: {rule}"))),
+                Ok((Err(err), _)) => Err(fail(format!("template {template}: {}", self.explain(template, &err, ctx)))),
+                Ok((Ok(()), output)) => {
+                    String::from_utf8(output.bytes).map_err(|_| fail(format!("template {template}: writes text that is not UTF-8")))
+                }
+            }
         };
         let mut ctx = context(declared);
         ctx.insert("emit", "launch");

@@ -31,7 +31,7 @@ pub struct Args {
     batch: usize,
     /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
     #[arg(long, value_name = "BENCH_JSON")]
-    replot: Option<PathBuf>,
+    pub replot: Option<PathBuf>,
     /// Also time the registry's `gemm` call, which picks its own variant, for every GEMM shape
     /// and every dtype and layout of the variants benchmarked: a row per shape, named after
     /// the pick.
@@ -40,7 +40,7 @@ pub struct Args {
     /// Folder for bench.json and the charts (default: target/tilesmith-bench in the project, else
     /// tilesmith-bench here).
     #[arg(long, env = "TILESMITH_BENCH_DIR")]
-    out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
 }
 
 /// Shapes given as `AxBxC`, every size at least 1.
@@ -74,9 +74,22 @@ fn describe(shape: &Shape, family: &Family) -> String {
     family.quantities.iter().map(|q| shape.get(q).map_or("?".into(), u64::to_string)).collect::<Vec<_>>().join("x")
 }
 
-fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
+/// `--replot`: the charts and table of an earlier run's bench.json, without a registry or GPU.
+/// Each record's family and dtype name a chart file, so they must be plain words.
+pub fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
     let text = tilesmith_spec::files::read_to_string(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
     let records: Vec<Record> = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", from.display()))?;
+    for (index, record) in records.iter().enumerate() {
+        if !tilesmith_spec::variant::is_c_identifier(&record.family) || Dtype::parse(&record.dtype).is_none() {
+            return Err(format!(
+                "{}: record {} has family `{}` and dtype `{}`; a family must be an identifier and a dtype one of tilesmith's",
+                from.display(),
+                index + 1,
+                record.family,
+                record.dtype
+            ));
+        }
+    }
     let device = records.first().map(|r| r.device.clone()).ok_or(format!("{} holds no records", from.display()))?;
     write_outputs(out, &records, &device)?;
     println!("\n{}", report::table(&records));
@@ -86,9 +99,6 @@ fn replot(from: &std::path::Path, out: &std::path::Path) -> Result<(), String> {
 /// Runs the bench on the kernels of `registry`, writing into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
     let out = args.out.clone().unwrap_or(default_out);
-    if let Some(from) = &args.replot {
-        return replot(from, &out);
-    }
     let given = args.shapes.as_deref().map(parse_shapes).transpose()?;
     if args.batch == 0 {
         return Err("--batch must be at least 1 problem".into());
@@ -191,7 +201,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         }
                     };
                     for kernel in runnable {
-                        push(case.record(&gpu, kernel, baselines[0].1)?);
+                        match case.record(&gpu, kernel, baselines[0].1) {
+                            Ok(record) => push(record),
+                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
+                        }
                     }
                     if args.dispatch {
                         if fused {
@@ -228,9 +241,15 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                             }
                         };
                         let (_, case, baseline_ms) = &mut cases[index];
-                        let record = case.record(&gpu, registry, kernel, *baseline_ms)?;
-                        println!("{}", record.summary());
-                        records.push(record);
+                        // A variant refusing the launch (shared memory past the GPU's, say) loses
+                        // its row only.
+                        match case.record(&gpu, registry, kernel, *baseline_ms) {
+                            Ok(record) => {
+                                println!("{}", record.summary());
+                                records.push(record);
+                            }
+                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
+                        }
                     }
                 }
             }
@@ -238,7 +257,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     }
     write_outputs(&out, &records, gpu.name())?;
     if !skipped.is_empty() {
-        println!("\n{} (variant, shape) pairs skipped, the variant cannot take the shape, e.g. {}", skipped.len(), skipped[0]);
+        println!("\n{} (variant, shape) pairs skipped, the variant cannot take the shape or refused the launch:", skipped.len());
+        for why in &skipped {
+            println!("  {why}");
+        }
     }
     println!("\n{}", report::table(&records));
     Ok(())
@@ -274,16 +296,14 @@ fn write_outputs(out: &std::path::Path, records: &[Record], device: &str) -> Res
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let json = serde_json::to_string_pretty(records).map_err(|e| e.to_string())?;
     std::fs::write(out.join("bench.json"), json + "\n").map_err(|e| format!("cannot write bench.json: {e}"))?;
-    let mut families: Vec<&str> = records.iter().map(|r| r.family.as_str()).collect();
-    families.dedup();
-    for family in families {
-        for dtype in Dtype::ALL {
-            let mine: Vec<Record> = records.iter().filter(|r| r.family == family && r.dtype == dtype.as_str()).cloned().collect();
-            if !mine.is_empty() {
-                let title = format!("tilesmith {family} {dtype} on {device}: {} vs {}", mine[0].unit, mine[0].baseline_name);
-                chart::draw(&out.join(format!("{family}_{dtype}.svg")), &title, &mine)?;
-            }
-        }
+    // One chart per family and dtype, records grouped in one pass.
+    let mut charts: std::collections::BTreeMap<(&str, &str), Vec<Record>> = std::collections::BTreeMap::new();
+    for record in records {
+        charts.entry((&record.family, &record.dtype)).or_default().push(record.clone());
+    }
+    for ((family, dtype), mine) in charts {
+        let title = format!("tilesmith {family} {dtype} on {device}: {} vs {}", mine[0].unit, mine[0].baseline_name);
+        chart::draw(&out.join(format!("{family}_{dtype}.svg")), &title, &mine)?;
     }
     println!("\nwrote {}/bench.json and the charts", out.display());
     Ok(())

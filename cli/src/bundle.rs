@@ -112,7 +112,11 @@ fn check_out(project: &Project, out: &Path) -> Result<()> {
     let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let (root, target) = (real(&project.root), real(out));
     if root.starts_with(&target) {
-        bail!("bundle --out {}: is the project or a folder above it; give a folder of its own, e.g. {}", out.display(), project.root.join("bundle").display());
+        bail!(
+            "bundle --out {}: is the project or a folder above it; give a folder of its own, e.g. {}",
+            out.display(),
+            project.root.join("bundle").display()
+        );
     }
     let owned = [project.templates_dir(), project.generated_dir(), project.registry_dir(), project.tuning_dir(), project.root.join(".git")];
     if let Some(owner) = owned.iter().find(|dir| target.starts_with(real(dir))) {

@@ -291,6 +291,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(tilesmith_trials::harness::run(libtest, setup))
         }
         Command::Bench { registry, args } => {
+            if let Some(from) = &args.replot {
+                let out = args.out.clone().unwrap_or_else(|| output_dir(project(&cli.root).ok().as_ref(), "tilesmith-bench"));
+                return done(message(bench::replot(from, &out)));
+            }
             let target = Target::resolve(&cli.root, &registry)?;
             done(message(bench::run(args, &target.open()?, target.output("tilesmith-bench"))))
         }

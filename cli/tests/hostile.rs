@@ -25,10 +25,6 @@ fn refused(root: Option<&Path>, args: &[&str]) -> String {
     text(&output)
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
 /// A project made by `tilesmith init`.
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -74,4 +70,129 @@ fn bundle_never_replaces_a_users_folder_the_project_or_one_above_it() {
         assert!(message.contains(rule), "{}: {message}", out.display());
     }
     assert_eq!(files(root), before, "a refused bundle touched the project");
+}
+
+fn template(root: &Path) -> PathBuf {
+    root.join("kernel-templates").join("scale.cu.tera")
+}
+
+/// The init project with `extra` templates and the scale template's text replaced by `text`.
+fn with_template(text: &str, extra: &[(&str, &str)]) -> tempfile::TempDir {
+    let project = project();
+    std::fs::write(template(project.path()), text).unwrap();
+    for (name, body) in extra {
+        std::fs::write(project.path().join("kernel-templates").join(name), body).unwrap();
+    }
+    project
+}
+
+#[test]
+fn templates_that_recurse_loop_or_grow_without_bound_are_refused_by_name() {
+    let cases: Vec<(String, Vec<(&str, &str)>, &str)> = vec![
+        ("{% include \"scale.cu.tera\" %}".into(), vec![], "scale.cu.tera recurses (scale.cu.tera → scale.cu.tera)"),
+        (
+            "{% include \"a.cu.tera\" %}".into(),
+            vec![("a.cu.tera", "{% include \"b.cu.tera\" %}"), ("b.cu.tera", "{% include \"a.cu.tera\" %}")],
+            "recurses",
+        ),
+        ("{% macro m(n) %}{{ self::m(n=n) }}{% endmacro m %}{{ self::m(n=1) }}".into(), vec![], "macro m of scale.cu.tera recurses"),
+        ("{% for i in range(end=1000000000000) %}{% endfor %}".into(), vec![], "more than the limit of 1000000"),
+        (
+            "{% for i in range(end=1000000) %}{{ \"0123456789012345678901234567890123456789\" }}{% endfor %}".into(),
+            vec![],
+            "writes more than the limit of 16 MiB",
+        ),
+        (format!("{{{{ {}1{} }}}}", "(".repeat(20_000), ")".repeat(20_000)), vec![], "nests tags or brackets deeper than the limit of 64"),
+        (format!("{}{}", "{% if true %}".repeat(10_000), "{% endif %}".repeat(10_000)), vec![], "deeper than the limit of 64"),
+        ("{% if emit == \"launch\" %}{{ backed }}{% endif %}".into(), vec![], "first used at line 1); did you mean `backend`?"),
+    ];
+    for (text, extra, rule) in cases {
+        let project = with_template(&text, &extra);
+        let message = refused(Some(project.path()), &["gen"]);
+        assert!(message.contains(rule), "{rule}:\n{message}");
+        assert!(!project.path().join("generated").exists(), "{rule}: gen wrote generated/");
+    }
+}
+
+#[test]
+fn a_template_doubling_its_work_is_stopped_at_the_time_limit() {
+    // 40 macros each calling the one below twice: 2^40 calls.
+    let mut text = String::from("{% macro m0() %}x{% endmacro m0 %}\n");
+    for level in 1..=40 {
+        let below = level - 1;
+        text.push_str(&format!("{{% macro m{level}() %}}{{{{ self::m{below}() }}}}{{{{ self::m{below}() }}}}{{% endmacro m{level} %}}\n"));
+    }
+    text.push_str("{% if emit == \"launch\" %}{{ self::m40() }}{% endif %}");
+    let project = with_template(&text, &[]);
+    let start = std::time::Instant::now();
+    let message = refused(Some(project.path()), &["gen"]);
+    assert!(message.contains("did not finish rendering within the limit of 10 s"), "{message}");
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+}
+
+#[test]
+fn one_template_error_is_reported_once_with_the_count_of_variants_sharing_it() {
+    let text = std::fs::read_to_string(template(&project().path())).unwrap();
+    let project = with_template(&text.replace("{{ threads }}, 1, 1]", "{{ threadz }}, 1, 1]"), &[]);
+    let message = refused(Some(project.path()), &["gen"]);
+    assert_eq!(message.matches("threadz").count(), 1, "{message}");
+    assert!(message.contains("9 variants share this error"), "{message}");
+}
+
+#[test]
+fn expressions_too_long_or_deep_are_refused_naming_the_file() {
+    let project = project();
+    let variants = project.path().join("variants.toml");
+    let text = std::fs::read_to_string(&variants).unwrap();
+    assert!(xtask(Some(project.path()), &["gen"]).status.success());
+    let manifest = project.path().join("generated").join("manifest.json");
+    let generated = std::fs::read_to_string(&manifest).unwrap();
+    for (expr, rule) in [
+        (format!("{}n{}", "(".repeat(20_000), ")".repeat(20_000)), "longer than the limit of 4096"),
+        (vec!["n"; 50_000].join(" + "), "longer than the limit of 4096"),
+        (format!("{}n{}", "(".repeat(100), ")".repeat(100)), "deeper than the limit of 64"),
+    ] {
+        std::fs::write(&variants, text.replace("\"2 * n * elem\"", &format!("\"{expr}\""))).unwrap();
+        for command in [&["gen"][..], &["list"], &["gen", "--repair"]] {
+            let message = refused(Some(project.path()), command);
+            assert!(message.contains("variants.toml") && message.contains(rule), "{command:?}: {message}");
+        }
+        // The same expression in the manifest gen wrote: the build and its repair refuse it.
+        std::fs::write(&variants, &text).unwrap();
+        std::fs::write(&manifest, generated.replace("\"2 * n * elem\"", &format!("\"{expr}\""))).unwrap();
+        for command in [&["build"][..], &["build", "--repair"]] {
+            let message = refused(Some(project.path()), command);
+            assert!(message.contains("manifest.json") && message.contains(rule), "{command:?}: {message}");
+        }
+        std::fs::write(&manifest, &generated).unwrap();
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn special_files_are_refused_not_read_forever() {
+    let project = project();
+    let variants = project.path().join("variants.toml");
+    std::fs::remove_file(&variants).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &variants).unwrap();
+    let message = refused(Some(project.path()), &["gen"]);
+    assert!(message.contains("variants.toml") && message.contains("not a regular file"), "{message}");
+
+    let project = with_template("", &[]);
+    std::fs::remove_file(template(project.path())).unwrap();
+    assert!(Command::new("mkfifo").arg(template(project.path())).status().unwrap().success());
+    let message = refused(Some(project.path()), &["gen"]);
+    assert!(message.contains("scale.cu.tera") && message.contains("not a regular file"), "{message}");
+
+    let project = crate::project();
+    std::fs::create_dir(project.path().join("tuning")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", project.path().join("tuning").join("NVIDIA_H100-132sm.json")).unwrap();
+    let message = refused(Some(project.path()), &["build"]);
+    assert!(message.contains("NVIDIA_H100-132sm.json") && message.contains("not a regular file"), "{message}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let replot = dir.path().join("bench.json");
+    std::os::unix::fs::symlink("/dev/zero", &replot).unwrap();
+    let message = refused(None, &["bench", "--replot", replot.to_str().unwrap(), "--out", dir.path().to_str().unwrap()]);
+    assert!(message.contains("bench.json") && message.contains("not a regular file"), "{message}");
 }

@@ -246,7 +246,8 @@ pub struct ReadError {
 /// Reads a manifest, refusing one that does not parse, has another format or breaks a rule of
 /// [`Check`].
 pub fn read<T: DeserializeOwned + Check>(path: &Path) -> Result<T, ReadError> {
-    let text = crate::files::read_to_string(path).map_err(|err| ReadError { path: path.into(), reason: err.to_string(), corrupt: false })?;
+    let text =
+        crate::files::read_to_string(path).map_err(|err| ReadError { path: path.into(), reason: err.to_string(), corrupt: false })?;
     parse(&text, path)
 }
 
