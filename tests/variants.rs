@@ -27,5 +27,5 @@ fn main() -> ExitCode {
         .filter(|v| !v.is_empty())
         .map_or_else(|| workspace.join("target").join(tilesmith_trials::report::PERF_DIR_NAME), PathBuf::from);
     let registry = given.unwrap_or_else(|| workspace.join("registry"));
-    harness::run(Arguments::from_args(), Setup { entries, registry, perf_dir, partition: None })
+    harness::run(Arguments::from_args(), Setup { entries, registry, perf_dir, partition: None, require_gpu: false })
 }

@@ -83,6 +83,10 @@ enum Command {
         /// else tilesmith-perf here).
         #[arg(long, env = tilesmith_trials::report::PERF_DIR_VAR, value_name = "DIR")]
         perf_dir: Option<PathBuf>,
+        /// Exit successfully even where no GPU trial could run (no GPU or no driver); without
+        /// it such a run fails, so that a CI without a GPU does not pass having tested nothing.
+        #[arg(long)]
+        allow_no_gpu: bool,
         #[command(flatten)]
         libtest: libtest_mimic::Arguments,
     },
@@ -283,11 +287,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             done(list::run(&project(&cli.root)?, &Selection::new(&kernels.globs)?))
         }
         Command::Toolchain => done(print_toolchain()),
-        Command::Test { registry, partition, perf_dir, libtest } => {
+        Command::Test { registry, partition, perf_dir, allow_no_gpu, libtest } => {
             let target = Target::resolve(&cli.root, &registry)?;
             let entries = tilesmith_trials::harness::registry_entries(&target.registry).map_err(|err| anyhow::anyhow!(err))?;
             let perf_dir = perf_dir.unwrap_or_else(|| target.output(PERF_DIR_NAME));
-            let setup = tilesmith_trials::harness::Setup { entries, registry: target.registry, perf_dir, partition };
+            let setup =
+                tilesmith_trials::harness::Setup { entries, registry: target.registry, perf_dir, partition, require_gpu: !allow_no_gpu };
             Ok(tilesmith_trials::harness::run(libtest, setup))
         }
         Command::Bench { registry, args } => {

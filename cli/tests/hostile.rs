@@ -196,3 +196,20 @@ fn special_files_are_refused_not_read_forever() {
     let message = refused(None, &["bench", "--replot", replot.to_str().unwrap(), "--out", dir.path().to_str().unwrap()]);
     assert!(message.contains("bench.json") && message.contains("not a regular file"), "{message}");
 }
+
+#[test]
+fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kernel-templates"), "a file").unwrap();
+    let message = refused(None, &["init", dir.path().to_str().unwrap()]);
+    assert!(message.contains("kernel-templates is a file") && message.contains("nothing was written"), "{message}");
+    assert_eq!(files(dir.path()), [dir.path().join("kernel-templates")]);
+
+    // A fresh `cargo new` crate: its .gitignore keeps its lines and gains the registry's.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "/target").unwrap();
+    let output = xtask(None, &["init", dir.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output));
+    let gitignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
+    assert!(gitignore.starts_with("/target\n") && gitignore.contains("\n/registry\n"), "{gitignore}");
+}

@@ -90,6 +90,17 @@ fn the_installed_cli_inits_builds_lists_and_lists_trials_outside_the_repository(
     assert_eq!(halves[0] + halves[1], all, "the shares split the list: {halves:?}");
     let out = fails(Command::new(&tilesmith).current_dir(&project).args(["test", "--partition", "hash:3/2"]));
     assert!(out.contains("expected hash:k/n with 1 <= k <= n"), "{out}");
+    // A run in which no GPU trial can run fails, saying so, unless allowed: a user's CI without
+    // a GPU must not pass having tested nothing. With a GPU the trials run and pass.
+    let output = Command::new(&tilesmith).current_dir(&project).args(["test", "--skip", "::perf"]).output().unwrap();
+    let out = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if output.status.success() {
+        assert!(out.contains("7 passed") && out.contains("0 ignored"), "{out}");
+    } else {
+        assert!(out.contains("no GPU trial could run here") && out.contains("--allow-no-gpu"), "{out}");
+        let out = run(Command::new(&tilesmith).current_dir(&project).args(["test", "--skip", "::perf", "--allow-no-gpu"]));
+        assert!(out.contains("test result: ok") && out.contains("6 ignored"), "{out}");
+    }
 
     // Another project's registry in TILESMITH_REGISTRY is refused inside this one.
     let other = outside.path().join("other");

@@ -28,6 +28,9 @@ pub struct Setup {
     pub perf_dir: PathBuf,
     /// Only the trials of this share, `(k, n)`: those whose name hashes to k - 1 modulo n.
     pub partition: Option<(u64, u64)>,
+    /// Fail where no GPU trial can run, rather than pass having run none (`tilesmith test`
+    /// unless `--allow-no-gpu`; `cargo test` here, whose CI has no GPU, does not).
+    pub require_gpu: bool,
 }
 
 static REGISTRY_DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -206,7 +209,18 @@ pub fn run(mut args: Arguments, setup: Setup) -> ExitCode {
     if let Some(share) = setup.partition {
         all.retain(|trial| in_share(trial.name(), share));
     }
-    libtest_mimic::run(&args, all).exit_code()
+    let conclusion = libtest_mimic::run(&args, all);
+    let no_gpu = if driver { device::gpu().err() } else { Some("no CUDA driver (libcuda could not be loaded)".to_string()) };
+    match no_gpu {
+        Some(reason) if setup.require_gpu && !args.list => {
+            eprintln!(
+                "error: no GPU trial could run here ({reason}), so nothing was tested; run on a machine with a GPU, or pass \
+                 --allow-no-gpu to accept a run without one"
+            );
+            ExitCode::FAILURE
+        }
+        _ => conclusion.exit_code(),
+    }
 }
 
 /// The entries of the registry in `dir`: what `tilesmith test` and a bundle try.
