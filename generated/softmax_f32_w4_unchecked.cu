@@ -202,12 +202,7 @@ softmax_f32_w4_unchecked(const T* __restrict__ X, T* __restrict__ Y, int rows, i
     // The head and tail were cached by other threads' strides than this pass reads them with.
     __syncthreads();
     float s = 0.f;
-    for (int i = threadIdx.x; i < cols; i += THREADS) {
-        const float e = exp2f(fmaf(to_float(cache[i + pad]), LOG2E, -shift));
-        cache[i + pad] = from_float<T>(e);
-        s += e;
-    }
+    for (int i = threadIdx.x; i < cols; i += THREADS) s += exp2f(fmaf(to_float(cache[i + pad]), LOG2E, -shift));
     const float inv = 1.f / block_reduce<false>(s, scratch);
-    __syncthreads();
-    store_cached(y, cols, cache, pad, [&](int, float e) { return e * inv; });
+    store_cached(y, cols, cache, pad, [&](int, float v) { return exp2f(fmaf(v, LOG2E, -shift)) * inv; });
 }

@@ -57,10 +57,15 @@ impl Script {
         let root = crate_dir.join(self.root.as_deref().unwrap_or(Path::new(".")));
         let root = std::fs::canonicalize(&root).with_context(|| format!("the tilesmith project folder {}", root.display()))?;
         let project = Project { root, out: Some(out.clone()) };
+        // Only paths that exist: cargo reruns a script watching a missing one on every build. A
+        // tuning/ folder created later is seen once variants.toml is touched (README.md).
         for watched in [project.variants_file(), project.templates_dir(), project.tuning_dir()] {
-            println!("cargo:rerun-if-changed={}", watched.display());
+            if watched.exists() {
+                println!("cargo:rerun-if-changed={}", watched.display());
+            }
         }
-        for name in ["NVCC", "CUDA_HOME", "TILESMITH_HOME", compile::LAUNCHER_VAR, compile::CACHE_VAR] {
+        // What the toolchain search reads (toolchain.rs), and how nvcc runs.
+        for name in ["NVCC", "CUDA_HOME", "CUDA_PATH", "PATH", "TILESMITH_HOME", compile::LAUNCHER_VAR, compile::CACHE_VAR] {
             println!("cargo:rerun-if-env-changed={name}");
         }
         if !project.variants_file().is_file() {

@@ -492,30 +492,44 @@ fn an_interrupted_build_keeps_what_it_finished() {
     use std::os::unix::process::CommandExt;
     let project = generated(&six_transposes());
     let root = project.path();
-    // Its own process group, so that SIGINT reaches xtask and its nvcc as Ctrl-C would.
+    // A launcher that lets the first compile through and holds every later one until the
+    // interrupt, so that exactly one variant has finished when it comes, however busy the machine.
+    let gate = tempfile::tempdir().unwrap();
+    let launcher = gate.path().join("gate.sh");
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nif [ -e {0}/first ]; then touch {0}/held; while :; do sleep 0.05; done; fi\ntouch {0}/first\nexec \"$@\"\n",
+            gate.path().display()
+        ),
+    )
+    .unwrap();
+    make_executable(&launcher);
+    // Its own process group, so that SIGINT reaches xtask, the launcher and nvcc as Ctrl-C would.
     let mut build = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
         .arg("--root")
         .arg(root)
-        .args(["build", "-j", "1"])
+        .args(["build", "-j", "1", "--launcher"])
+        .arg(&launcher)
         .process_group(0)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while records(root).is_empty() {
-        assert!(started.elapsed().as_secs() < 120, "no variant finished in two minutes");
+    while !gate.path().join("held").exists() {
+        assert!(started.elapsed().as_secs() < 300, "the second compile did not start in five minutes");
+        assert!(build.try_wait().unwrap().is_none(), "the build ended before its second compile");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let status = Command::new("kill").args(["-INT", "--", &format!("-{}", build.id())]).status().unwrap();
     assert!(status.success());
     assert!(!build.wait().unwrap().success(), "the build was interrupted");
 
-    let finished = records(root).len();
-    assert!((1..6).contains(&finished), "the interrupt came mid-build: {finished} of 6 finished");
-    assert_eq!(built_names(root).len(), finished, "the index lists what finished");
+    assert_eq!(records(root).len(), 1, "the first variant finished before the interrupt, the second was held");
+    assert_eq!(built_names(root).len(), 1, "the index lists what finished");
     let out = succeeds(Some(root), &["build"]);
-    assert!(out.contains(&format!("6 variant(s) selected: {finished} up to date, {} to compile", 6 - finished)), "{out}");
+    assert!(out.contains("6 variant(s) selected: 1 up to date, 5 to compile"), "{out}");
     assert_eq!(built_names(root).len(), 6);
     assert!(temporaries(root).is_empty(), "temporary files left: {:?}", temporaries(root));
 }

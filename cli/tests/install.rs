@@ -127,4 +127,7 @@ fn the_standalone_example_builds_its_kernels_in_build_rs_and_embeds_them() {
     assert!(out.contains("9 kernels embedded; `scale` is the f32 plain variant, 128 threads a block"), "{out}");
     // Without a GPU it says so; with one it ran the kernel and checked every element.
     assert!(out.contains("nothing launched: ") || out.contains("1000003 elements, 0 wrong"), "{out}");
+    // Built once, the crate is up to date: its build script does not run again.
+    let out = run(cargo().current_dir(&example).args(["build", "--locked", "-v"]));
+    assert!(out.contains("Fresh tilesmith-standalone") && !out.contains("build-script-build`"), "{out}");
 }

@@ -67,6 +67,20 @@ impl Dtype {
         }
     }
 
+    /// The spacing of this type's values at `x` (a unit in the last place): 2^(e - mantissa
+    /// bits) for x's binary exponent e, no lower than the subnormals' spacing.
+    pub fn ulp(self, x: f64) -> f64 {
+        let (mantissa_bits, min_exponent) = match self {
+            Dtype::F16 => (10, -14),
+            Dtype::Bf16 => (7, -126),
+            Dtype::F32 => (23, -126),
+            Dtype::E4m3 => (3, -6),
+            Dtype::E5m2 => (2, -14),
+        };
+        let exponent = if x == 0.0 || !x.is_finite() { min_exponent } else { (x.abs().log2().floor() as i32).max(min_exponent) };
+        2f64.powi(exponent - mantissa_bits)
+    }
+
     /// The CUDA C++ type that stores one element.
     pub fn cuda_type(self) -> &'static str {
         match self {

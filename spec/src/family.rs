@@ -221,6 +221,12 @@ pub struct Reference {
     pub library: Option<Library>,
     /// Largest relative (Frobenius) error allowed, per dtype.
     pub tolerance: BTreeMap<Dtype, f64>,
+    /// Per dtype, the largest distance allowed between each output element and the exact
+    /// result (the f32 reference variant's, computed in f64), in units in the last place of the
+    /// output type: for families whose arithmetic is in f32 and rounded once, about 0.5, so
+    /// that a second rounding fails the trial. Checked on every output element.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ulps: BTreeMap<Dtype, f64>,
     /// The length of the reductions an output element comes from; past 4096 the tolerance
     /// grows with its square root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -497,6 +503,12 @@ impl Family {
         }
         if reference.tolerance.values().any(|t| !(t.is_finite() && *t >= 0.0)) {
             problems.push("reference.tolerance: tolerances are finite and at least 0".into());
+        }
+        if reference.ulps.values().any(|u| !(u.is_finite() && *u >= 0.5)) {
+            problems.push("reference.ulps: each is finite and at least 0.5 (a correctly rounded result is within half a unit)".into());
+        }
+        if !reference.ulps.is_empty() && reference.backend.is_none() {
+            problems.push("reference.ulps needs a reference `backend` with an f32 variant, whose results stand for the exact ones".into());
         }
         if let Some(Err(rule)) = reference.reduction.as_ref().map(|r| r.check_names(&quantities)) {
             problems.push(format!("reference.reduction: {rule}"));

@@ -325,6 +325,11 @@ fn round(dtype: Dtype, x: f64) -> f64 {
 /// The family's reference variant for `kernel`: of its reference backend, the same dtype and
 /// the family's own axes, checked.
 pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kernel, String> {
+    reference_of(registry, kernel, kernel.variant().dtype)
+}
+
+/// As [`reference`], of `dtype`: the f32 one stands for the exact results of 16-bit variants.
+fn reference_of<'r>(registry: &'r Registry, kernel: &Kernel, dtype: Dtype) -> Result<&'r Kernel, String> {
     let family = &kernel.info().entry.declaration;
     let v = kernel.variant();
     let backend = family.reference.backend.as_deref().ok_or("the family's reference is a library, not a variant")?;
@@ -332,12 +337,52 @@ pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kern
         .kernels()
         .find(|k| {
             let r = k.variant();
-            r.family == v.family && k.is_reference() && r.dtype == v.dtype && r.is_checked() && r.axes == v.axes
+            r.family == v.family && k.is_reference() && r.dtype == dtype && r.is_checked() && r.axes == v.axes
         })
         .ok_or(format!(
-            "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {}, checked): declare one in variants.toml",
-            v.name, v.family, v.dtype
+            "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {dtype}, checked): declare one in variants.toml",
+            v.name, v.family
         ))
+}
+
+/// Every output element of `mine` within `ulps` units in the last place of its type of the
+/// exact result: the family's f32 reference variant's, computed in f64, on the same inputs.
+/// Returns the largest distance found.
+fn check_ulps(
+    gpu: &Gpu,
+    registry: &Registry,
+    kernel: &Kernel,
+    shape: &Shape,
+    inputs: &BTreeMap<String, Vec<f64>>,
+    mine: &Buffers,
+    ulps: f64,
+) -> Result<f64, String> {
+    let family = &kernel.info().entry.declaration;
+    let exact = reference_of(registry, kernel, Dtype::F32)?;
+    let mut theirs = Buffers::new(gpu, stored(family, exact.variant(), shape)?, inputs)?;
+    theirs.launch(gpu, exact, shape).map_err(|e| format!("the reference {}: {e}", exact.name()))?;
+    gpu.synchronize().map_err(|e| e.to_string())?;
+    let mut worst: f64 = 0.0;
+    for (got, want) in mine.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
+        let dtype = mine.ops.iter().find(|op| op.decl.name == got.name).map_or(kernel.variant().dtype, |op| op.dtype);
+        let distance = |(g, w): (&f64, &f64)| if g == w { 0.0 } else { (g - w).abs() / dtype.ulp(*w) };
+        let over: Vec<(usize, f64)> =
+            got.region.iter().zip(&want.region).map(distance).enumerate().filter(|(_, d)| !(*d <= ulps)).collect();
+        if let Some(&(index, d)) = over.first() {
+            return Err(format!(
+                "{}: {} of {} elements more than {ulps} ulp of {dtype} from the exact result ({}), e.g. element {index}: {} where \
+                 the exact result is {} ({d:.2} ulp); a result rounded twice does this",
+                got.name,
+                over.len(),
+                got.region.len(),
+                exact.name(),
+                got.region[index],
+                want.region[index]
+            ));
+        }
+        worst = got.region.iter().zip(&want.region).map(distance).fold(worst, f64::max);
+    }
+    Ok(worst)
 }
 
 /// The declared tolerance for `kernel` on `shape` ([`Family::tolerance`]).
@@ -357,6 +402,7 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
     let (family, variant) = (&kernel.info().entry.declaration, kernel.variant());
     let shapes = shapes(kernel)?;
     let mut worst: f64 = 0.0;
+    let mut worst_ulps: Option<f64> = None;
     let mut refused = Vec::new();
     for (shape, declared) in &shapes {
         let what = describe(shape);
@@ -399,11 +445,19 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             }
             worst = worst.max(error);
         }
+        if let Some(&ulps) = family.reference.ulps.get(&variant.dtype) {
+            let distance = check_ulps(gpu, registry, kernel, shape, &inputs, &mine, ulps).map_err(|e| format!("{what}: {e}"))?;
+            worst_ulps = Some(worst_ulps.unwrap_or(0.0f64).max(distance));
+        }
     }
     let refusal = refusal(gpu, kernel, &shapes[0].0)?;
     let tried = shapes.len() - refused.len();
     let limits = if refused.is_empty() { String::new() } else { format!("; past its limits, refused: {}", refused.join("; ")) };
-    Ok(format!("{tried} shapes against {}, worst relative error {worst:.2e}; refused as it must: {refusal}{limits}", reference.name()))
+    let ulps = worst_ulps.map_or(String::new(), |u| format!(", every element within {u:.3} ulp of the exact result"));
+    Ok(format!(
+        "{tried} shapes against {}, worst relative error {worst:.2e}{ulps}; refused as it must: {refusal}{limits}",
+        reference.name()
+    ))
 }
 
 /// A call the variant must refuse, which must write nothing: an output one element short for
