@@ -471,7 +471,18 @@ impl Compiler<'_> {
             }
             None => (Command::new(&self.nvcc.path), job.flags.clone(), &staging),
         };
-        let output = command.current_dir(&private).args(&flags).arg("-o").arg(output_file).arg(&job.entry.source).output();
+        // nvcc passes file names to its stages through a shell: it is given names relative to
+        // the private folder (a variant's name and a fixed suffix), never the project's path,
+        // which may hold `$`, quotes or spaces.
+        let relative_output = format!("{}.out.tmp", job.entry.variant.name);
+        let output = command.current_dir(&private).args(&flags).arg("-o").arg(&relative_output).arg(&job.entry.source).output();
+        let output = output.and_then(|output| {
+            let written = private.join(&relative_output);
+            if written.exists() {
+                std::fs::rename(&written, output_file)?;
+            }
+            Ok(output)
+        });
         let _ = std::fs::remove_file(&copy);
         if output_file == &object {
             let extracted = if object.is_file() { fatbin_of_object(&object, &staging) } else { Ok(()) };

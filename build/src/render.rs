@@ -173,6 +173,7 @@ impl Renderer {
         ctx.insert("emit", "source");
         ctx.insert("signature", &signature(&entry.launch.params, &declared.family, variant));
         let source = tidy(&render(&ctx)?);
+        check_includes(&source).map_err(|rule| fail(format!("template {template}: {rule}")))?;
         let entry = Entry { source_sha256: sha256_hex(source.as_bytes()), ..entry };
         Ok(Rendered { entry, source })
     }
@@ -311,6 +312,27 @@ fn context(declared: &Declared) -> Context {
         }
     }
     ctx
+}
+
+/// Refuses an `#include` of a file outside the toolchain: a fatbin is current while its
+/// source's hash is, and a header read from elsewhere could change unseen. Headers of the
+/// toolchain (`#include <cuda_fp16.h>`) are part of the compiler's version, which is hashed.
+fn check_includes(source: &str) -> Result<(), String> {
+    for (index, line) in source.lines().enumerate() {
+        let Some(rest) = line.trim_start().strip_prefix('#').map(str::trim_start).and_then(|l| l.strip_prefix("include")) else {
+            continue;
+        };
+        let target = rest.trim();
+        let toolchain = target.starts_with('<') && !target[1..].starts_with('/') && !target.contains("..");
+        if !toolchain {
+            return Err(format!(
+                "the source's line {} includes {target}: a generated source includes only the toolchain's headers \
+                 (<name.h>), since tilesmith cannot see another file change; put shared code in a partial template",
+                index + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Trims trailing spaces and runs of blank lines that template tags leave behind.
