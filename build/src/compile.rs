@@ -202,6 +202,12 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         options.jobs
     );
 
+    if let Some(dir) = options.cache.as_ref().filter(|dir| dir.exists() && !dir.is_dir()) {
+        bail!("--cache {}: is a file; the cache is a folder (created if missing)", dir.display());
+    }
+    if let Some(dir) = &options.cache {
+        std::fs::create_dir_all(dir).with_context(|| format!("--cache {}: cannot create the cache folder", dir.display()))?;
+    }
     let cache = options.cache.clone().map(|dir| Cache { dir });
     let compiler = Compiler {
         project,
@@ -445,7 +451,11 @@ impl Compiler<'_> {
         let target = registry.dir().join(fatbin_file(&job.entry.variant.name));
         let staging = temporary_sibling(&target);
         if let Some(resources) = self.cache.and_then(|cache| cache.fetch(&job.hash, &staging)) {
-            if check_fatbin(self.cuobjdump, &staging, &job.entry).is_ok() && std::fs::rename(&staging, &target).is_ok() {
+            // The record's report is taken only where the fatbin's own resource usage agrees.
+            let sound = check_fatbin(self.cuobjdump, &staging, &job.entry)
+                .and_then(|()| check_report(self.cuobjdump, &staging, &job.entry, &resources))
+                .is_ok();
+            if sound && std::fs::rename(&staging, &target).is_ok() {
                 self.cached.fetch_add(1, Ordering::Relaxed);
                 return Ok(resources);
             }
@@ -559,6 +569,50 @@ fn check_smem(entry: &Entry, resources: &[Resources]) -> Result<(), String> {
 
 /// Checks that a fatbin parses and holds the kernel's entry symbol for every promised SASS
 /// architecture, and PTX for the promised virtual one.
+/// Whether ptxas's `report` (from a cache record) says what the fatbin's own resource usage
+/// (cuobjdump) says of the kernel: registers, shared memory and stack, per architecture.
+fn check_report(cuobjdump: &Path, fatbin: &Path, entry: &Entry, report: &[Resources]) -> Result<(), String> {
+    let output = Command::new(cuobjdump)
+        .arg("--dump-resource-usage")
+        .arg(fatbin)
+        .output()
+        .map_err(|err| format!("cannot run {}: {err}", cuobjdump.display()))?;
+    if !output.status.success() {
+        return Err(format!("cuobjdump --dump-resource-usage failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+    }
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let (mut arch, mut function) = (String::new(), String::new());
+    let mut found = 0;
+    for line in listing.lines().map(str::trim) {
+        if let Some(value) = line.strip_prefix("arch = ") {
+            arch = value.to_string();
+        } else if let Some(name) = line.strip_prefix("Function ").and_then(|rest| rest.strip_suffix(':')) {
+            function = name.to_string();
+        } else if line.starts_with("REG:") && function == entry.entry {
+            let field = |key: &str| {
+                line.split_whitespace().find_map(|f| f.strip_prefix(key)).and_then(|v| v.parse::<u32>().ok()).unwrap_or(u32::MAX)
+            };
+            let Some(reported) = report.iter().find(|r| r.arch == arch) else {
+                return Err(format!("the record has no report for {arch}"));
+            };
+            let (registers, shared, stack) = (field("REG:"), field("SHARED:"), field("STACK:"));
+            // cuobjdump counts the 1 KiB sm_90 reserves for the system in each block's shared memory.
+            let shared_agrees = (reported.static_smem_bytes..=reported.static_smem_bytes.saturating_add(1024)).contains(&shared);
+            if registers != reported.registers || stack != reported.stack_bytes || !shared_agrees {
+                return Err(format!(
+                    "the record's {arch} report does not match the fatbin's: {registers} registers, {shared} bytes of shared memory, \
+                     {stack} of stack"
+                ));
+            }
+            found += 1;
+        }
+    }
+    if found != report.len() {
+        return Err(format!("the fatbin reports {found} architectures, the record {}", report.len()));
+    }
+    Ok(())
+}
+
 fn check_fatbin(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), String> {
     let output = Command::new(cuobjdump)
         .arg("--dump-elf-symbols")

@@ -213,3 +213,46 @@ fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let gitignore = std::fs::read_to_string(dir.path().join(".gitignore")).unwrap();
     assert!(gitignore.starts_with("/target\n") && gitignore.contains("\n/registry\n"), "{gitignore}");
 }
+
+/// The `"key": number` values of a JSON text, in order.
+fn numbers(text: &str, key: &str) -> Vec<u64> {
+    text.match_indices(&format!("\"{key}\": ")).map(|(at, m)| text[at + m.len()..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()).collect()
+}
+
+#[test]
+fn a_cache_record_whose_report_the_fatbin_contradicts_is_not_taken() {
+    let project = project();
+    let root = project.path();
+    let cache = tempfile::tempdir().unwrap();
+    let cache_arg = cache.path().to_str().unwrap();
+    assert!(xtask(Some(root), &["gen"]).status.success());
+    let built = xtask(Some(root), &["build", "--cache", cache_arg]);
+    assert!(built.status.success(), "{}", text(&built));
+    let honest = std::fs::read_to_string(root.join("registry").join("scale.json")).unwrap();
+    let registers = numbers(&honest, "registers");
+    assert!(!registers.is_empty() && registers.iter().all(|&r| r > 0 && r < 255), "{honest}");
+
+    std::fs::remove_dir_all(root.join("registry")).unwrap();
+    let again = text(&xtask(Some(root), &["build", "--cache", cache_arg]));
+    assert!(again.contains("(9 taken from the cache)"), "honest records are taken: {again}");
+
+    for entry in std::fs::read_dir(cache.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let record = std::fs::read_to_string(&path).unwrap();
+            std::fs::write(&path, record.replace("\"registers\":", "\"registers\":9999,\"was\":")).unwrap();
+        }
+    }
+    std::fs::remove_dir_all(root.join("registry")).unwrap();
+    let tampered = text(&xtask(Some(root), &["build", "--cache", cache_arg]));
+    assert!(tampered.contains("9 compiled now, 0 failed") && !tampered.contains("taken from the cache"), "{tampered}");
+    let listed = text(&xtask(Some(root), &["list"]));
+    assert!(!listed.contains("9999"), "{listed}");
+    assert_eq!(numbers(&std::fs::read_to_string(root.join("registry").join("scale.json")).unwrap(), "registers"), registers);
+
+    // A file given as the cache is refused once, before any compile.
+    let file = cache.path().join("not-a-folder");
+    std::fs::write(&file, "").unwrap();
+    let message = refused(Some(root), &["build", "--cache", file.to_str().unwrap()]);
+    assert_eq!(message.matches("is a file; the cache is a folder").count(), 1, "{message}");
+}
