@@ -216,7 +216,9 @@ fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
 
 /// The `"key": number` values of a JSON text, in order.
 fn numbers(text: &str, key: &str) -> Vec<u64> {
-    text.match_indices(&format!("\"{key}\": ")).map(|(at, m)| text[at + m.len()..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()).collect()
+    text.match_indices(&format!("\"{key}\": "))
+        .map(|(at, m)| text[at + m.len()..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
+        .collect()
 }
 
 #[test]

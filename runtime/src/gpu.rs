@@ -11,7 +11,6 @@ use cudarc::driver::sys::{
 };
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -144,14 +143,7 @@ impl Gpu {
             return Ok(function.clone());
         }
         let unreadable = |reason: String| Error::RegistryUnreadable { path: fatbin.to_string().into(), reason };
-        let bytes = fatbin.bytes().map_err(|err| unreadable(err.to_string()))?;
-        let hash = format!("{:x}", Sha256::digest(&bytes));
-        if hash != info.fatbin_sha256 {
-            return Err(unreadable(format!(
-                "it is not the fatbin the registry recorded for `{}` (SHA-256 {hash}, recorded {}): rebuild with `tilesmith build`",
-                name, info.fatbin_sha256
-            )));
-        }
+        let bytes = fatbin.verified_bytes(name, &info.fatbin_sha256).map_err(unreadable)?;
         if entry.entry.contains('\0') {
             return Err(Error::Refused { name: name.to_string(), rule: "its entry symbol holds a NUL byte".into() });
         }
@@ -167,7 +159,7 @@ impl Gpu {
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed as i32)
                 .during(&format!("raising {}'s shared-memory limit", name))?;
         }
-        loaded.insert(hash, function.clone());
+        loaded.insert(info.fatbin_sha256.clone(), function.clone());
         Ok(function)
     }
 

@@ -343,6 +343,13 @@ impl Stored {
 fn check_stored(op: &Stored) -> Result<(), String> {
     let Stored { name, ld_name, buffer, rows, cols, ld, layout, problems, stride, .. } = op;
     let (rows, cols, ld) = (*rows, *cols, *ld);
+    let end = u128::from(buffer.addr) + buffer.len as u128 * u128::from(op.dtype.size_bytes());
+    if end > 1u128 << 64 {
+        return Err(format!(
+            "{name} starts at {:#x} and holds {} elements: it would run past the top of the address space",
+            buffer.addr, buffer.len
+        ));
+    }
     // An empty matrix is never read or written, whatever its leading dimension.
     if rows > 0 && cols > 0 && ld < cols {
         return Err(format!("{ld_name} = {ld} is less than {}, the length of a stored row of {name} ({layout})", cols.max(1)));
@@ -500,6 +507,19 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         }
     }
 
+    // A quantity past what the kernel's parameter holds is named first, before the spans it
+    // makes overflow an address.
+    for param in &entry.launch.params {
+        if let ParamKind::I32 { value } = &param.kind {
+            if let Some(&given) = quantities.get(value.as_str()).filter(|&&given| given > i32::MAX as u64) {
+                return Err(format!(
+                    "{value} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})",
+                    param.name,
+                    i32::MAX
+                ));
+            }
+        }
+    }
     let env = |name: &str| quantities.get(name).copied();
     let mut stored: BTreeMap<&str, Stored> = BTreeMap::new();
     for decl in &family.operands {

@@ -137,6 +137,12 @@ fn short_or_misaligned_buffers_are_refused() {
         tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, shifted], 132).unwrap_err(),
         format!("c starts at {:#x}, which is not 16-byte aligned", ALIGNED + 2)
     );
+    // A buffer that would wrap past the top of the address space is refused as such.
+    let wrapping = Buffer { addr: u64::MAX - 4095, ..c };
+    assert_eq!(
+        tilesmith_runtime::plan_gemm(&built, Dtype::Bf16, &shape, [a, b, wrapping], 132).unwrap_err(),
+        format!("c starts at {:#x} and holds 16384 elements: it would run past the top of the address space", u64::MAX - 4095)
+    );
     // A checked variant takes any element-aligned address and odd leading dimensions.
     let checked = built_checked_odd();
     assert!(checked.is_ok(), "{checked:?}");
@@ -147,6 +153,23 @@ fn built_checked_odd() -> Result<Option<tilesmith_runtime::Launch>, String> {
     let [a, b, c] = buffers(&shape);
     let c = Buffer { addr: ALIGNED + 2, ..c };
     tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &shape, [a, b, c], 132)
+}
+
+#[test]
+fn a_quantity_past_the_parameter_range_is_named_before_any_span() {
+    let built = built("softmax");
+    let call = |rows: u64| {
+        let call = tilesmith_runtime::Call::default()
+            .quantity("rows", rows)
+            .quantity("cols", 1024)
+            .quantity("ldx", 1024)
+            .quantity("ldy", 1024)
+            .operand("x", Dtype::Bf16, Buffer { len: 1 << 40, addr: 1 << 48 })
+            .operand("y", Dtype::Bf16, Buffer { len: 1 << 40, addr: 2 << 48 });
+        tilesmith_runtime::plan_call(&built, &call, 132)
+    };
+    let message = call(u64::MAX).unwrap_err();
+    assert!(message.contains("rows = 18446744073709551615 does not fit the kernel's 32-bit parameter"), "{message}");
 }
 
 #[test]
@@ -450,7 +473,8 @@ fn a_strided_batch_is_mapped_per_problem_and_its_bad_strides_are_refused() {
         "70000 512×512 problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"
     );
     // A stride of 2^63 elements that buffers as long hold: its bytes overflow 64 bits (a
-    // panic found by the properties), and the overlap and alignment rules still judge it.
+    // panic found by the properties); no buffer that long fits below the top of the address
+    // space, which is the rule that refuses it.
     let huge = one.with_batch(Batch { count: 2, strides: [1 << 63, 0, 1 << 63] });
     let buffers = [
         Buffer { len: usize::MAX, addr: 0x1000_0000 },
@@ -458,7 +482,7 @@ fn a_strided_batch_is_mapped_per_problem_and_its_bad_strides_are_refused() {
         Buffer { len: usize::MAX, addr: 0x3000_0000 },
     ];
     let err = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &huge, buffers, 132).unwrap_err();
-    assert!(err.contains("overlaps"), "{err}");
+    assert!(err.contains("run past the top of the address space"), "{err}");
     // Buffers that hold one problem, not three.
     let short = tilesmith_runtime::plan_gemm(&built("gemm_tn_128x128x32"), Dtype::Bf16, &batch, Buffer::unallocated(one.spans()), 132);
     assert_eq!(short.unwrap_err(), "a holds 32768 elements, but 64 problems of 32768 elements, 32768 apart, span 2097152");
