@@ -47,6 +47,22 @@ pub struct Clocks {
     pub memory_gbps: u32,
 }
 
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [major, minor] = self.capability;
+        write!(f, "{} ({} SMs, compute capability {major}.{minor})", self.name, self.sms)
+    }
+}
+
+impl std::fmt::Display for Alignment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Alignment::Aligned => "aligned",
+            Alignment::Unaligned => "unaligned",
+        })
+    }
+}
+
 impl Device {
     /// Whether `other` is the same kind of GPU, whose table applies as it is: same name,
     /// compute capability and SM count (clocks are not compared; they vary with settings).
@@ -172,16 +188,36 @@ pub fn describe([batch, m, n, k]: [u64; 4]) -> String {
 
 /// Whether a time in milliseconds is one a table may hold: finite and above zero.
 pub fn valid_ms(ms: f64) -> bool {
-    ms.is_finite() && ms > 0.0
+    (MIN_MS..=MAX_MS).contains(&ms)
+}
+
+/// The shortest time a table may record: a nanosecond, below any kernel launch; shorter ones
+/// (1e-300 ms) make ratios and their geometric means infinite.
+pub const MIN_MS: f64 = 1e-6;
+/// The longest: about three hours.
+pub const MAX_MS: f64 = 1e7;
+
+/// A time for a message: `1e-300`, not three hundred zeros.
+fn show_ms(ms: f64) -> String {
+    if ms != 0.0 && !(1e-3..1e7).contains(&ms.abs()) {
+        format!("{ms:e}")
+    } else {
+        ms.to_string()
+    }
 }
 
 /// Orders measured candidates by the table's rule: by time, except that candidates within
 /// [`NEAR_TIE`] of the fastest are ranked among themselves by strategy and name, and so on
-/// down the list from the next one left. A time that is not finite and positive is refused,
+/// down the list from the next one left. A time outside [`MIN_MS`]..=[`MAX_MS`] is refused,
 /// naming its candidate.
 pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
     if let Some(bad) = candidates.iter().find(|c| !valid_ms(c.ms)) {
-        return Err(format!("candidate {} ({:?}) has time {} ms; times are finite and above 0", bad.variant, bad.strategy, bad.ms));
+        return Err(format!(
+            "candidate {} ({:?}) has time {} ms; times are between 1e-6 and 1e7 ms",
+            bad.variant,
+            bad.strategy,
+            show_ms(bad.ms)
+        ));
     }
     candidates.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant))));
     let mut ranked = Vec::with_capacity(candidates.len());
@@ -272,12 +308,22 @@ impl TuningTable {
     /// candidate's) are finite and above zero, candidates in rank order.
     pub fn check(&self) -> Result<(), String> {
         if self.device.name.trim().is_empty() || self.device.sms == 0 {
-            return Err(format!("device {:?} needs a name and at least one SM", self.device));
+            return Err(format!("device `{}` needs a name and at least one SM", self.device));
         }
+        if let Some(clocks) = self.device.clocks.filter(|c| c.sm_mhz == 0 || c.memory_gbps == 0) {
+            return Err(format!(
+                "device {}: clocks of {} MHz and {} GB/s; a table records the GPU's clocks above 0, or none",
+                self.device, clocks.sm_mhz, clocks.memory_gbps
+            ));
+        }
+        let mut seen = std::collections::BTreeMap::new();
         for (index, entry) in self.entries.iter().enumerate() {
             let problem = describe(entry.problem());
             let with = entry.epilogue.as_deref().map(|e| format!(" with epilogue {e}")).unwrap_or_default();
-            let at = format!("entry {} ({problem} {} {} {:?}{with})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
+            let at = format!("entry {} ({problem} {} {} {}{with})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
+            if let Some(first) = seen.insert(entry.identity(), index + 1) {
+                return Err(format!("{at}: measures the same problem as entry {first}; keep one"));
+            }
             if entry.problem().contains(&0) {
                 return Err(format!("{at}: a problem has no zero dimension and a batch at least one problem"));
             }
@@ -289,7 +335,7 @@ impl TuningTable {
                 ));
             }
             if !valid_ms(entry.cublas_ms) {
-                return Err(format!("{at}: cuBLAS's time {} ms is not finite and above 0", entry.cublas_ms));
+                return Err(format!("{at}: cuBLAS's time {} ms is not between 1e-6 and 1e7 ms", show_ms(entry.cublas_ms)));
             }
             let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
             if ranked != entry.ranked {
@@ -317,7 +363,7 @@ impl TuningTable {
         for path in paths {
             let table = TuningTable::read(&path)?;
             if let Some((other, _)) = tables.iter().find(|(_, t)| t.device.is(&table.device)) {
-                return Err(format!("{} and {} are both tables for {:?}; keep one", other.display(), path.display(), table.device));
+                return Err(format!("{} and {} are both tables for {}; keep one", other.display(), path.display(), table.device));
             }
             tables.push((path, table));
         }
@@ -358,6 +404,41 @@ mod tests {
 
     fn candidate(variant: &str, strategy: Strategy, ms: f64) -> Candidate {
         Candidate { variant: variant.into(), strategy, ms }
+    }
+
+    /// A table of one device with these clocks and entries (`(shape, cuBLAS ms, candidate ms)`).
+    fn table_text(clocks: &str, entries: &[([u64; 3], &str, &str)]) -> String {
+        let entries: Vec<String> = entries
+            .iter()
+            .map(|(shape, cublas, ms)| {
+                let bucket = shape.map(|d| (d as f64).log2().round() as u64);
+                format!(
+                    r#"{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": {bucket:?}}}, "shape": {shape:?},
+                    "cublas_ms": {cublas}, "ranked": [{{"variant": "gemm_tn_128x128x32", "strategy": "direct", "ms": {ms}}}]}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"format": 1, "device": {{"name": "GPU", "capability": [9, 0], "sms": 132{clocks}}}, "compiler": "", "entries": [{}]}}"#,
+            entries.join(", ")
+        )
+    }
+
+    #[test]
+    fn nonsense_tables_are_refused_in_words() {
+        let path = Path::new("GPU-132sm.json");
+        let read = |text: &str| TuningTable::parse(text, path).map(drop);
+        assert_eq!(read(&table_text("", &[([4096; 3], "1.0", "0.9")])), Ok(()));
+        let zero = read(&table_text(r#", "clocks": {"sm_mhz": 0, "memory_gbps": 0}"#, &[])).unwrap_err();
+        assert!(zero.contains("device GPU (132 SMs, compute capability 9.0): clocks of 0 MHz"), "{zero}");
+        let twice = read(&table_text("", &[([4096; 3], "1.0", "0.9"), ([4096; 3], "1.0", "0.8")])).unwrap_err();
+        assert!(twice.contains("entry 2 (4096x4096x4096 bf16 tn aligned): measures the same problem as entry 1"), "{twice}");
+        for tiny in [("1e-300", "0.9"), ("1.0", "1e-300")] {
+            let message = read(&table_text("", &[([4096; 3], tiny.0, tiny.1)])).unwrap_err();
+            assert!(message.contains(" 1e-300 ms") && message.contains("between 1e-6 and 1e7 ms"), "{message}");
+        }
+        let no_sms = TuningTable::parse(&table_text("", &[]).replace("\"sms\": 132", "\"sms\": 0"), Path::new("GPU-0sm.json")).unwrap_err();
+        assert!(no_sms.contains("device `GPU (0 SMs, compute capability 9.0)`"), "{no_sms}");
     }
 
     #[test]
@@ -464,7 +545,7 @@ mod tests {
         assert!(text.contains(r#""epilogue":"gelu_tanh""#), "{text}");
         assert!(!serde_json::to_string(&plain).unwrap().contains("epilogue"));
         table.entries[1].cublas_ms = f64::NAN;
-        assert!(table.check().unwrap_err().contains("16x14336x4096 bf16 tn Aligned with epilogue gelu_tanh"));
+        assert!(table.check().unwrap_err().contains("16x14336x4096 bf16 tn aligned with epilogue gelu_tanh"));
     }
 
     #[test]
