@@ -178,6 +178,8 @@ impl ScalarDecl {
     pub fn trial_value(&self) -> f64 {
         let (lo, hi) = (self.min.unwrap_or(0.0), self.max.unwrap_or(0.0));
         let middle = if self.min.is_some() && self.max.is_some() { (lo + hi) / 2.0 } else { 0.0 };
+        // An integer scalar's middle is a whole number.
+        let middle = if matches!(self.ty, ScalarType::I32 | ScalarType::U32) { middle.floor() } else { middle };
         self.trial.or(self.default).unwrap_or(middle)
     }
 }
@@ -482,6 +484,12 @@ impl Family {
             }
             if !(lo..=hi).contains(&scalar.trial_value()) {
                 problems.push(format!("scalar `{}`: its trial value {} is outside {lo}..={hi}", scalar.name, scalar.trial_value()));
+            }
+            let integer = matches!(scalar.ty, ScalarType::I32 | ScalarType::U32);
+            for (what, value) in [("trial value", scalar.trial), ("default", scalar.default), ("min", scalar.min), ("max", scalar.max)] {
+                if let Some(value) = value.filter(|v| integer && v.fract() != 0.0) {
+                    problems.push(format!("scalar `{}` is an integer ({}), but its {what} is {value}", scalar.name, scalar.ty.cuda_type()));
+                }
             }
             if let Some(default) = scalar.default.filter(|d| !(lo..=hi).contains(d)) {
                 problems.push(format!("scalar `{}`: its default {default} is outside {lo}..={hi}", scalar.name));

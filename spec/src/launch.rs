@@ -425,6 +425,19 @@ impl LaunchSpec {
 /// Words a parameter may not be called: C++'s keywords and the names every template defines
 /// (`T`, the element type). Names starting with `__` or `_` and a capital are the compiler's.
 const RESERVED: &[&str] = &[
+    // CUDA's built-in variables and the C library's names a kernel's code may use.
+    "threadIdx",
+    "blockIdx",
+    "blockDim",
+    "gridDim",
+    "warpSize",
+    "printf",
+    "malloc",
+    "free",
+    "memcpy",
+    "memset",
+    "assert",
+    "main",
     "alignas",
     "alignof",
     "asm",
@@ -502,16 +515,34 @@ pub fn check_param_name(name: &str) -> Result<(), String> {
     if !crate::variant::is_c_identifier(name) {
         return Err(format!("parameter name `{name}` is not a C identifier"));
     }
-    let compilers = name.starts_with("__") || (name.starts_with('_') && name[1..].starts_with(|c: char| c.is_ascii_uppercase()));
-    if RESERVED.contains(&name) || compilers {
-        return Err(format!("parameter name `{name}` is reserved (a C++ keyword, `T`, or a name starting with `__` or `_` and a capital)"));
+    if is_reserved(name) {
+        return Err(format!("parameter name `{name}` is reserved ({RESERVED_RULE})"));
     }
     Ok(())
+}
+
+/// What [`is_reserved`] refuses, for messages.
+pub const RESERVED_RULE: &str =
+    "a C++ keyword, a CUDA built-in such as `blockIdx`, a C library name such as `printf` or `main`, `T`, or a name starting with `__` or `_` and a capital";
+
+/// Whether a generated source cannot use `name` for a kernel or a parameter.
+pub fn is_reserved(name: &str) -> bool {
+    let compilers = name.starts_with("__") || (name.starts_with('_') && name[1..].starts_with(|c: char| c.is_ascii_uppercase()));
+    RESERVED.contains(&name) || compilers
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_built_ins_and_c_library_names_are_reserved() {
+        for name in ["blockIdx", "threadIdx", "printf", "main", "int", "T", "__x", "_Y"] {
+            let message = check_param_name(name).unwrap_err();
+            assert!(message.contains("is reserved") && message.contains("CUDA built-in"), "{message}");
+        }
+        assert_eq!(check_param_name("block_idx"), Ok(()));
+    }
 
     #[test]
     fn tiles_grid_rounds_up_and_refuses_overflow() {

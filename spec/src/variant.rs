@@ -170,5 +170,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if !is_c_identifier(name) {
         return Err(format!("name `{name}` is not a C identifier (letters, digits and `_`, not starting with a digit)"));
     }
+    if crate::launch::is_reserved(name) {
+        return Err(format!("name `{name}` cannot name a kernel: it is reserved ({})", crate::launch::RESERVED_RULE));
+    }
     Ok(())
 }

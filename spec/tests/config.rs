@@ -502,3 +502,22 @@ fn an_exclude_removing_every_variant_is_an_error() {
     let message = error("\n[[gemm.groups]]\nlayout = \"nn\"\nexclude = [{ layout = \"nn\" }]\n");
     assert!(message.contains("removes every variant of this group"), "{message}");
 }
+
+#[test]
+fn kernel_names_and_scalars_that_cannot_compile_are_refused() {
+    let scale = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/standalone/variants.toml")).unwrap();
+    let parse = |text: &str| Config::parse(Path::new("variants.toml"), text).map(drop).unwrap_err().to_string();
+    for family in ["int", "main", "printf", "blockIdx"] {
+        let message = parse(&scale.replace("[scale.", &format!("[{family}.")));
+        assert!(
+            message.contains(&format!("name `{family}` cannot name a kernel: it is reserved"))
+                || message.contains(&format!("family name `{family}` must be lowercase")),
+            "{message}"
+        );
+    }
+    let fractional =
+        scale.replace("type = \"f32\", min = -1000.0, max = 1000.0, trial = 1.5", "type = \"i32\", min = -1000, max = 1000, trial = 1.5");
+    assert_ne!(fractional, scale);
+    let message = parse(&fractional);
+    assert!(message.contains("scalar `alpha` is an integer (int), but its trial value is 1.5"), "{message}");
+}
