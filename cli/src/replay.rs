@@ -102,23 +102,30 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         policies.push(Policy::new("the other GPU's table"));
     }
     let plain = EpilogueArgs::default();
+    // The table less the problem replayed: its entries are taken out and put back in place for
+    // each problem, rather than the table copied for each (quadratic in the entries' candidates).
+    let mut held_out = table.clone();
     // Epilogue entries stand for calls with an activation and a bias, which the replay does
     // not make.
     for entry in table.entries.iter().filter(|e| e.epilogue.is_none()) {
         let shape = call_shape(entry);
         let buffers = Buffer::unallocated(shape.spans());
         let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
-        let problem = format!("{} {} {} {:?}", tuning::describe(entry.problem()), entry.key.dtype, shape.layout, entry.key.alignment);
+        let problem = format!("{} {} {} {}", tuning::describe(entry.problem()), entry.key.dtype, shape.layout, entry.key.alignment);
         let pick = |tables: &[TuningTable]| {
             dispatch::choose(kernels.iter().copied(), tables, &device, &call).ok().map(|c| (c.kernel.name().to_string(), c.strategy))
         };
         // Held out in every dtype: the dispatcher reads a dtype of the same width where the
         // call's has no entry, and the twin would stand in for the problem itself.
-        let mut held_out = table.clone();
-        held_out
-            .entries
-            .retain(|e| !(e.problem() == entry.problem() && e.key.layout == entry.key.layout && e.key.alignment == entry.key.alignment));
-        let mut picks = vec![entry.ranked.first().map(|c| (c.variant.clone(), c.strategy)), pick(&[]), pick(&[held_out])];
+        let twin =
+            |e: &TuningEntry| e.problem() == entry.problem() && e.key.layout == entry.key.layout && e.key.alignment == entry.key.alignment;
+        let twins: Vec<usize> = held_out.entries.iter().enumerate().filter(|(_, e)| twin(e)).map(|(i, _)| i).collect();
+        let removed: Vec<(usize, TuningEntry)> = twins.iter().rev().map(|&i| (i, held_out.entries.remove(i))).collect();
+        let without = pick(std::slice::from_ref(&held_out));
+        for (index, twin) in removed.into_iter().rev() {
+            held_out.entries.insert(index, twin);
+        }
+        let mut picks = vec![entry.ranked.first().map(|c| (c.variant.clone(), c.strategy)), pick(&[]), without];
         if let Some(other) = &borrowed {
             picks.push(pick(std::slice::from_ref(other)));
         }
