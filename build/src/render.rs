@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use tera::{Context, Tera};
+use tilesmith_spec::config::plain_words;
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
 use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets, Variant};
 
@@ -245,8 +246,8 @@ fn lcm(a: u32, b: u32) -> u32 {
 fn toml_problem(text: &str, err: &toml::de::Error) -> String {
     let line = err.span().map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
     match line.and_then(|l| text.lines().nth(l - 1).map(|t| (l, t.trim()))) {
-        Some((l, t)) => format!("is invalid at its line {l} (`{t}`): {}", err.message().trim()),
-        None => format!("is invalid: {}", err.message().trim()),
+        Some((l, t)) => format!("is invalid at its line {l} (`{t}`): {}", plain_words(err.message().trim())),
+        None => format!("is invalid: {}", plain_words(err.message().trim())),
     }
 }
 

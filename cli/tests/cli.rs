@@ -1095,7 +1095,7 @@ params = [
         (m, r#"{ name = "T", kind = "i32", value = "m" },"#, "parameter name `T` is reserved"),
         (m, r#"{ name = "M", kind = "i32", value = "m", operand = "x" },"#, "parameter `M`: a i32 parameter has no field `operand`"),
         (m, r#"{ name = "M", kind = "i32", value = "m", colour = 1 },"#, "unknown field `colour`"),
-        (m, "", "a transpose kernel must take `m`"),
+        (m, "", "a kernel of family `transpose` must take `m`"),
     ];
     for (from, to, rule) in cases {
         std::fs::write(&template, original.replacen(calls, &literal.replacen(from, to, 1), 1)).unwrap();
@@ -1300,7 +1300,7 @@ fn bad_family_declarations_are_refused_naming_file_line_and_rule() {
             line("[scale.family]"),
             "operand `x`: dims: expression `n + m` uses `m`, which is not one of: n",
         ),
-        ("type = \"f32\"", "type = \"f16\"", line("scalars = "), "unknown variant `f16`, expected one of `f32`, `f64`, `i32`, `u32`"),
+        ("type = \"f32\"", "type = \"f16\"", line("scalars = "), "unknown value `f16`, expected one of `f32`, `f64`, `i32`, `u32`"),
         (
             "reference = { backend = \"reference\", ",
             "reference = { ",

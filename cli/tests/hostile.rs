@@ -313,3 +313,45 @@ fn replay_takes_time_linear_in_the_tables_entries() {
     // quadratic (29 measured).
     assert!(eight / one < 16.0, "{} entries took {one:.1} s, 8 times as many {eight:.1} s", shipped.entries.len());
 }
+
+/// `count` bench records, their families alternating between `families`.
+fn bench_records(count: usize, families: &[&str]) -> String {
+    let records: Vec<String> = (0..count)
+        .map(|i| {
+            format!(
+                r#"{{"variant": "v{}", "family": "{}", "dtype": "bf16", "shape": [{}, 4096], "device": "GPU", "unit": "GB/s",
+                "kernel_ms": 0.1, "kernel": 1000.0, "baseline_name": "device copy", "baseline_ms": 0.1, "baseline": 2000.0,
+                "ratio": 0.5, "input_sets": 1, "measured_at": 0}}"#,
+                i % 200,
+                families[i % families.len()],
+                1024 + i / 200
+            )
+        })
+        .collect();
+    format!("[{}]", records.join(",\n"))
+}
+
+#[test]
+fn replot_writes_only_into_its_folder_and_takes_linear_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for family in ["../../escaped", "/tmp/absolute", "a/b", ""] {
+        let records = dir.path().join("bench.json");
+        std::fs::write(&records, bench_records(1, &[family])).unwrap();
+        let message = refused(None, &["bench", "--replot", records.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert!(message.contains("a family must be an identifier"), "{family}: {message}");
+        assert!(!out.exists() && !dir.path().join("escaped_bf16.svg").exists(), "{family}: something was written");
+    }
+    // 20,000 records of two families, alternating (one pass per family in a run of records
+    // made this quadratic: 95 s).
+    let records = dir.path().join("bench.json");
+    std::fs::write(&records, bench_records(20_000, &["softmax", "rmsnorm"])).unwrap();
+    let start = std::time::Instant::now();
+    let output = xtask(None, &["bench", "--replot", records.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+    let mut written: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    written.sort();
+    assert_eq!(written, ["bench.json", "rmsnorm_bf16.svg", "softmax_bf16.svg"]);
+}

@@ -293,7 +293,7 @@ impl Kernel {
     pub fn layout(&self) -> Result<Layout> {
         match self.variant().word("layout").and_then(Layout::parse) {
             Some(layout) if self.variant().family == "gemm" => Ok(layout),
-            _ => Err(self.refused(format!("it is a {} kernel and has no GEMM layout", self.variant().family))),
+            _ => Err(self.refused(format!("it is a kernel of family `{}` and has no GEMM layout", self.variant().family))),
         }
     }
 

@@ -717,7 +717,7 @@ fn tensor_map(o: &Stored, box_: &[u32], swizzle_bytes: u32) -> Result<TensorMapA
 fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
     let variant = &built.entry.variant;
     if variant.family != family {
-        return Err(format!("it is a {} kernel, not a {family} kernel", variant.family));
+        return Err(format!("it is a kernel of family `{}`, not of family `{family}`", variant.family));
     }
     if variant.dtype != dtype {
         return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));

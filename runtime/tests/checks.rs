@@ -41,7 +41,7 @@ fn a_valid_gemm_gets_its_grid_from_the_manifest() {
 fn gemm_refusals_name_the_rule() {
     let tn = GemmShape::packed(256, 256, 256, Layout::Tn);
     assert_eq!(gemm("gemm_tn_128x128x32", Dtype::F32, tn).unwrap_err(), "it takes bf16 elements, but the buffers hold f32");
-    assert_eq!(gemm("transpose_128x64", Dtype::Bf16, tn).unwrap_err(), "it is a transpose kernel, not a gemm kernel");
+    assert_eq!(gemm("transpose_128x64", Dtype::Bf16, tn).unwrap_err(), "it is a kernel of family `transpose`, not of family `gemm`");
     assert_eq!(
         gemm("gemm_tn_128x128x32", Dtype::Bf16, GemmShape::packed(256, 256, 256, Layout::Nn)).unwrap_err(),
         "it computes layout tn, but the call is for layout nn"
@@ -192,7 +192,10 @@ fn transpose_checks() {
         plan("transpose_64x64_f32_unchecked", shape, [7000, 7000]).unwrap_err(),
         "m = 100 is not a multiple of 64: unchecked variants take tile multiples only; use a checked variant"
     );
-    assert_eq!(plan("gemm_tn_128x128x32_f32_simt_w8_s2", shape, [7000, 7000]).unwrap_err(), "it is a gemm kernel, not a transpose kernel");
+    assert_eq!(
+        plan("gemm_tn_128x128x32_f32_simt_w8_s2", shape, [7000, 7000]).unwrap_err(),
+        "it is a kernel of family `gemm`, not of family `transpose`"
+    );
 }
 
 #[test]
@@ -222,7 +225,7 @@ fn registry_lookup_suggests_close_names_and_says_where_it_looked() {
     let err = registry.kernel("gemm_tn_128x128x3").unwrap_err().to_string();
     assert!(err.starts_with("unknown kernel `gemm_tn_128x128x3`; closest: gemm_tn_128x128x32"), "{err}");
     let err = registry.kernel("transpose_128x64").unwrap().layout().unwrap_err().to_string();
-    assert_eq!(err, "kernel `transpose_128x64` refused the launch: it is a transpose kernel and has no GEMM layout");
+    assert_eq!(err, "kernel `transpose_128x64` refused the launch: it is a kernel of family `transpose` and has no GEMM layout");
 }
 
 /// A registry manifest made from the shipped generated manifest, without fatbins.

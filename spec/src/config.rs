@@ -171,7 +171,7 @@ impl Parser<'_> {
             Ok(file) => file,
             Err(err) => {
                 let offset = err.span().map_or(0, |span| span.start);
-                self.report(offset, None, err.message().trim().to_string());
+                self.report(offset, None, plain_words(err.message().trim()));
                 return Vec::new();
             }
         };
@@ -611,6 +611,12 @@ fn item_offsets(text: &str) -> BTreeMap<usize, Vec<usize>> {
         table.get_ref().values().for_each(|value| walk(value, &mut out));
     }
     out
+}
+
+/// A parser's message in tilesmith's words: serde calls a value of a closed set a "variant",
+/// which here means a kernel.
+pub fn plain_words(message: &str) -> String {
+    message.replace("unknown variant", "unknown value")
 }
 
 fn is_identifier(name: &str) -> bool {

@@ -299,7 +299,7 @@ impl LaunchSpec {
     }
 
     fn check_params(&self, variant: &Variant, family: &Family) -> Result<(), String> {
-        let what = format!("a {} kernel", variant.family);
+        let what = format!("a kernel of family `{}`", variant.family);
         let quantities = family.all_quantities();
         let mut names = BTreeSet::new();
         for param in &self.params {

@@ -259,11 +259,13 @@ pub fn parse<T: DeserializeOwned + Check>(text: &str, path: &Path) -> Result<T, 
     struct Head {
         format: u32,
     }
-    let head: Head = serde_json::from_str(text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    let head: Head = serde_json::from_str(text)
+        .map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({})", crate::config::plain_words(&err.to_string()))))?;
     if head.format != FORMAT {
         return Err(corrupt(format!("has format {}, but this version of tilesmith reads format {FORMAT}", head.format)));
     }
-    let manifest: T = serde_json::from_str(text).map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({err})")))?;
+    let manifest: T = serde_json::from_str(text)
+        .map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({})", crate::config::plain_words(&err.to_string()))))?;
     manifest.check().map_err(corrupt)?;
     Ok(manifest)
 }
