@@ -143,12 +143,14 @@ struct Move {
 }
 
 /// The padded strategy's plan. An unaligned A or B is transposed into scratch with aligned
-/// rows, which flips its storage order (the GEMM runs in the layout that results); an
-/// unaligned C is computed transposed, Cᵀ = Bᵀ·Aᵀ, into scratch and transposed into place.
+/// rows, which flips its storage order (the GEMM runs in the layout that results); one that
+/// must keep its order (the only layout served is its own) is transposed twice. An unaligned
+/// C is computed transposed, Cᵀ = Bᵀ·Aᵀ, into scratch and transposed into place.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Padding {
-    a: Option<Move>,
-    b: Option<Move>,
+    /// A's moves, in order, each from the one before (the first from A itself).
+    a: Vec<Move>,
+    b: Vec<Move>,
     /// Cᵀ in scratch (X) into C (Y).
     c: Option<Move>,
     /// The GEMM the kernel computes.
@@ -189,14 +191,17 @@ fn padding(dtype: Dtype, shape: &GemmShape, buffers: &[Buffer; 3], to: Option<La
     };
     let mut operand = |rows: usize, cols: usize, ld: usize, addr: u64, row_major: bool, want: Option<bool>| {
         if !misaligned(dtype, ld, addr) && want.is_none_or(|w| w == row_major) {
-            return Some((row_major, ld, None));
-        }
-        if want == Some(row_major) {
-            return None;
+            return Some((row_major, ld, Vec::new()));
         }
         let moved = TransposeShape { m: rows, n: cols, ldx: ld, ldy: pad(rows)? };
-        let offset = scratch(cols, moved.ldy)?;
-        Some((!row_major, moved.ldy, Some(Move { shape: moved, offset })))
+        let first = Move { shape: moved, offset: scratch(cols, moved.ldy)? };
+        if want != Some(row_major) {
+            return Some((!row_major, moved.ldy, vec![first]));
+        }
+        // Unaligned, and already in the order the GEMM needs: transposed back, aligned.
+        let back = TransposeShape { m: cols, n: rows, ldx: moved.ldy, ldy: pad(cols)? };
+        let second = Move { shape: back, offset: scratch(rows, back.ldy)? };
+        Some((row_major, back.ldy, vec![first, second]))
     };
     let (a_row, lda, a) = operand(a_rows, a_cols, shape.lda, buffers[0].addr, shape.layout.a_row_major(), want_a)?;
     let (b_row, ldb, b) = operand(b_rows, b_cols, shape.ldb, buffers[1].addr, shape.layout.b_row_major(), want_b)?;
@@ -230,15 +235,16 @@ impl Padding {
     /// [A, B, C] of the GEMM, and for each move [X, Y].
     fn buffers(&self, call: &[Buffer; 3], base: u64) -> ([Buffer; 3], Vec<(TransposeShape, [Buffer; 2])>) {
         let scratch = |m: &Move| Buffer { len: m.shape.spans()[1], addr: base.saturating_add(m.offset as u64) };
-        let a = self.a.as_ref().map_or(call[0], scratch);
-        let b = self.b.as_ref().map_or(call[1], scratch);
         let mut moves: Vec<(TransposeShape, [Buffer; 2])> = Vec::new();
-        if let Some(m) = &self.a {
-            moves.push((m.shape, [call[0], a]));
-        }
-        if let Some(m) = &self.b {
-            moves.push((m.shape, [call[1], b]));
-        }
+        // Each operand's moves in order, each from where the one before put it.
+        let mut chain = |from: Buffer, steps: &[Move]| {
+            steps.iter().fold(from, |source, step| {
+                moves.push((step.shape, [source, scratch(step)]));
+                scratch(step)
+            })
+        };
+        let a = chain(call[0], &self.a);
+        let b = chain(call[1], &self.b);
         let gemm = match &self.c {
             Some(m) => {
                 let d = Buffer { len: m.shape.spans()[0], addr: base.saturating_add(m.offset as u64) };
@@ -575,7 +581,7 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
         Strategy::Padded => {
             let layout = variant.word("layout").and_then(Layout::parse);
             let Some(p) = layout.and_then(|layout| padded_for(dtype, shape, buffers, layout)) else { return f64::INFINITY };
-            let moves: Vec<&Move> = [&p.a, &p.b, &p.c].into_iter().flatten().collect();
+            let moves: Vec<&Move> = p.a.iter().chain(&p.b).chain(&p.c).collect();
             let moved: f64 = moves.iter().map(|mv| 2.0 * mv.shape.m as f64 * mv.shape.n as f64 * size).sum();
             (p.gemm.m as f64, p.gemm.n as f64, moved, moves.len() as f64)
         }
@@ -685,8 +691,8 @@ mod tests {
         let shape = GemmShape { m: 4095, n: 4097, k: 4099, lda: 4099, ldb: 4104, ldc: 4104, layout: Layout::Tn, batch: Batch::ONE };
         let buffers = [Buffer { len: usize::MAX, addr: 256 }; 3];
         let p = padding(Dtype::Bf16, &shape, &buffers, None).unwrap();
-        assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
-        assert_eq!((p.b, p.c, p.swapped), (None, None, false));
+        assert_eq!(p.a.first().map(|m| m.shape), Some(TransposeShape { m: 4095, n: 4099, ldx: 4099, ldy: 4096 }));
+        assert_eq!((p.a.len(), p.b.len(), p.c, p.swapped), (1, 0, None, false));
         // Aᵀ stored row-major is A column-major: layout nn.
         assert_eq!((p.gemm.layout, p.gemm.lda, p.gemm.ldb, p.gemm.ldc), (Layout::Nn, 4096, 4104, 4104));
         assert_eq!(alignment(Dtype::Bf16, &shape, &buffers), Alignment::Unaligned);
@@ -698,17 +704,28 @@ mod tests {
         // nn to tn: A (column-major) moves to row-major, B stays column-major.
         let nn = GemmShape::packed(4096, 2048, 1024, Layout::Nn);
         let p = padding(Dtype::E4m3, &nn, &buffers, Some(Layout::Tn)).unwrap();
-        assert_eq!((p.a.is_some(), p.b.is_some(), p.c.is_some(), p.gemm.layout), (true, false, false, Layout::Tn));
-        assert_eq!(p.a.map(|m| m.shape), Some(TransposeShape { m: 1024, n: 4096, ldx: 4096, ldy: 1024 }));
-        // tt to tn: B moves; tn itself needs no move, and an unaligned row-major A cannot stay row-major.
+        assert_eq!((p.a.len(), p.b.len(), p.c.is_some(), p.gemm.layout), (1, 0, false, Layout::Tn));
+        assert_eq!(p.a.first().map(|m| m.shape), Some(TransposeShape { m: 1024, n: 4096, ldx: 4096, ldy: 1024 }));
+        // tt to tn: B moves; tn itself needs no move, and an unaligned row-major A stays
+        // row-major through two moves (there and back, aligned).
         let tt = GemmShape::packed(4096, 2048, 1024, Layout::Tt);
-        assert_eq!(padding(Dtype::E4m3, &tt, &buffers, Some(Layout::Tn)).map(|p| (p.a.is_some(), p.b.is_some())), Some((false, true)));
+        assert_eq!(padding(Dtype::E4m3, &tt, &buffers, Some(Layout::Tn)).map(|p| (p.a.len(), p.b.len())), Some((0, 1)));
         let odd = GemmShape { lda: 1025, ..GemmShape::packed(4096, 2048, 1024, Layout::Tn) };
-        assert_eq!(padding(Dtype::E4m3, &odd, &buffers, Some(Layout::Tn)), None);
+        let p = padding(Dtype::E4m3, &odd, &buffers, Some(Layout::Tn)).unwrap();
+        let shapes: Vec<TransposeShape> = p.a.iter().map(|m| m.shape).collect();
+        assert_eq!(
+            shapes,
+            [TransposeShape { m: 4096, n: 1024, ldx: 1025, ldy: 4096 }, TransposeShape { m: 1024, n: 4096, ldx: 4096, ldy: 1024 }]
+        );
+        assert_eq!((p.b.len(), p.gemm.layout, p.gemm.lda), (0, Layout::Tn, 1024));
+        let (gemm, moves) = p.buffers(&buffers, 1 << 20);
+        assert_eq!(moves[0].1[0], buffers[0], "the first move reads A");
+        assert_eq!(moves[1].1[0], moves[0].1[1], "the second reads what the first wrote");
+        assert_eq!(gemm[0], moves[1].1[1], "the GEMM reads what the second wrote");
         // With C unaligned the GEMM computes Cᵀ = Bᵀ·Aᵀ, which is tn again for a tn call.
         let c_odd = GemmShape { ldc: 2049, ..GemmShape::packed(4096, 2048, 1024, Layout::Tn) };
         let p = padding(Dtype::E4m3, &c_odd, &buffers, Some(Layout::Tn)).unwrap();
-        assert_eq!((p.a.is_some(), p.b.is_some(), p.swapped, p.gemm.layout), (false, false, true, Layout::Tn));
+        assert_eq!((p.a.len(), p.b.len(), p.swapped, p.gemm.layout), (0, 0, true, Layout::Tn));
     }
 
     #[test]
@@ -718,7 +735,7 @@ mod tests {
         let p = padding(Dtype::Bf16, &shape, &buffers, None).unwrap();
         // A (t) and B (n) both move and flip: A becomes n, B becomes t; Cᵀ = Bᵀ·Aᵀ then takes
         // A' = Bᵀ (row-major where B is column-major: n) and B' = Aᵀ (t): layout nt.
-        assert!(p.a.is_some() && p.b.is_some() && p.swapped);
+        assert!(p.a.len() == 1 && p.b.len() == 1 && p.swapped);
         assert_eq!((p.gemm.m, p.gemm.n, p.gemm.k, p.gemm.layout), (4097, 4095, 4099, Layout::Nt));
         assert_eq!(p.c.map(|m| m.shape), Some(TransposeShape { m: 4097, n: 4095, ldx: 4096, ldy: 4097 }));
         let (gemm, moves) = p.buffers(&buffers, 1 << 20);

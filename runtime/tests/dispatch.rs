@@ -307,6 +307,23 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
 }
 
 #[test]
+fn an_unaligned_operand_already_in_the_served_order_is_moved_twice_not_refused() {
+    let registry = registry();
+    let bias = Buffer { len: 4096, addr: ALIGNED };
+    let gelu = EpilogueArgs { activation: Activation::GeluTanh, bias: Some(bias), ..EpilogueArgs::default() };
+    // Epilogues are served in tn only. nn with an odd ldb: B is column-major as tn needs, but
+    // its rows are not 16-byte multiples; tt with an lda not a multiple of 8, likewise for A.
+    let nn = GemmShape { ldb: 4097, ..GemmShape::packed(4096, 4096, 4096, Layout::Nn) };
+    let tt = GemmShape { lda: 4100, ..GemmShape::packed(4096, 4096, 4096, Layout::Tt) };
+    for shape in [nn, tt] {
+        let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &gelu)
+            .unwrap_or_else(|err| panic!("{:?} ld {} {}: {err}", shape.layout, shape.lda, shape.ldb));
+        assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
+        assert!(choice.kernel.name().ends_with("_gelu_tanh"), "{}", choice.kernel.name());
+    }
+}
+
+#[test]
 fn epilogue_arguments_a_variant_cannot_apply_are_refused() {
     let registry = registry();
     let shape = GemmShape::packed(256, 512, 128, Layout::Tn);
