@@ -306,10 +306,12 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
         Strategy::Direct => plan_gemm_with(built, dtype, shape, buffers, epilogue, device.sms).is_ok(),
         Strategy::Padded => {
             let Some(transpose) = transpose.filter(|_| moves_bytes_alike(dtype, epilogue)) else { return false };
+            // Each operand moves as this variant's layout needs: once where that flips it into
+            // the order the variant reads, twice where it is in that order already.
             let plan = match built.entry.variant.word("layout").and_then(Layout::parse) {
-                Some(layout) if convert => padded_for(dtype, shape, &buffers, layout),
-                _ if alignment(dtype, shape, &buffers) == Alignment::Aligned => None,
-                _ => padding(dtype, shape, &buffers, None),
+                _ if !convert && alignment(dtype, shape, &buffers) == Alignment::Aligned => None,
+                Some(layout) => padded_for(dtype, shape, &buffers, layout),
+                None => padding(dtype, shape, &buffers, None),
             };
             let Some(padding) = plan.filter(|p| padded_epilogue(p, epilogue)) else { return false };
             // The workspace starts 256-byte aligned; address 0 stands for it.
