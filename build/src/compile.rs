@@ -209,8 +209,10 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         std::fs::create_dir_all(dir).with_context(|| format!("--cache {}: cannot create the cache folder", dir.display()))?;
     }
     let cache = options.cache.clone().map(|dir| Cache { dir });
+    let workdir = Workdir::for_registry(&registry)?;
     let compiler = Compiler {
         project,
+        workdir: workdir.path(),
         nvcc: &nvcc,
         cuobjdump: &cuobjdump,
         launcher: &options.launcher,
@@ -369,8 +371,42 @@ fn declared_names(project: &Project) -> Option<BTreeSet<String>> {
 }
 
 /// What compiles one job.
+/// Where nvcc runs: the registry's private folder, or, where that folder's path holds
+/// characters a shell reads (nvcc passes paths to its stages through one), a temporary folder
+/// of a plain path, removed when the build ends.
+enum Workdir {
+    Private(PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl Workdir {
+    fn for_registry(registry: &RegistryDir) -> Result<Workdir> {
+        let plain = |path: &Path| path.to_str().is_some_and(|p| p.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)));
+        let private = registry.private_sources();
+        if plain(&private) {
+            return Ok(Workdir::Private(private));
+        }
+        let temp = std::env::temp_dir();
+        let root = if plain(&temp) { temp } else { PathBuf::from("/tmp") };
+        let dir = tempfile::Builder::new()
+            .prefix("tilesmith-nvcc-")
+            .tempdir_in(&root)
+            .with_context(|| format!("cannot create a folder for nvcc to run in under {}", root.display()))?;
+        Ok(Workdir::Temporary(dir))
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Workdir::Private(path) => path,
+            Workdir::Temporary(dir) => dir.path(),
+        }
+    }
+}
+
 struct Compiler<'a> {
     project: &'a Project,
+    /// Where nvcc runs ([`Workdir`]), on private copies of the sources.
+    workdir: &'a Path,
     nvcc: &'a Nvcc,
     cuobjdump: &'a Path,
     launcher: &'a [String],
@@ -461,7 +497,7 @@ impl Compiler<'_> {
             }
             let _ = std::fs::remove_file(&staging);
         }
-        let private = registry.private_sources();
+        let private = self.workdir;
         let copy = private.join(&job.entry.source);
         let written = copy.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&copy, &job.source));
         if let Err(err) = written {
@@ -489,7 +525,11 @@ impl Compiler<'_> {
         let output = output.and_then(|output| {
             let written = private.join(&relative_output);
             if written.exists() {
-                std::fs::rename(&written, output_file)?;
+                // A temporary work folder may be on another file system than the registry.
+                if std::fs::rename(&written, output_file).is_err() {
+                    std::fs::copy(&written, output_file)?;
+                    std::fs::remove_file(&written)?;
+                }
             }
             Ok(output)
         });

@@ -355,3 +355,36 @@ fn replot_writes_only_into_its_folder_and_takes_linear_time() {
     written.sort();
     assert_eq!(written, ["bench.json", "rmsnorm_bf16.svg", "softmax_bf16.svg"]);
 }
+
+#[test]
+fn a_generated_source_includes_only_the_toolchains_headers() {
+    let project = project();
+    let text = std::fs::read_to_string(template(project.path())).unwrap();
+    std::fs::write(project.path().join("mine.h"), "#define SCALE 2\n").unwrap();
+    for include in ["#include \"../mine.h\"", "#include </etc/hostname>", "#include <../mine.h>", "  #  include \"mine.h\""] {
+        std::fs::write(
+            template(project.path()),
+            text.replace("{% include \"partials/header.cu.tera\" %}", &format!("{include}\n{{% include \"partials/header.cu.tera\" %}}")),
+        )
+        .unwrap();
+        let message = refused(Some(project.path()), &["gen"]);
+        assert!(message.contains("a generated source includes only the toolchain's headers"), "{include}: {message}");
+    }
+}
+
+#[test]
+fn a_project_path_with_shell_characters_builds_and_writes_only_inside() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("kernels $HOME `x` \"quoted\" 'single'");
+    std::fs::create_dir(&root).unwrap();
+    let output = xtask(None, &["init", root.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output));
+    let before: Vec<PathBuf> = std::fs::read_dir(outer.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    for command in [&["gen"][..], &["build"]] {
+        let output = xtask(Some(&root), command);
+        assert!(output.status.success(), "{command:?}: {}", text(&output));
+    }
+    assert!(root.join("registry").join("scale_f16_w8.fatbin").is_file());
+    let after: Vec<PathBuf> = std::fs::read_dir(outer.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(after, before, "nothing was written beside the project");
+}
