@@ -521,7 +521,7 @@ impl Compiler<'_> {
         // the private folder (a variant's name and a fixed suffix), never the project's path,
         // which may hold `$`, quotes or spaces.
         let relative_output = format!("{}.out.tmp", job.entry.variant.name);
-        let output = command.current_dir(&private).args(&flags).arg("-o").arg(&relative_output).arg(&job.entry.source).output();
+        let output = command.current_dir(private).args(&flags).arg("-o").arg(&relative_output).arg(&job.entry.source).output();
         let output = output.and_then(|output| {
             let written = private.join(&relative_output);
             if written.exists() {

@@ -86,9 +86,12 @@ fn with_template(text: &str, extra: &[(&str, &str)]) -> tempfile::TempDir {
     project
 }
 
+/// A template's text, other templates beside it, and the rule its gen must be refused with.
+type Case<'a> = (String, Vec<(&'a str, &'a str)>, &'a str);
+
 #[test]
 fn templates_that_recurse_loop_or_grow_without_bound_are_refused_by_name() {
-    let cases: Vec<(String, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         ("{% include \"scale.cu.tera\" %}".into(), vec![], "scale.cu.tera recurses (scale.cu.tera → scale.cu.tera)"),
         (
             "{% include \"a.cu.tera\" %}".into(),
@@ -132,7 +135,7 @@ fn a_template_doubling_its_work_is_stopped_at_the_time_limit() {
 
 #[test]
 fn one_template_error_is_reported_once_with_the_count_of_variants_sharing_it() {
-    let text = std::fs::read_to_string(template(&project().path())).unwrap();
+    let text = std::fs::read_to_string(template(project().path())).unwrap();
     let project = with_template(&text.replace("{{ threads }}, 1, 1]", "{{ threadz }}, 1, 1]"), &[]);
     let message = refused(Some(project.path()), &["gen"]);
     assert_eq!(message.matches("threadz").count(), 1, "{message}");

@@ -33,6 +33,15 @@ impl Fatbin {
     }
 }
 
+impl std::fmt::Display for Fatbin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fatbin::File(path) => write!(f, "{}", path.display()),
+            Fatbin::Embedded { name, .. } => write!(f, "{name} (embedded)"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,14 +57,5 @@ mod tests {
         assert_eq!(fatbin.verified_bytes("k", &right).unwrap(), b"fatbin bytes");
         let missing = Fatbin::File("/nonexistent/k.fatbin".into());
         assert!(missing.verified_bytes("k", &right).is_err());
-    }
-}
-
-impl std::fmt::Display for Fatbin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Fatbin::File(path) => write!(f, "{}", path.display()),
-            Fatbin::Embedded { name, .. } => write!(f, "{name} (embedded)"),
-        }
     }
 }

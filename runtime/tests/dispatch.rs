@@ -318,7 +318,7 @@ fn an_unaligned_operand_already_in_the_served_order_is_moved_twice_not_refused()
     // tn with both odd, written in f32: only wgmma variants (16-byte rows) write f32 with an
     // epilogue, so A and B both move twice.
     let tn = GemmShape { lda: 4097, ldb: 4097, ..GemmShape::packed(4096, 4096, 4096, Layout::Tn) };
-    let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..gelu.clone() };
+    let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..gelu };
     for (shape, epilogue) in [(nn, &gelu), (tt, &gelu), (tn, &f32_out)] {
         let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), epilogue)
             .unwrap_or_else(|err| panic!("{:?} ld {} {}: {err}", shape.layout, shape.lda, shape.ldb));

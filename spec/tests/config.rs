@@ -521,3 +521,19 @@ fn kernel_names_and_scalars_that_cannot_compile_are_refused() {
     let message = parse(&fractional);
     assert!(message.contains("scalar `alpha` is an integer (int), but its trial value is 1.5"), "{message}");
 }
+
+#[test]
+fn per_element_ulps_are_at_least_half_a_unit_and_need_a_reference_variant() {
+    let scale = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/standalone/variants.toml")).unwrap();
+    let with = |ulps: &str| scale.replace("bf16 = 1e-2 } }", &format!("bf16 = 1e-2 }}, ulps = {{ {ulps} }} }}"));
+    assert_ne!(with("f16 = 0.5"), scale);
+    assert!(Config::parse(Path::new("variants.toml"), &with("f16 = 0.5, bf16 = 0.55")).is_ok());
+    let message = Config::parse(Path::new("variants.toml"), &with("bf16 = 0.4")).map(drop).unwrap_err().to_string();
+    assert!(message.contains("reference.ulps: each is finite and at least 0.5"), "{message}");
+    // 1 ulp of bf16 at 1.0 is 2^-7, at 0.75 2^-8; of f16 at 1.0 2^-10, and 2^-24 among its subnormals.
+    assert_eq!(Dtype::Bf16.ulp(1.0), 2f64.powi(-7));
+    assert_eq!(Dtype::Bf16.ulp(-0.75), 2f64.powi(-8));
+    assert_eq!(Dtype::F16.ulp(1.0), 2f64.powi(-10));
+    assert_eq!(Dtype::F16.ulp(1e-6), 2f64.powi(-24));
+    assert_eq!(Dtype::F16.ulp(0.0), 2f64.powi(-24));
+}

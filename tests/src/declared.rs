@@ -367,7 +367,7 @@ fn check_ulps(
         let dtype = mine.ops.iter().find(|op| op.decl.name == got.name).map_or(kernel.variant().dtype, |op| op.dtype);
         let distance = |(g, w): (&f64, &f64)| if g == w { 0.0 } else { (g - w).abs() / dtype.ulp(*w) };
         let over: Vec<(usize, f64)> =
-            got.region.iter().zip(&want.region).map(distance).enumerate().filter(|(_, d)| !(*d <= ulps)).collect();
+            got.region.iter().zip(&want.region).map(distance).enumerate().filter(|(_, d)| d.is_nan() || *d > ulps).collect();
         if let Some(&(index, d)) = over.first() {
             return Err(format!(
                 "{}: {} of {} elements more than {ulps} ulp of {dtype} from the exact result ({}), e.g. element {index}: {} where \
