@@ -391,3 +391,21 @@ fn a_project_path_with_shell_characters_builds_and_writes_only_inside() {
     let after: Vec<PathBuf> = std::fs::read_dir(outer.path()).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(after, before, "nothing was written beside the project");
 }
+
+#[test]
+fn a_bundle_replaces_only_what_an_earlier_bundle_wrote() {
+    let project = project();
+    let out = tempfile::tempdir().unwrap();
+    let bundle = out.path().join("bundle");
+    let output = xtask(Some(project.path()), &["bundle", "--out", bundle.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(bundle.join(".tilesmith-bundle").is_file() && bundle.join("registry/scale.fatbin").is_file());
+    // What the scripts wrote there stays; what the bundle wrote is replaced.
+    std::fs::create_dir(bundle.join("results")).unwrap();
+    std::fs::write(bundle.join("results/trials.log"), "a GPU's afternoon").unwrap();
+    std::fs::write(bundle.join("registry/stale.fatbin"), "from an older bundle").unwrap();
+    let output = xtask(Some(project.path()), &["bundle", "--out", bundle.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(std::fs::read_to_string(bundle.join("results/trials.log")).unwrap(), "a GPU's afternoon");
+    assert!(!bundle.join("registry/stale.fatbin").exists() && bundle.join("registry/scale.fatbin").is_file());
+}
