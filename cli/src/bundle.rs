@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tilesmith_build::compile::Options;
-use tilesmith_build::{compile, Project, Selection};
+use tilesmith_build::{compile, gen, Project, Selection};
 use tilesmith_spec::manifest::MANIFEST_FILE;
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 
@@ -59,7 +59,9 @@ const WRITES: &[&str] = &["bin", "registry", "run.sh", "bench.sh", "tune.sh", MA
 pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result<()> {
     let out = std::path::absolute(out.unwrap_or_else(|| project.root.join("bundle")))?;
     check_out(project, &out)?;
-    compile::run(project, &Selection::new(&[])?, options)?;
+    let all = Selection::new(&[])?;
+    gen::run(project, &all, false, false)?;
+    compile::run(project, &all, options)?;
     let myself = std::env::current_exe().context("cannot find this tilesmith's executable")?;
 
     for name in WRITES {

@@ -121,7 +121,7 @@ enum Command {
         /// Folder of the records (default: target/tilesmith-perf in the project).
         dir: Option<PathBuf>,
     },
-    /// Build the registry and a release `tilesmith` into one folder with run.sh, bench.sh and
+    /// Generate and build the registry and copy it and a release `tilesmith` into one folder with run.sh, bench.sh and
     /// tune.sh, for running the trials, the bench and tuning on a GPU machine without Rust.
     Bundle {
         /// Where to put it (default: bundle/ in the project).

@@ -262,61 +262,6 @@ fn a_cache_record_whose_report_the_fatbin_contradicts_is_not_taken() {
     assert_eq!(message.matches("is a file; the cache is a folder").count(), 1, "{message}");
 }
 
-/// A registry folder holding the shipped manifest's variants (no fatbins: nothing here loads
-/// one), for the commands that read a registry without a GPU.
-fn shipped_registry() -> tempfile::TempDir {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let text = std::fs::read_to_string(workspace.join("generated/manifest.json")).unwrap();
-    let manifest: tilesmith_spec::Manifest = serde_json::from_str(&text).unwrap();
-    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
-        fatbin: format!("{}.fatbin", entry.variant.name),
-        entry,
-        hash: String::new(),
-        fatbin_sha256: String::new(),
-        compiler: "none".into(),
-        resources: Vec::new(),
-    };
-    let registry =
-        tilesmith_spec::Registry { format: manifest.format, project: None, variants: manifest.variants.into_iter().map(built).collect() };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
-    dir
-}
-
-#[test]
-fn replay_takes_time_linear_in_the_tables_entries() {
-    use tilesmith_spec::tuning::{Key, TuningTable};
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let path = workspace.join("tuning/NVIDIA_H100_80GB_HBM3-132sm.json");
-    let shipped = TuningTable::read(&path).unwrap();
-    let registry = shipped_registry();
-    let dir = tempfile::tempdir().unwrap();
-    let replay = |copies: u64| {
-        // Copies of every entry at slightly other problems.
-        let mut table = shipped.clone();
-        for step in 1..copies {
-            for entry in &shipped.entries {
-                let mut copy = entry.clone();
-                copy.shape[0] += step;
-                copy.key = Key::new(copy.key.dtype, copy.key.layout, copy.key.alignment, copy.problem());
-                table.insert(copy);
-            }
-        }
-        assert_eq!(table.entries.len() as u64, copies * shipped.entries.len() as u64);
-        let file = dir.path().join(path.file_name().unwrap());
-        std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
-        let start = std::time::Instant::now();
-        let output = xtask(None, &["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()]);
-        assert!(output.status.success() && text(&output).contains("plain problems of NVIDIA H100"), "{}", text(&output));
-        start.elapsed().as_secs_f64()
-    };
-    let (one, eight) = (replay(1), replay(8));
-    eprintln!("replay: {one:.2} s, 8 times the entries {eight:.2} s");
-    // Linear: about 8 times as long (10 measured); a copy of the table per problem made it
-    // quadratic (29 measured).
-    assert!(eight / one < 16.0, "{} entries took {one:.1} s, 8 times as many {eight:.1} s", shipped.entries.len());
-}
-
 /// `count` bench records, their families alternating between `families`.
 fn bench_records(count: usize, families: &[&str]) -> String {
     let records: Vec<String> = (0..count)

@@ -1,0 +1,64 @@
+//! `tilesmith replay`'s time on a large table (issue 36, item 12), in a test binary of its own
+//! so that no other test runs beside it while it is timed.
+
+use std::path::Path;
+use std::process::Command;
+
+/// A registry folder holding the shipped manifest's variants (no fatbins: replay loads none).
+fn shipped_registry() -> tempfile::TempDir {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(workspace.join("generated/manifest.json")).unwrap();
+    let manifest: tilesmith_spec::Manifest = serde_json::from_str(&text).unwrap();
+    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
+        fatbin: format!("{}.fatbin", entry.variant.name),
+        entry,
+        hash: String::new(),
+        fatbin_sha256: String::new(),
+        compiler: "none".into(),
+        resources: Vec::new(),
+    };
+    let registry =
+        tilesmith_spec::Registry { format: manifest.format, project: None, variants: manifest.variants.into_iter().map(built).collect() };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
+    dir
+}
+
+#[test]
+fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
+    use tilesmith_spec::tuning::{Key, TuningTable};
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let path = workspace.join("tuning/NVIDIA_H100_80GB_HBM3-132sm.json");
+    let mut table = TuningTable::read(&path).unwrap();
+    // Twelve copies of every entry at slightly other problems: 8,448 entries.
+    let shipped = table.entries.clone();
+    for step in 1..12 {
+        for entry in &shipped {
+            let mut copy = entry.clone();
+            copy.shape[0] += step;
+            copy.key = Key::new(copy.key.dtype, copy.key.layout, copy.key.alignment, copy.problem());
+            table.insert(copy);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(path.file_name().unwrap());
+    std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
+    let registry = shipped_registry();
+    // The replay's own CPU time, from bash's `time`.
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg("TIMEFORMAT=%U; { time \"$@\" > \"$0.out\" 2>&1; } 2> \"$0.time\"")
+        .arg(dir.path().join("replay"))
+        .arg(env!("CARGO_BIN_EXE_tilesmith"))
+        .args(["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let printed = std::fs::read_to_string(dir.path().join("replay.out")).unwrap();
+    assert!(output.status.success() && printed.contains("plain problems of NVIDIA H100"), "{printed}");
+    let timed = std::fs::read_to_string(dir.path().join("replay.time")).unwrap();
+    let seconds: f64 = timed.trim().parse().unwrap_or_else(|_| panic!("{timed}"));
+    eprintln!("replay of {} entries: {seconds:.1} s of CPU", table.entries.len());
+    // Debug build, 2-core machine: 48 s. A copy of the table per problem held out (5bbdc84) made
+    // it quadratic in the table's candidates: 160 s.
+    assert!(seconds < 90.0, "replay of {} entries took {seconds:.1} s of CPU", table.entries.len());
+}
