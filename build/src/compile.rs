@@ -202,10 +202,10 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         options.jobs
     );
 
-    if let Some(dir) = options.cache.as_ref().filter(|dir| dir.exists() && !dir.is_dir()) {
-        bail!("--cache {}: is a file; the cache is a folder (created if missing)", dir.display());
-    }
     if let Some(dir) = &options.cache {
+        if dir.exists() && !dir.is_dir() {
+            bail!("--cache {}: is a file; the cache is a folder (created if missing)", dir.display());
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("--cache {}: cannot create the cache folder", dir.display()))?;
     }
     let cache = options.cache.clone().map(|dir| Cache { dir });
@@ -370,7 +370,6 @@ fn declared_names(project: &Project) -> Option<BTreeSet<String>> {
     Some(config.variants.into_iter().map(|d| d.variant.name).collect())
 }
 
-/// What compiles one job.
 /// Where nvcc runs: the registry's private folder, or, where that folder's path holds
 /// characters a shell reads (nvcc passes paths to its stages through one), a temporary folder
 /// of a plain path, removed when the build ends.
@@ -403,6 +402,7 @@ impl Workdir {
     }
 }
 
+/// What compiles one job.
 struct Compiler<'a> {
     project: &'a Project,
     /// Where nvcc runs ([`Workdir`]), on private copies of the sources.
@@ -607,20 +607,21 @@ fn check_smem(entry: &Entry, resources: &[Resources]) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks that a fatbin parses and holds the kernel's entry symbol for every promised SASS
-/// architecture, and PTX for the promised virtual one.
+/// cuobjdump's listing of `fatbin` with `flag`; `failed` says what its failure means. An error
+/// starting "cannot run" says nothing about the fatbin.
+fn cuobjdump_listing(cuobjdump: &Path, flag: &str, fatbin: &Path, failed: &str) -> Result<String, String> {
+    let output =
+        Command::new(cuobjdump).arg(flag).arg(fatbin).output().map_err(|err| format!("cannot run {}: {err}", cuobjdump.display()))?;
+    if !output.status.success() {
+        return Err(format!("{failed}: {}", String::from_utf8_lossy(&output.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// Whether ptxas's `report` (from a cache record) says what the fatbin's own resource usage
 /// (cuobjdump) says of the kernel: registers, shared memory and stack, per architecture.
 fn check_report(cuobjdump: &Path, fatbin: &Path, entry: &Entry, report: &[Resources]) -> Result<(), String> {
-    let output = Command::new(cuobjdump)
-        .arg("--dump-resource-usage")
-        .arg(fatbin)
-        .output()
-        .map_err(|err| format!("cannot run {}: {err}", cuobjdump.display()))?;
-    if !output.status.success() {
-        return Err(format!("cuobjdump --dump-resource-usage failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
-    }
-    let listing = String::from_utf8_lossy(&output.stdout);
+    let listing = cuobjdump_listing(cuobjdump, "--dump-resource-usage", fatbin, "cuobjdump --dump-resource-usage failed")?;
     let (mut arch, mut function) = (String::new(), String::new());
     let mut found = 0;
     for line in listing.lines().map(str::trim) {
@@ -653,18 +654,12 @@ fn check_report(cuobjdump: &Path, fatbin: &Path, entry: &Entry, report: &[Resour
     Ok(())
 }
 
+/// Checks that a fatbin parses and holds the kernel's entry symbol for every promised SASS
+/// architecture, and PTX for the promised virtual one.
 fn check_fatbin(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), String> {
-    let output = Command::new(cuobjdump)
-        .arg("--dump-elf-symbols")
-        .arg(fatbin)
-        .output()
-        .map_err(|err| format!("cannot run {}: {err}", cuobjdump.display()))?;
-    if !output.status.success() {
-        return Err(format!("the fatbin nvcc wrote does not parse: {}", String::from_utf8_lossy(&output.stderr).trim()));
-    }
+    let listing = cuobjdump_listing(cuobjdump, "--dump-elf-symbols", fatbin, "the fatbin nvcc wrote does not parse")?;
     // Sections start "Fatbin elf code:" or "Fatbin ptx code:", then name their `arch = sm_90`;
     // an ELF section then lists its symbols, kernels marked STO_ENTRY.
-    let listing = String::from_utf8_lossy(&output.stdout);
     let mut elf_has_entry: BTreeMap<String, bool> = BTreeMap::new();
     let mut ptx = BTreeSet::new();
     let mut section: Option<(bool, String)> = None;
