@@ -122,8 +122,8 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         let twins: Vec<usize> = held_out.entries.iter().enumerate().filter(|(_, e)| twin(e)).map(|(i, _)| i).collect();
         let removed: Vec<(usize, TuningEntry)> = twins.iter().rev().map(|&i| (i, held_out.entries.remove(i))).collect();
         let without = pick(std::slice::from_ref(&held_out));
-        for (index, twin) in removed.into_iter().rev() {
-            held_out.entries.insert(index, twin);
+        for (index, removed) in removed.into_iter().rev() {
+            held_out.entries.insert(index, removed);
         }
         let mut picks = vec![entry.ranked.first().map(|c| (c.variant.clone(), c.strategy)), pick(&[]), without];
         if let Some(other) = &borrowed {

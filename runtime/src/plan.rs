@@ -469,11 +469,10 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             return Err(format!("the call passes scalar `{name}` twice"));
         }
         let (lo, hi) = decl.bounds();
-        let integral = matches!(decl.ty, ScalarType::I32 | ScalarType::U32);
         if !value.is_finite() {
             return Err(format!("scalar `{name}` = {value} is not a finite number"));
         }
-        if !(lo..=hi).contains(value) || (integral && value.fract() != 0.0) {
+        if !(lo..=hi).contains(value) || (decl.ty.is_integer() && value.fract() != 0.0) {
             return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
         if !entry.launch.takes_scalar(name) && decl.default != Some(*value) {
@@ -511,12 +510,8 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
     // makes overflow an address.
     for param in &entry.launch.params {
         if let ParamKind::I32 { value } = &param.kind {
-            if let Some(&given) = quantities.get(value.as_str()).filter(|&&given| given > i32::MAX as u64) {
-                return Err(format!(
-                    "{value} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})",
-                    param.name,
-                    i32::MAX
-                ));
+            if let Some(&given) = quantities.get(value.as_str()) {
+                as_i32(value, given, &param.name)?;
             }
         }
     }
@@ -610,9 +605,7 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
             }
             ParamKind::I32 { value } => {
                 let given = *quantities.get(value.as_str()).ok_or_else(|| missing(&param.name, value))?;
-                i32::try_from(given).map(Arg::I32).map_err(|_| {
-                    format!("{value} = {given} does not fit the kernel's 32-bit parameter `{}` (at most {})", param.name, i32::MAX)
-                })
+                as_i32(value, given, &param.name).map(Arg::I32)
             }
             ParamKind::Scalar { scalar } => {
                 let value = *scalars.get(scalar.as_str()).ok_or_else(|| missing(&param.name, scalar))?;
@@ -712,6 +705,12 @@ fn tensor_map(o: &Stored, box_: &[u32], swizzle_bytes: u32) -> Result<TensorMapA
         box_,
         swizzle_bytes,
     })
+}
+
+/// Quantity `value` = `given` as the kernel's 32-bit parameter `param`.
+fn as_i32(value: &str, given: u64, param: &str) -> Result<i32, String> {
+    i32::try_from(given)
+        .map_err(|_| format!("{value} = {given} does not fit the kernel's 32-bit parameter `{param}` (at most {})", i32::MAX))
 }
 
 fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {

@@ -157,6 +157,11 @@ impl ScalarType {
         }
     }
 
+    /// Whether it holds whole numbers only.
+    pub fn is_integer(self) -> bool {
+        matches!(self, ScalarType::I32 | ScalarType::U32)
+    }
+
     /// The values the type holds exactly.
     pub fn range(self) -> (f64, f64) {
         match self {
@@ -179,7 +184,7 @@ impl ScalarDecl {
         let (lo, hi) = (self.min.unwrap_or(0.0), self.max.unwrap_or(0.0));
         let middle = if self.min.is_some() && self.max.is_some() { (lo + hi) / 2.0 } else { 0.0 };
         // An integer scalar's middle is a whole number.
-        let middle = if matches!(self.ty, ScalarType::I32 | ScalarType::U32) { middle.floor() } else { middle };
+        let middle = if self.ty.is_integer() { middle.floor() } else { middle };
         self.trial.or(self.default).unwrap_or(middle)
     }
 }
@@ -485,9 +490,8 @@ impl Family {
             if !(lo..=hi).contains(&scalar.trial_value()) {
                 problems.push(format!("scalar `{}`: its trial value {} is outside {lo}..={hi}", scalar.name, scalar.trial_value()));
             }
-            let integer = matches!(scalar.ty, ScalarType::I32 | ScalarType::U32);
             for (what, value) in [("trial value", scalar.trial), ("default", scalar.default), ("min", scalar.min), ("max", scalar.max)] {
-                if let Some(value) = value.filter(|v| integer && v.fract() != 0.0) {
+                if let Some(value) = value.filter(|v| scalar.ty.is_integer() && v.fract() != 0.0) {
                     problems.push(format!("scalar `{}` is an integer ({}), but its {what} is {value}", scalar.name, scalar.ty.cuda_type()));
                 }
             }

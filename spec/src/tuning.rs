@@ -186,9 +186,14 @@ pub fn describe([batch, m, n, k]: [u64; 4]) -> String {
     format!("{problems}{m}x{n}x{k}")
 }
 
-/// Whether a time in milliseconds is one a table may hold: finite and above zero.
+/// Whether a time in milliseconds is one a table may hold: within [`MIN_MS`]..=[`MAX_MS`].
 pub fn valid_ms(ms: f64) -> bool {
     (MIN_MS..=MAX_MS).contains(&ms)
+}
+
+/// The times a table may hold, for messages.
+fn valid_ms_words() -> String {
+    format!("between {} and {} ms", show_ms(MIN_MS), show_ms(MAX_MS))
 }
 
 /// The shortest time a table may record: a nanosecond, below any kernel launch; shorter ones
@@ -213,10 +218,11 @@ fn show_ms(ms: f64) -> String {
 pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
     if let Some(bad) = candidates.iter().find(|c| !valid_ms(c.ms)) {
         return Err(format!(
-            "candidate {} ({:?}) has time {} ms; times are between 1e-6 and 1e7 ms",
+            "candidate {} ({:?}) has time {} ms; times are {}",
             bad.variant,
             bad.strategy,
-            show_ms(bad.ms)
+            show_ms(bad.ms),
+            valid_ms_words()
         ));
     }
     candidates.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant))));
@@ -305,7 +311,8 @@ impl TuningTable {
 
     /// The rules every table meets: a device with SMs, and entries whose problems have no zero,
     /// whose key holds the buckets of their problem, and whose times (cuBLAS's and every
-    /// candidate's) are finite and above zero, candidates in rank order.
+    /// candidate's) are [`valid_ms`], candidates in rank order; clocks above 0 where recorded,
+    /// and no two entries for one problem.
     pub fn check(&self) -> Result<(), String> {
         if self.device.name.trim().is_empty() || self.device.sms == 0 {
             return Err(format!("device `{}` needs a name and at least one SM", self.device));
@@ -335,7 +342,7 @@ impl TuningTable {
                 ));
             }
             if !valid_ms(entry.cublas_ms) {
-                return Err(format!("{at}: cuBLAS's time {} ms is not between 1e-6 and 1e7 ms", show_ms(entry.cublas_ms)));
+                return Err(format!("{at}: cuBLAS's time {} ms is not {}", show_ms(entry.cublas_ms), valid_ms_words()));
             }
             let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
             if ranked != entry.ranked {

@@ -365,9 +365,9 @@ fn check_ulps(
     let mut worst: f64 = 0.0;
     for (got, want) in mine.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
         let dtype = mine.ops.iter().find(|op| op.decl.name == got.name).map_or(kernel.variant().dtype, |op| op.dtype);
-        let distance = |(g, w): (&f64, &f64)| if g == w { 0.0 } else { (g - w).abs() / dtype.ulp(*w) };
-        let over: Vec<(usize, f64)> =
-            got.region.iter().zip(&want.region).map(distance).enumerate().filter(|(_, d)| d.is_nan() || *d > ulps).collect();
+        let distances: Vec<f64> =
+            got.region.iter().zip(&want.region).map(|(g, w)| if g == w { 0.0 } else { (g - w).abs() / dtype.ulp(*w) }).collect();
+        let over: Vec<(usize, f64)> = distances.iter().copied().enumerate().filter(|(_, d)| d.is_nan() || *d > ulps).collect();
         if let Some(&(index, d)) = over.first() {
             return Err(format!(
                 "{}: {} of {} elements more than {ulps} ulp of {dtype} from the exact result ({}), e.g. element {index}: {} where \
@@ -380,7 +380,7 @@ fn check_ulps(
                 want.region[index]
             ));
         }
-        worst = got.region.iter().zip(&want.region).map(distance).fold(worst, f64::max);
+        worst = distances.into_iter().fold(worst, f64::max);
     }
     Ok(worst)
 }

@@ -198,8 +198,9 @@ pub fn run(mut args: Arguments, setup: Setup) -> ExitCode {
     PERF_DIR.get_or_init(|| setup.perf_dir.clone());
     // Loading the library is no CUDA call; cudarc would panic at the first call without it.
     let driver = unsafe { cudarc::driver::sys::is_culib_present() };
+    const NO_DRIVER: &str = "no CUDA driver (libcuda could not be loaded)";
     if !driver && !args.list {
-        eprintln!("GPU trials ignored: no CUDA driver (libcuda could not be loaded)");
+        eprintln!("GPU trials ignored: {NO_DRIVER}");
     }
     let gemm = setup.entries.iter().any(|e| e.variant.family == "gemm" && !e.is_reference());
     let mut all = cpu_trials(gemm);
@@ -216,7 +217,7 @@ pub fn run(mut args: Arguments, setup: Setup) -> ExitCode {
         all.retain(|trial| in_share(trial.name(), share));
     }
     let conclusion = libtest_mimic::run(&args, all);
-    let no_gpu = if driver { device::gpu().err() } else { Some("no CUDA driver (libcuda could not be loaded)".to_string()) };
+    let no_gpu = if driver { device::gpu().err() } else { Some(NO_DRIVER.to_string()) };
     match no_gpu {
         Some(reason) if setup.require_gpu && !args.list => {
             eprintln!(
