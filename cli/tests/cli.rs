@@ -1,6 +1,9 @@
 //! `tilesmith` end to end: gen, its checks and errors, and builds of scratch projects and of
 //! the shipped matrix. Needs nvcc, which `tilesmith toolchain` installs when there is none.
 
+mod common;
+
+use common::{text, xtask};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
@@ -8,18 +11,6 @@ use tilesmith_spec::{Manifest, Registry};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn xtask(root: Option<&Path>, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tilesmith"));
-    if let Some(root) = root {
-        command.arg("--root").arg(root);
-    }
-    command.args(args).output().expect("xtask runs")
-}
-
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
 fn succeeds(root: Option<&Path>, args: &[&str]) -> String {

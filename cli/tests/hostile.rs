@@ -2,20 +2,11 @@
 //! each is refused with the thing named and the rule broken, within bounded time and memory,
 //! and nothing of the user's is lost.
 
+mod common;
+
+use common::{text, xtask};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn xtask(root: Option<&Path>, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tilesmith"));
-    if let Some(root) = root {
-        command.arg("--root").arg(root);
-    }
-    command.args(args).output().expect("tilesmith runs")
-}
-
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
+use std::process::Command;
 
 /// Fails with a message (an exit code, not a signal: a stack overflow or an abort is a failure
 /// of this test).
