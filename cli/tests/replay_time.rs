@@ -1,8 +1,9 @@
 //! `tilesmith replay`'s time on a large table (issue 36, item 12), in a test binary of its own
 //! so that no other test runs beside it while it is timed.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 /// A registry folder holding the shipped manifest's variants (no fatbins: replay loads none).
 fn shipped_registry() -> tempfile::TempDir {
@@ -44,19 +45,9 @@ fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
     let file = dir.path().join(path.file_name().unwrap());
     std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
     let registry = shipped_registry();
-    // The replay's own CPU time, from bash's `time`.
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg("TIMEFORMAT=%U; { time \"$@\" > \"$0.out\" 2>&1; } 2> \"$0.time\"")
-        .arg(dir.path().join("replay"))
-        .arg(env!("CARGO_BIN_EXE_tilesmith"))
-        .args(["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    let printed = std::fs::read_to_string(dir.path().join("replay.out")).unwrap();
-    assert!(output.status.success() && printed.contains("plain problems of NVIDIA H100"), "{printed}");
-    let timed = std::fs::read_to_string(dir.path().join("replay.time")).unwrap();
-    let seconds: f64 = timed.trim().parse().unwrap_or_else(|_| panic!("{timed}"));
+    let args = ["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()];
+    let (ok, printed, seconds) = common::cpu_time(dir.path(), &args);
+    assert!(ok && printed.contains("plain problems of NVIDIA H100"), "{printed}");
     eprintln!("replay of {} entries: {seconds:.1} s of CPU", table.entries.len());
     // Debug build, 2-core machine: 48 s. A copy of the table per problem held out (5bbdc84) made
     // it quadratic in the table's candidates: 160 s.

@@ -1,4 +1,6 @@
 //! What the CLI's test binaries share: running this build's `tilesmith` and reading its output.
+// Each test binary uses a part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -15,4 +17,22 @@ pub fn xtask(root: Option<&Path>, args: &[&str]) -> Output {
 /// Its standard output and error, one after the other.
 pub fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// `tilesmith ARGS...` run to its end, with its printed text and the CPU seconds (user) it
+/// spent, from bash's `time`: unlike wall time, that does not grow when other tests share the
+/// machine's cores.
+pub fn cpu_time(scratch: &Path, args: &[&str]) -> (bool, String, f64) {
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg("TIMEFORMAT=%U; { time \"$@\" > \"$0.out\" 2>&1; } 2> \"$0.time\"")
+        .arg(scratch.join("timed"))
+        .arg(env!("CARGO_BIN_EXE_tilesmith"))
+        .args(args)
+        .output()
+        .expect("bash runs");
+    let printed = std::fs::read_to_string(scratch.join("timed.out")).unwrap_or_default();
+    let timed = std::fs::read_to_string(scratch.join("timed.time")).unwrap_or_default();
+    let seconds = timed.trim().parse().unwrap_or_else(|_| panic!("bash's time printed {timed:?}"));
+    (output.status.success(), printed, seconds)
 }
