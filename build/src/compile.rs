@@ -16,6 +16,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
@@ -156,8 +157,9 @@ fn find_program(program: &str) -> Option<PathBuf> {
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
-    let declared = declared_names(project);
-    let tables = project_tables(project, declared.as_ref())?;
+    let families = declared_names(project);
+    let tables = project_tables(project, families.as_ref())?;
+    let declared: Option<BTreeSet<String>> = families.map(|f| f.into_keys().collect());
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
@@ -365,9 +367,9 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
 /// The variants variants.toml declares, if it reads: a build removes the fatbins of variants
 /// that neither it nor generated/manifest.json lists, so a manifest that lost entries costs no
 /// builds.
-fn declared_names(project: &Project) -> Option<BTreeSet<String>> {
+fn declared_names(project: &Project) -> Option<BTreeMap<String, String>> {
     let config = Config::load(&project.variants_file()).ok()?;
-    Some(config.variants.into_iter().map(|d| d.variant.name).collect())
+    Some(config.variants.into_iter().map(|d| (d.variant.name, d.variant.family)).collect())
 }
 
 /// Where nvcc runs: the registry's private folder, or, where that folder's path holds
@@ -766,15 +768,18 @@ fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
-/// The project's tuning tables (`tuning/*.json`, committed), each checked (format, file name,
-/// entries, one table per device), with the variants they rank that the project does not
-/// declare reported.
-fn project_tables(project: &Project, declared: Option<&BTreeSet<String>>) -> Result<Vec<(PathBuf, TuningTable)>> {
-    let tables = TuningTable::read_all(&project.tuning_dir())
-        .map_err(|err| anyhow!("tuning table {err}; fix it, remove it or run `tilesmith tune` again"))?;
+/// The project's tuning tables, each checked (format, file name, entries, one table per
+/// device), by their paths in the tuning folder: GEMM's (`tuning/*.json`), whose variants that
+/// the project does not declare are reported, and the other families' (`tuning/<family>/*.json`,
+/// [`FamilyTable`]), which may rank only declared variants of their own family.
+fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>) -> Result<Vec<(String, PathBuf)>> {
+    let dir = project.tuning_dir();
+    let fix = "fix it, remove it or run `tilesmith tune` again";
+    let tables = TuningTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+    let family_tables = FamilyTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
     if let Some(declared) = declared {
         for (path, table) in &tables {
-            let unknown = table.unknown_variants(|name| declared.contains(name));
+            let unknown = table.unknown_variants(|name| declared.contains_key(name));
             if !unknown.is_empty() {
                 let more = if unknown.len() > 5 { format!(" and {} more", unknown.len() - 5) } else { String::new() };
                 eprintln!(
@@ -785,19 +790,34 @@ fn project_tables(project: &Project, declared: Option<&BTreeSet<String>>) -> Res
                 );
             }
         }
+        for (name, table) in &family_tables {
+            let unknown = table.unknown_variants(|variant| declared.get(variant) == Some(&table.family));
+            if let Some(first) = unknown.first() {
+                bail!(
+                    "tuning table tuning/{name} ranks {} variant(s) that variants.toml does not declare as {} variants, {first} the first; run `tilesmith tune --family {}` again or remove it",
+                    unknown.len(),
+                    table.family,
+                    table.family
+                );
+            }
+        }
     }
-    Ok(tables)
+    let named = |path: &PathBuf| path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut out: Vec<(String, PathBuf)> = tables.into_iter().map(|(path, _)| (named(&path), path)).collect();
+    let paths = FamilyTable::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    out.extend(paths);
+    Ok(out)
 }
 
-/// Copies the tuning tables into the registry and removes those the project no longer has.
-/// Each goes through a temporary file, removed again when the copy fails.
-fn carry_tables(project: &Project, tables: &[(PathBuf, TuningTable)]) -> Result<()> {
+/// Copies the tuning tables into the registry, each at its path in the tuning folder, and
+/// removes those the project no longer has. Each goes through a temporary file, removed again
+/// when the copy fails.
+fn carry_tables(project: &Project, tables: &[(String, PathBuf)]) -> Result<()> {
     let to = project.registry_dir().join(TUNING_DIR);
-    if !tables.is_empty() {
-        std::fs::create_dir_all(&to).with_context(|| format!("cannot create {}", to.display()))?;
-    }
-    for (path, _) in tables {
-        let target = to.join(path.file_name().expect("a file"));
+    for (name, path) in tables {
+        let target = to.join(name);
+        let folder = target.parent().expect("inside the tuning folder");
+        std::fs::create_dir_all(folder).with_context(|| format!("cannot create {}", folder.display()))?;
         let temporary = temporary_sibling(&target);
         let copied = std::fs::copy(path, &temporary).and_then(|_| std::fs::rename(&temporary, &target));
         if let Err(err) = copied {
@@ -805,9 +825,10 @@ fn carry_tables(project: &Project, tables: &[(PathBuf, TuningTable)]) -> Result<
             return Err(err).with_context(|| format!("cannot copy {} into {}", path.display(), to.display()));
         }
     }
-    let listed = TuningTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?;
+    let mut listed: Vec<PathBuf> = TuningTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?;
+    listed.extend(FamilyTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?.into_iter().map(|(_, path)| path));
     for stale in listed {
-        if !tables.iter().any(|(t, _)| t.file_name() == stale.file_name()) {
+        if !tables.iter().any(|(name, _)| to.join(name) == stale) {
             std::fs::remove_file(&stale).with_context(|| format!("cannot remove {}", stale.display()))?;
         }
     }

@@ -15,6 +15,7 @@ use crate::{gen, Selection};
 use anyhow::{anyhow, Context, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 
@@ -112,8 +113,12 @@ fn embedding(project: &Project, registry: &Path) -> Result<String> {
         writeln!(text, "        ({:?}, {}),", built.fatbin, bytes(&registry.join(&built.fatbin)))?;
     }
     writeln!(text, "    ],\n    tuning: &[")?;
-    for path in TuningTable::paths(&registry.join(TUNING_DIR))? {
+    let tuning = registry.join(TUNING_DIR);
+    for path in TuningTable::paths(&tuning)? {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        writeln!(text, "        ({name:?}, {}),", bytes(&path))?;
+    }
+    for (name, path) in FamilyTable::paths(&tuning)? {
         writeln!(text, "        ({name:?}, {}),", bytes(&path))?;
     }
     writeln!(text, "    ],\n}};")?;

@@ -32,9 +32,9 @@ pub struct Args {
     /// Redraw the charts and print the table from an earlier run's bench.json; no GPU needed.
     #[arg(long, value_name = "BENCH_JSON")]
     pub replot: Option<PathBuf>,
-    /// Also time the registry's `gemm` call, which picks its own variant, for every GEMM shape
-    /// and every dtype and layout of the variants benchmarked: a row per shape, named after
-    /// the pick.
+    /// Also time the call that picks its own variant (the registry's `gemm` for GEMM shapes, the
+    /// family's chooser for the others) for every shape and every dtype (and GEMM layout) of
+    /// the variants benchmarked: a row per shape, named after the pick.
     #[arg(long)]
     dispatch: bool,
     /// Folder for bench.json and the charts (default: target/tilesmith-bench in the project, else
@@ -249,6 +249,21 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                                 records.push(record);
                             }
                             Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
+                        }
+                    }
+                    // The call as users make it (rows packed), through the family's chooser.
+                    if args.dispatch {
+                        let packed = members.iter().find(|k| k.info().entry.requires.ld_multiple <= 1).unwrap_or(&members[0]);
+                        let full = declared::with_lds(packed, shape.clone(), 0)?;
+                        let chooser = registry.family(&packed.variant().family).map_err(|e| e.to_string())?;
+                        let mut case = Case::new(&gpu, packed, full)?;
+                        let baseline_ms = case.time_copy(&gpu)?;
+                        match case.record_chosen(&gpu, registry, chooser, baseline_ms) {
+                            Ok(record) => {
+                                println!("{}", record.summary());
+                                records.push(record);
+                            }
+                            Err(why) => skipped.push(format!("dispatch {what}: {why}")),
                         }
                     }
                 }

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tilesmith_build::compile::Options;
 use tilesmith_build::{compile, gen, Project, Selection};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 
@@ -88,9 +89,16 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
             std::fs::copy(&path, registry.join(&name))?;
         }
     }
-    for path in TuningTable::paths(&registry_dir.join(TUNING_DIR))? {
-        std::fs::create_dir_all(registry.join(TUNING_DIR))?;
-        std::fs::copy(&path, registry.join(TUNING_DIR).join(path.file_name().expect("a file")))?;
+    let tuning = registry_dir.join(TUNING_DIR);
+    let mut tables: Vec<(String, PathBuf)> = TuningTable::paths(&tuning)?
+        .into_iter()
+        .map(|path| (path.file_name().expect("a file").to_string_lossy().into_owned(), path))
+        .collect();
+    tables.extend(FamilyTable::paths(&tuning)?);
+    for (name, path) in tables {
+        let target = registry.join(TUNING_DIR).join(name);
+        std::fs::create_dir_all(target.parent().expect("inside the tuning folder"))?;
+        std::fs::copy(&path, target)?;
     }
     for (name, body) in [("run.sh", RUN_SCRIPT), ("bench.sh", BENCH_SCRIPT), ("tune.sh", TUNE_SCRIPT)] {
         let script = out.join(name);

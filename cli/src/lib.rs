@@ -10,6 +10,7 @@ mod list;
 mod perf_table;
 mod replay;
 mod tune;
+mod tune_family;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -98,9 +99,9 @@ enum Command {
         #[command(flatten)]
         args: bench::Args,
     },
-    /// Tune the GEMM dispatcher on this machine's GPU: time every variant on a set of problems
+    /// Tune the GEMM dispatcher on this machine's GPUs: time every variant on a set of problems
     /// beside cuBLAS and write tuning/<GPU>-<SMs>sm.json, which the next build carries into the
-    /// registry. Resumable.
+    /// registry; with --family NAME, any family's chooser, into tuning/<NAME>/. Resumable.
     Tune {
         #[command(flatten)]
         registry: RegistryArg,

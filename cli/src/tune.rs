@@ -55,10 +55,17 @@ pub struct Args {
     /// A file of problems, one or more per line in --shapes' form; `#` starts a comment.
     #[arg(long, value_name = "FILE")]
     shapes_file: Option<PathBuf>,
-    /// Dtypes to tune, comma-separated. The dispatcher reads a dtype's entries for another of
-    /// the same width where that has none (f16 runs bf16's picks), so one of each width does.
-    #[arg(long, default_value = "bf16")]
-    dtypes: String,
+    /// Tune the chooser of this family instead of GEMM's dispatcher: its declared `trials.tune`
+    /// problems (else `trials.bench`), or --shapes given as its quantities joined by `x`, into
+    /// tuning/<family>/<GPU>-<SMs>sm.json. --layouts, --epilogue, --shapes-file and --log are
+    /// GEMM's.
+    #[arg(long, value_name = "NAME")]
+    family: Option<String>,
+    /// Dtypes to tune, comma-separated (default: bf16 for GEMM, every dtype of the family with
+    /// --family). A dtype's entries stand for another of the same width where that has none
+    /// (f16 runs bf16's picks), so one of each width does.
+    #[arg(long)]
+    dtypes: Option<String>,
     /// Layouts to tune, comma-separated.
     #[arg(long, default_value = "nn,nt,tn,tt")]
     layouts: String,
@@ -204,29 +211,37 @@ type Measured = Option<(String, Activation)>;
 /// Tunes on the kernels of `registry`, writing the tables into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
     let out = args.out.clone().unwrap_or(default_out);
+    if !(args.minutes > 0.0 && args.minutes.is_finite()) {
+        return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
+    }
+    let ordinals = gpus(&args)?;
+    if let Some(family) = &args.family {
+        let gemm_only =
+            [("--epilogue", args.epilogue.is_some()), ("--shapes-file", args.shapes_file.is_some()), ("--log", args.log.is_some())];
+        if let Some((flag, _)) = gemm_only.iter().find(|(_, given)| *given) {
+            return Err(format!(
+                "{flag} is for tuning GEMM's dispatcher; --family {family} takes --shapes, --dtypes, --out, --fresh, --gpus and --minutes"
+            ));
+        }
+        let options = crate::tune_family::Options {
+            family,
+            shapes: args.shapes.as_deref(),
+            dtypes: args.dtypes.as_deref(),
+            out,
+            fresh: args.fresh,
+            ordinals,
+            deadline: crate::tune_family::deadline(args.minutes),
+        };
+        return crate::tune_family::run(options, registry);
+    }
     let problems = problems(&args)?;
-    let dtypes = list(&args.dtypes, "dtype", Dtype::parse)?;
+    let dtypes = list(args.dtypes.as_deref().unwrap_or("bf16"), "dtype", Dtype::parse)?;
     if let Some(eight_bit) = dtypes.iter().find(|d| d.size_bytes() == 1) {
         return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
     }
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
     let epilogue = measured(args.epilogue.as_deref())?;
-    if !(args.minutes > 0.0 && args.minutes.is_finite()) {
-        return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
-    }
     let deadline = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
-    let count = Gpu::count().map_err(|e| e.to_string())?;
-    let ordinals: Vec<usize> = match &args.gpus {
-        Some(text) => list(text, "GPU ordinal", |s| s.parse().ok())?,
-        None => (0..count).collect(),
-    };
-    if let Some(bad) = ordinals.iter().find(|&&o| o >= count) {
-        return Err(format!("--gpus names GPU {bad}, the driver sees {count}"));
-    }
-    // Two workers on one GPU would time each other's kernels.
-    if ordinals.is_empty() || (1..ordinals.len()).any(|i| ordinals[..i].contains(&ordinals[i])) {
-        return Err(format!("--gpus must name each GPU once and at least one; got {:?}", args.gpus.as_deref().unwrap_or("")));
-    }
     let devices: Vec<Device> =
         ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
@@ -312,6 +327,23 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         println!("{} entries in {}{more}", table.entries.len(), kind.path.display());
     }
     results.into_iter().collect()
+}
+
+/// The GPUs `--gpus` names, each once (two workers on one GPU would time each other's
+/// kernels), else every GPU.
+fn gpus(args: &Args) -> Result<Vec<usize>, String> {
+    let count = Gpu::count().map_err(|e| e.to_string())?;
+    let ordinals: Vec<usize> = match &args.gpus {
+        Some(text) => list(text, "GPU ordinal", |s| s.parse().ok())?,
+        None => (0..count).collect(),
+    };
+    if let Some(bad) = ordinals.iter().find(|&&o| o >= count) {
+        return Err(format!("--gpus names GPU {bad}, the driver sees {count}"));
+    }
+    if ordinals.is_empty() || (1..ordinals.len()).any(|i| ordinals[..i].contains(&ordinals[i])) {
+        return Err(format!("--gpus must name each GPU once and at least one; got {:?}", args.gpus.as_deref().unwrap_or("")));
+    }
+    Ok(ordinals)
 }
 
 /// The entry a problem makes: as the dispatcher sees the call ([`dispatch::canonical`]), so a
@@ -517,7 +549,8 @@ mod tests {
         let args = Args {
             shapes: None,
             shapes_file: None,
-            dtypes: "bf16".into(),
+            family: None,
+            dtypes: None,
             layouts: "nn,nt,tn,tt".into(),
             epilogue: None,
             out: None,

@@ -28,6 +28,12 @@ pub enum Error {
     #[error("kernel `{name}` has no code for this GPU: it has {has}, and {device} is sm_{major}{minor}")]
     NoCodeForDevice { name: String, has: String, device: String, major: u32, minor: u32 },
 
+    #[error("unknown family `{name}`; the registry has {}", known.join(", "))]
+    UnknownFamily { name: String, known: Vec<String> },
+
+    #[error("family `{family}` refused the call: {rule}")]
+    NoFamilyVariant { family: String, rule: String },
+
     #[error("no variant takes this GEMM call: {0}")]
     NoVariant(String),
 

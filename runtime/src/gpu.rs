@@ -112,6 +112,11 @@ impl Gpu {
         Device { name: self.name.clone(), capability: [self.capability.0, self.capability.1], sms: self.sms, clocks: self.clocks }
     }
 
+    /// The shared memory a block may use, dynamic and static together (the opt-in limit).
+    pub fn smem_per_block(&self) -> u32 {
+        self.smem_opt_in
+    }
+
     /// Its number of multiprocessors, which persistent kernels launch a block per.
     pub fn sms(&self) -> u32 {
         self.sms
@@ -289,7 +294,7 @@ enum Value {
 }
 
 /// ptxas's static shared memory, which counts against the same per-block limit as the dynamic.
-fn static_smem(info: &Built) -> u32 {
+pub(crate) fn static_smem(info: &Built) -> u32 {
     info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0)
 }
 

@@ -314,15 +314,15 @@ impl Kernel {
     /// Every name, size, leading dimension, alignment and range is checked against the
     /// declaration before anything is enqueued.
     pub fn call<'a>(&'a self, gpu: &'a Gpu) -> CallBuilder<'a> {
-        CallBuilder { kernel: self, gpu, call: Call::default(), _guards: Vec::new() }
+        CallBuilder::new(self, gpu)
     }
 
     fn refused(&self, rule: String) -> Error {
         Error::Refused { name: self.name().to_string(), rule }
     }
 
-    /// Enqueues a planned call on the GPU's stream.
-    pub(crate) fn call_buffers(&self, gpu: &Gpu, call: &Call) -> Result<()> {
+    /// Checks a call bound by name and enqueues it on the GPU's stream.
+    pub(crate) fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
         match plan_call(&self.built, call, gpu.sms()).map_err(|rule| self.refused(rule))? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
@@ -397,30 +397,50 @@ impl Kernel {
     }
 }
 
+/// What a call bound by name runs on: a kernel ([`Kernel::call`]) or a family's chooser
+/// ([`Chooser::call`](crate::Chooser::call)).
+pub trait Target {
+    /// What the launch returns: nothing for a kernel, the pick for a chooser.
+    type Output;
+    /// Checks the call and enqueues it on the GPU's stream.
+    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Self::Output>;
+}
+
+impl Target for Kernel {
+    type Output = ();
+    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
+        Kernel::launch(self, gpu, call)
+    }
+}
+
 /// A call being bound: see [`Kernel::call`]. The buffers stay borrowed, and ordered on the
 /// GPU's stream, until the launch is enqueued.
-pub struct CallBuilder<'a> {
-    kernel: &'a Kernel,
+pub struct CallBuilder<'a, T: Target = Kernel> {
+    target: &'a T,
     gpu: &'a Gpu,
     call: Call,
     _guards: Vec<SyncOnDrop<'a>>,
 }
 
-impl<'a> CallBuilder<'a> {
+impl<'a, T: Target> CallBuilder<'a, T> {
+    pub(crate) fn new(target: &'a T, gpu: &'a Gpu) -> Self {
+        CallBuilder { target, gpu, call: Call::default(), _guards: Vec::new() }
+    }
+
     /// An operand the kernel reads.
-    pub fn operand<T: Element>(mut self, name: &str, slice: &'a CudaSlice<T>) -> Self {
+    pub fn operand<E: Element>(mut self, name: &str, slice: &'a CudaSlice<E>) -> Self {
         let (addr, guard) = slice.device_ptr(self.gpu.stream());
         self._guards.push(guard);
-        self.call = self.call.operand(name, T::DTYPE, Buffer { len: slice.len(), addr });
+        self.call = self.call.operand(name, E::DTYPE, Buffer { len: slice.len(), addr });
         self
     }
 
     /// An operand the kernel writes.
-    pub fn operand_mut<T: Element>(mut self, name: &str, slice: &'a mut CudaSlice<T>) -> Self {
+    pub fn operand_mut<E: Element>(mut self, name: &str, slice: &'a mut CudaSlice<E>) -> Self {
         let len = slice.len();
         let (addr, guard) = slice.device_ptr_mut(self.gpu.stream());
         self._guards.push(guard);
-        self.call = self.call.operand(name, T::DTYPE, Buffer { len, addr });
+        self.call = self.call.operand(name, E::DTYPE, Buffer { len, addr });
         self
     }
 
@@ -441,8 +461,15 @@ impl<'a> CallBuilder<'a> {
     }
 
     /// Checks the call and enqueues it on the GPU's stream.
-    pub fn launch(self) -> Result<()> {
-        self.kernel.call_buffers(self.gpu, &self.call)
+    pub fn launch(self) -> Result<T::Output> {
+        self.target.launch(self.gpu, &self.call)
+    }
+}
+
+impl CallBuilder<'_, crate::Chooser> {
+    /// The variant the call would run on, and why, without launching it.
+    pub fn choose(&self) -> Result<crate::Pick> {
+        self.target.choose(self.gpu, &self.call)
     }
 }
 

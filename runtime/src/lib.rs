@@ -18,6 +18,7 @@
 //! lengths, leading dimensions, divisibility, alignment) and refused with an [`Error`] naming
 //! the rule, so no launch reads or writes out of bounds.
 
+mod chooser;
 pub mod dispatch;
 mod error;
 mod fatbin;
@@ -26,13 +27,14 @@ mod kernel;
 mod plan;
 mod registry;
 
+pub use chooser::{estimate_seconds, Chooser, Pick, NEAR_ENOUGH};
 pub use dispatch::{Choice, Workspace};
 pub use error::Error;
 pub use fatbin::Fatbin;
 /// The 8-bit float element types (`e4m3`, `e5m2`), for buffers of fp8 GEMMs.
 pub use float8::{F8E4M3, F8E5M2};
 pub use gpu::Gpu;
-pub use kernel::{CallBuilder, Element, Epilogue, GemmArgs, Kernel, TransposeArgs};
+pub use kernel::{CallBuilder, Element, Epilogue, GemmArgs, Kernel, Target, TransposeArgs};
 pub use plan::{
     check_gemm_call, plan_call, plan_gemm, plan_gemm_with, plan_transpose, runs_on, Activation, Arg, Batch, Buffer, Call, EpilogueArgs,
     GemmShape, Launch, TensorMapArg, TransposeShape,

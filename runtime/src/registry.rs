@@ -1,6 +1,7 @@
 //! Opening a registry, the folder `tilesmith build` writes or one embedded in the program by
 //! `tilesmith-build`, and finding kernels in it by name.
 
+use crate::chooser::Chooser;
 use crate::dispatch::{self, Choice, GemmCall, Workspace};
 use crate::fatbin::Fatbin;
 use crate::gpu::Gpu;
@@ -10,6 +11,7 @@ use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
 use tilesmith_spec::Dtype;
@@ -27,7 +29,8 @@ pub struct Embedded {
     pub manifest: &'static [u8],
     /// Each fatbin by file name.
     pub fatbins: &'static [(&'static str, &'static [u8])],
-    /// Each tuning table by file name.
+    /// Each tuning table by its path in the tuning folder (`<GPU>-<SMs>sm.json` for GEMM,
+    /// `<family>/<GPU>-<SMs>sm.json` for the others).
     pub tuning: &'static [(&'static str, &'static [u8])],
 }
 
@@ -43,6 +46,8 @@ pub struct Registry {
     /// padded strategy moves just those): choosing walks the table and plans candidates,
     /// which costs more host time than a small GEMM takes.
     picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
+    /// Each family's chooser, with its tables, for [`Registry::family`].
+    families: BTreeMap<String, Chooser>,
 }
 
 type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
@@ -81,7 +86,11 @@ impl Registry {
         let registry: tilesmith_spec::Registry =
             manifest::read(&path).map_err(|err| Error::RegistryUnreadable { path: path.clone(), reason: err.reason })?;
         let tables = read_tables(&dir.join(TUNING_DIR))?;
-        Ok(Registry::new(dir, registry.variants, tables))
+        let unreadable = |reason: String| Error::RegistryUnreadable { path: dir.join(TUNING_DIR), reason };
+        let family_tables = FamilyTable::read_all(&dir.join(TUNING_DIR)).map_err(unreadable)?;
+        Registry::new(dir, registry.variants, tables)
+            .with_family_tables(family_tables.into_iter().map(|(_, t)| t).collect())
+            .map_err(unreadable)
     }
 
     /// The registry built into this program (see [`Embedded`]); it needs no file at run time.
@@ -93,11 +102,16 @@ impl Registry {
         let text = std::str::from_utf8(embedded.manifest).map_err(|err| unreadable(origin.join(MANIFEST_FILE), err.to_string()))?;
         let registry: tilesmith_spec::Registry =
             manifest::parse(text, &origin.join(MANIFEST_FILE)).map_err(|err| unreadable(err.path, err.reason))?;
-        let mut tables = Vec::new();
+        let (mut tables, mut family_tables) = (Vec::new(), Vec::new());
         for (name, bytes) in embedded.tuning {
             let path = origin.join(TUNING_DIR).join(name);
             let text = std::str::from_utf8(bytes).map_err(|err| unreadable(path.clone(), err.to_string()))?;
-            tables.push(TuningTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
+            // GEMM's tables lie in the tuning folder itself, the other families' in a folder each.
+            if name.contains('/') {
+                family_tables.push(FamilyTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
+            } else {
+                tables.push(TuningTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
+            }
         }
         let mut kernels = BTreeMap::new();
         for built in registry.variants {
@@ -107,7 +121,10 @@ impl Registry {
             let fatbin = Fatbin::Embedded { name, bytes };
             kernels.insert(built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin));
         }
-        Ok(Registry { dir: None, kernels, tables, picks: Arc::default() })
+        let families = choosers(&kernels);
+        Registry { dir: None, kernels, tables, picks: Arc::default(), families }
+            .with_family_tables(family_tables)
+            .map_err(|reason| unreadable(origin.join(TUNING_DIR), reason))
     }
 
     /// A registry of these built variants, whose fatbins are in `dir`, and tuning tables.
@@ -119,7 +136,48 @@ impl Registry {
                 (built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin))
             })
             .collect();
-        Registry { dir: Some(dir.to_path_buf()), kernels, tables, picks: Arc::default() }
+        let families = choosers(&kernels);
+        Registry { dir: Some(dir.to_path_buf()), kernels, tables, picks: Arc::default(), families }
+    }
+
+    /// The same registry with these family tuning tables, each checked against its family: one
+    /// the registry has variants of, the same quantities, variants it has; one table per GPU.
+    pub fn with_family_tables(mut self, tables: Vec<FamilyTable>) -> std::result::Result<Registry, String> {
+        let mut by_family: BTreeMap<String, Vec<FamilyTable>> = BTreeMap::new();
+        for table in tables {
+            if !self.families.contains_key(&table.family) {
+                return Err(format!(
+                    "tuning table {}/{} is of family `{}`, of which the registry has no variant (it has {})",
+                    table.family,
+                    TuningTable::file_name(&table.device),
+                    table.family,
+                    self.families.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            let tables = by_family.entry(table.family.clone()).or_default();
+            if tables.iter().any(|t| t.device.is(&table.device)) {
+                return Err(format!("two tuning tables of family {} are for {}; keep one", table.family, table.device));
+            }
+            tables.push(table);
+        }
+        for (family, tables) in by_family {
+            let kernels = self.kernels.values().filter(|k| k.variant().family == family).cloned().collect();
+            self.families.insert(family.clone(), Chooser::new(&family, kernels, tables)?);
+        }
+        Ok(self)
+    }
+
+    /// The chooser of a family: calls bound by its declared names run its fastest variant for
+    /// the call (see [`Chooser`]).
+    pub fn family(&self, name: &str) -> Result<&Chooser> {
+        self.families
+            .get(name)
+            .ok_or_else(|| Error::UnknownFamily { name: name.to_string(), known: self.families.keys().cloned().collect() })
+    }
+
+    /// Every family's chooser, by name.
+    pub fn families(&self) -> impl Iterator<Item = &Chooser> {
+        self.families.values()
     }
 
     /// The tuning tables the registry carries.
@@ -199,6 +257,15 @@ impl Registry {
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
         scored.into_iter().take(3).map(|(_, known)| known.clone()).collect()
     }
+}
+
+/// A chooser per family of these kernels, without tables.
+fn choosers(kernels: &BTreeMap<String, Kernel>) -> BTreeMap<String, Chooser> {
+    let mut by_family: BTreeMap<String, Vec<Kernel>> = BTreeMap::new();
+    for kernel in kernels.values() {
+        by_family.entry(kernel.variant().family.clone()).or_default().push(kernel.clone());
+    }
+    by_family.into_iter().filter_map(|(family, kernels)| Some((family.clone(), Chooser::new(&family, kernels, Vec::new()).ok()?))).collect()
 }
 
 /// The registry's tuning tables; a folder that is absent means none; one that cannot be listed,

@@ -619,7 +619,7 @@ pub fn plain_words(message: &str) -> String {
     message.replace("unknown variant", "unknown value")
 }
 
-fn is_identifier(name: &str) -> bool {
+pub fn is_identifier(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_lowercase()) && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 

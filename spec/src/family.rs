@@ -261,6 +261,11 @@ pub struct Trials {
     /// The shapes `bench` times.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bench: Vec<BTreeMap<String, u64>>,
+    /// The problems `tilesmith tune --family` measures (default: the bench's): spread over the
+    /// shapes calls take, no two far apart, since the chooser reads a table's entries within a
+    /// factor of two of a call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tune: Vec<BTreeMap<String, u64>>,
 }
 
 /// The axes every family has, beside its own.
@@ -526,7 +531,13 @@ impl Family {
             problems.push(format!("reference.reduction: {rule}"));
         }
         let all = self.all_quantities();
-        let shapes = self.trials.shapes.iter().chain(&self.trials.bench).chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
+        let shapes = self
+            .trials
+            .shapes
+            .iter()
+            .chain(&self.trials.bench)
+            .chain(&self.trials.tune)
+            .chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
         for shape in shapes {
             if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
                 problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));

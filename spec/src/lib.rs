@@ -9,6 +9,7 @@ pub mod axes;
 pub mod config;
 pub mod expr;
 pub mod family;
+pub mod family_table;
 pub mod files;
 pub mod launch;
 pub mod manifest;

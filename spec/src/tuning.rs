@@ -192,7 +192,7 @@ pub fn valid_ms(ms: f64) -> bool {
 }
 
 /// The times a table may hold, for messages.
-fn valid_ms_words() -> String {
+pub fn valid_ms_words() -> String {
     format!("between {} and {} ms", show_ms(MIN_MS), show_ms(MAX_MS))
 }
 
@@ -203,7 +203,7 @@ pub const MIN_MS: f64 = 1e-6;
 pub const MAX_MS: f64 = 1e7;
 
 /// A time for a message: `1e-300`, not three hundred zeros.
-fn show_ms(ms: f64) -> String {
+pub fn show_ms(ms: f64) -> String {
     if ms != 0.0 && !(1e-3..1e7).contains(&ms.abs()) {
         format!("{ms:e}")
     } else {

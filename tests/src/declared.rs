@@ -9,7 +9,9 @@ use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use rand::Rng;
 use std::collections::BTreeMap;
-use tilesmith_runtime::{plan_call, Buffer, Call, CallBuilder, Dtype, Element, Error, Gpu, Kernel, Registry, F8E4M3, F8E5M2};
+use tilesmith_runtime::{
+    plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
+};
 use tilesmith_spec::family::{Family, OperandDecl, ELEM};
 use tilesmith_spec::{Access, Variant};
 
@@ -90,11 +92,11 @@ impl Buf {
         })
     }
 
-    fn bind<'a>(&'a self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
+    fn bind<'a, T: Target>(&'a self, call: CallBuilder<'a, T>, name: &str) -> CallBuilder<'a, T> {
         each!(self, s => call.operand(name, s))
     }
 
-    fn bind_mut<'a>(&'a mut self, call: CallBuilder<'a>, name: &str) -> CallBuilder<'a> {
+    fn bind_mut<'a, T: Target>(&'a mut self, call: CallBuilder<'a, T>, name: &str) -> CallBuilder<'a, T> {
         each!(self, s => call.operand_mut(name, s))
     }
 }
@@ -264,7 +266,16 @@ impl Buffers {
     /// Launches `kernel` on these buffers.
     pub fn launch(&mut self, gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<(), Error> {
         let family = &kernel.info().entry.declaration;
-        let mut call = kernel.call(gpu);
+        self.bound(kernel.call(gpu), family, shape).launch()
+    }
+
+    /// Launches the call through the family's chooser; returns its pick.
+    pub fn launch_chosen(&mut self, gpu: &Gpu, chooser: &Chooser, shape: &Shape) -> Result<Pick, Error> {
+        self.bound(chooser.call(gpu), chooser.declaration(), shape).launch()
+    }
+
+    /// `call` with these buffers, the shape's quantities and the trial scalars bound.
+    fn bound<'a, T: Target>(&'a mut self, mut call: CallBuilder<'a, T>, family: &Family, shape: &Shape) -> CallBuilder<'a, T> {
         for (op, buf) in self.ops.iter().zip(self.bufs.iter_mut()) {
             call = match op.decl.access {
                 Access::Read => buf.bind(call, &op.decl.name),
@@ -277,7 +288,7 @@ impl Buffers {
         for scalar in &family.scalars {
             call = call.scalar(&scalar.name, scalar.trial_value());
         }
-        call.launch()
+        call
     }
 
     /// Each output's region as f64, with the count of region elements left unwritten and of
@@ -511,7 +522,15 @@ impl Case {
         let per_set: usize = ops.iter().map(|op| op.span() * op.dtype.size_bytes() as usize).sum();
         let count = rotation(gpu, per_set)?;
         let inputs = Buffers::random_inputs_repeating(&ops, REPEAT);
-        let sets = (0..count).map(|_| Buffers::new(gpu, ops.clone(), &inputs)).collect::<Result<Vec<_>, _>>()?;
+        // Every set holds the same inputs: the first made on the host, the others copied from it
+        // on the GPU (made on the host, a set of 2^27 elements took seconds).
+        let first = Buffers::new(gpu, ops.clone(), &inputs)?;
+        let mut sets = Vec::with_capacity(count);
+        for _ in 1..count {
+            let bufs = first.bufs.iter().map(|b| b.copy(gpu)).collect::<Result<Vec<_>, _>>()?;
+            sets.push(Buffers { ops: ops.clone(), bufs });
+        }
+        sets.insert(0, first);
         let half = (bytes / 2).max(1) as usize;
         let copies = (0..rotation(gpu, 2 * half)?)
             .map(|_| {
@@ -529,8 +548,14 @@ impl Case {
         let (shape, count) = (&self.shape, self.sets.len());
         let sets = &mut self.sets;
         let ms = median_ms(gpu.stream(), WARMUP, RUNS, count, |i| sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()))?;
-        // Every set holds the same inputs; the first's output is compared with the reference's
-        // on copies of its inputs made on the GPU.
+        self.check_first(gpu, registry, kernel)?;
+        Ok(ms)
+    }
+
+    /// Compares the first set's outputs, last written by `kernel`, with the reference's on
+    /// copies of the same inputs made on the GPU (every set holds the same inputs).
+    fn check_first(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<(), String> {
+        let shape = &self.shape;
         let reference = reference(registry, kernel)?;
         let family = &kernel.info().entry.declaration;
         let first = &self.sets[0];
@@ -553,7 +578,30 @@ impl Case {
                 return Err(format!("the timed result is wrong: {} has {} unwritten, relative error {error:.3e}", got.name, got.unwritten));
             }
         }
-        Ok(ms)
+        Ok(())
+    }
+
+    /// Median milliseconds of the call through the family's chooser, its pick, and the host
+    /// microseconds a cached call takes to choose, check and enqueue; the pick's result is
+    /// checked against the reference's as [`Case::time_kernel`] checks a variant's.
+    pub fn time_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<(f64, Pick, f64), String> {
+        const HOST_CALLS: usize = 64;
+        let (shape, count) = (&self.shape, self.sets.len());
+        let sets = &mut self.sets;
+        let pick = sets[0].launch_chosen(gpu, chooser, shape).map_err(|e| e.to_string())?;
+        let ms = median_ms(gpu.stream(), WARMUP, RUNS, count, |i| {
+            sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string())
+        })?;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let start = std::time::Instant::now();
+        for i in 0..HOST_CALLS {
+            sets[i % count].launch_chosen(gpu, chooser, shape).map_err(|e| e.to_string())?;
+        }
+        let host_us = start.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        // The pick's last result on the first set, checked as a timed variant's.
+        self.check_first(gpu, registry, &pick.kernel)?;
+        Ok((ms, pick, host_us))
     }
 
     /// Median milliseconds of a device-to-device copy of half the bytes the call moves (a copy
@@ -570,21 +618,24 @@ impl Case {
     /// Times the kernel and reports it beside the copy's `baseline_ms`.
     pub fn record(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
         let kernel_ms = self.time_kernel(gpu, registry, kernel)?;
+        Ok(self.record_timed(gpu, kernel, kernel_ms, baseline_ms))
+    }
+
+    /// Times the call through the family's chooser and reports it beside the copy's
+    /// `baseline_ms`, as variant `dispatch:<pick>`, with the host time of a cached call.
+    pub fn record_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser, baseline_ms: f64) -> Result<Record, String> {
+        let (ms, pick, host_us) = self.time_chosen(gpu, registry, chooser)?;
+        let mut record = self.record_timed(gpu, &pick.kernel, ms, baseline_ms);
+        record.variant = format!("dispatch:{}", pick.kernel.name());
+        record.host_us = Some(host_us);
+        Ok(record)
+    }
+
+    fn record_timed(&self, gpu: &Gpu, kernel: &Kernel, kernel_ms: f64, baseline_ms: f64) -> Record {
         let giga = |ms: f64| self.bytes as f64 / (ms * 1e-3) / 1e9;
         let family = &kernel.info().entry.declaration;
         let shape = family.quantities.iter().map(|q| self.shape[q] as usize).collect();
-        Ok(Record::new(
-            kernel,
-            gpu,
-            shape,
-            "GB/s",
-            kernel_ms,
-            giga(kernel_ms),
-            "device copy",
-            baseline_ms,
-            giga(baseline_ms),
-            self.sets.len(),
-        ))
+        Record::new(kernel, gpu, shape, "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), self.sets.len())
     }
 }
 

@@ -1,0 +1,372 @@
+//! One call for any family: the chooser binds a call's arguments by the family's declared
+//! names, keeps the family's variants that take it (planning is `can_implement`), and runs the
+//! fastest: the first of the nearest measured problem's ranking in the family's tuning table,
+//! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
+
+use crate::gpu::static_smem;
+use crate::kernel::{CallBuilder, Kernel, Target};
+use crate::plan::{plan_call, runs_on, Call, Launch};
+use crate::{Error, Gpu, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tilesmith_spec::family::{Family, ELEM};
+use tilesmith_spec::family_table::{self, FamilyTable};
+use tilesmith_spec::tuning::{Clocks, Device, TuningTable};
+use tilesmith_spec::Dtype;
+
+/// How far ([`family_table::distance`], summed |log2| over the quantities) a measured problem
+/// may lie from a call and still stand for it: four times the rows, or twice the rows and half
+/// the columns. Farther than GEMM's 1: the cost model knows less of row-wise kernels than the
+/// GEMM heuristic of its tiles (H200, f32 softmax 4096x50257: the model picked the warp
+/// variant, 0.45x the fastest; the entry at 2048x32768, 1.6 away, ranks the fastest first).
+pub const NEAR_ENOUGH: f64 = 2.0;
+
+/// A family's variants, tables and picks: what [`Registry::family`](crate::Registry::family)
+/// returns. Clones share the picks.
+#[derive(Clone, Debug)]
+pub struct Chooser {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    family: String,
+    declaration: Family,
+    /// Every variant but the reference ones, by name.
+    kernels: Vec<Kernel>,
+    tables: Vec<FamilyTable>,
+    picks: Mutex<HashMap<PickKey, Pick>>,
+}
+
+/// Picks a chooser keeps; past this many it forgets them all (calls that vary this much are
+/// not the repeated ones the cache is for).
+const PICKS_KEPT: usize = 4096;
+
+/// What a pick depends on: the GPU, and the call's names, element types, values and how its
+/// buffers are aligned (variants differ in the alignment they need), never its addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PickKey {
+    device: (String, u32),
+    operands: Vec<(String, Dtype, u32)>,
+    quantities: Vec<(String, u64)>,
+    scalars: Vec<(String, u64)>,
+}
+
+impl PickKey {
+    fn new(gpu: &Gpu, call: &Call) -> PickKey {
+        // The alignment of an address, as far as any rule asks (256 bytes).
+        let aligned = |addr: u64| addr.trailing_zeros().min(8);
+        PickKey {
+            device: (gpu.name().to_string(), gpu.sms()),
+            operands: call.operands.iter().map(|(name, dtype, buffer)| (name.clone(), *dtype, aligned(buffer.addr))).collect(),
+            quantities: call.quantities.clone(),
+            scalars: call.scalars.iter().map(|(name, value)| (name.clone(), value.to_bits())).collect(),
+        }
+    }
+}
+
+/// The variant a chooser runs for a call, and why.
+#[derive(Clone, Debug)]
+pub struct Pick {
+    pub kernel: Kernel,
+    /// One line for logs: the table entry or the cost model's estimate behind the pick.
+    pub reason: String,
+}
+
+impl Chooser {
+    /// The chooser of `family` over these variants (reference ones are left out) and tables,
+    /// each checked against the family: its quantities, and variants it has.
+    pub(crate) fn new(family: &str, kernels: Vec<Kernel>, tables: Vec<FamilyTable>) -> std::result::Result<Chooser, String> {
+        let declaration = kernels.first().map(|k| k.info().entry.declaration.clone()).ok_or_else(|| format!("no variant of {family}"))?;
+        for table in &tables {
+            let at = format!("tuning table {family}/{}", TuningTable::file_name(&table.device));
+            if table.quantities != declaration.quantities {
+                return Err(format!(
+                    "{at} measures problems of quantities {}, but family {family} declares {}: tune it again",
+                    table.quantities.join(", "),
+                    declaration.quantities.join(", ")
+                ));
+            }
+            let unknown = table.unknown_variants(|name| kernels.iter().any(|k| k.name() == name && !k.is_reference()));
+            if let Some(first) = unknown.first() {
+                return Err(format!(
+                    "{at} ranks {} variant(s) the registry has no {family} variant of ({first}{}): build them or tune again",
+                    unknown.len(),
+                    if unknown.len() > 1 { ", ..." } else { "" }
+                ));
+            }
+        }
+        let kernels = kernels.into_iter().filter(|k| !k.is_reference()).collect();
+        Ok(Chooser { inner: Arc::new(Inner { family: family.to_string(), declaration, kernels, tables, picks: Mutex::default() }) })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.family
+    }
+
+    /// Its declaration, as the manifest records it.
+    pub fn declaration(&self) -> &Family {
+        &self.inner.declaration
+    }
+
+    /// The variants it chooses among (the reference ones left out), by name.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.inner.kernels
+    }
+
+    /// Its tuning tables, one per GPU measured.
+    pub fn tables(&self) -> &[FamilyTable] {
+        &self.inner.tables
+    }
+
+    /// A call of the family with arguments bound by name, as it declares them; `launch` runs
+    /// the variant [`Chooser::choose`] picks and returns the pick:
+    ///
+    /// ```no_run
+    /// # fn f(registry: &tilesmith_runtime::Registry, gpu: &tilesmith_runtime::Gpu,
+    /// #      x: &cudarc::driver::CudaSlice<half::bf16>, y: &mut cudarc::driver::CudaSlice<half::bf16>)
+    /// #      -> tilesmith_runtime::Result<()> {
+    /// let pick = registry.family("softmax")?.call(gpu)
+    ///     .operand("x", x).operand_mut("y", y)
+    ///     .quantity("rows", 4096).quantity("cols", 50257).quantity("ldx", 50257).quantity("ldy", 50257)
+    ///     .launch()?;
+    /// println!("{}: {}", pick.kernel.name(), pick.reason);
+    /// # Ok(()) }
+    /// ```
+    pub fn call<'a>(&'a self, gpu: &'a Gpu) -> CallBuilder<'a, Chooser> {
+        CallBuilder::new(self, gpu)
+    }
+
+    /// The variant a call runs on, and why, without launching it: the nearest measured
+    /// problem's ranking (within [`NEAR_ENOUGH`]) in this GPU's table, or, where it has none,
+    /// that of the GPU of the same compute capability with the nearest SM count; the first of
+    /// those variants that takes the call. Otherwise the cost model's least estimate.
+    pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
+        let key = PickKey::new(gpu, call);
+        if let Some(pick) = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(pick.clone());
+        }
+        let pick = self
+            .pick(&gpu.device(), gpu.smem_per_block(), call)
+            .map_err(|rule| Error::NoFamilyVariant { family: self.name().to_string(), rule })?;
+        let mut picks = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner());
+        if picks.len() >= PICKS_KEPT {
+            picks.clear();
+        }
+        picks.insert(key, pick.clone());
+        Ok(pick)
+    }
+
+    /// [`Chooser::choose`] without a GPU: for `device`, whose blocks may use `smem_per_block`
+    /// bytes of shared memory; uncached.
+    pub fn pick(&self, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String> {
+        self.bind(call)?;
+        let capability = (device.capability[0], device.capability[1]);
+        let mut refusals: Vec<(String, String)> = Vec::new();
+        let mut takers: Vec<(&Kernel, Launch)> = Vec::new();
+        for kernel in &self.inner.kernels {
+            if !runs_on(&kernel.info().entry.targets, capability) {
+                continue;
+            }
+            match plan_call(kernel.info(), call, device.sms) {
+                Ok(Some(launch)) => {
+                    let smem = u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem(kernel.info()));
+                    if smem > u64::from(smem_per_block) {
+                        let rule = format!("the call needs {smem} bytes of shared memory a block; {} allows {smem_per_block}", device.name);
+                        refusals.push((kernel.name().to_string(), rule));
+                    } else {
+                        takers.push((kernel, launch));
+                    }
+                }
+                // Nothing to write: any variant that takes the call does nothing.
+                Ok(None) => return Ok(Pick { kernel: kernel.clone(), reason: "the call writes no element".into() }),
+                Err(rule) => refusals.push((kernel.name().to_string(), rule)),
+            }
+        }
+        if takers.is_empty() {
+            return Err(self.none_takes(device, &refusals));
+        }
+        let problem: Vec<u64> = self.inner.declaration.quantities.iter().map(|q| quantity(call, q).unwrap_or(0)).collect();
+        let dtype = takers[0].0.variant().dtype;
+        let table = table_for(&self.inner.tables, device);
+        // A dtype without entries reads those of another as wide, whose variants move as many
+        // bytes (f16 calls take bf16's picks).
+        let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
+        let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
+        if let Some(table) = table {
+            let of_dtype = dtypes.iter().map(|&d| table.nearest(d, &problem)).find(|entries| !entries.is_empty()).unwrap_or_default();
+            // The variant of the call's dtype with a ranked one's other axes.
+            let same = |k: &Kernel, ranked: &str| {
+                self.inner.kernels.iter().find(|r| r.name() == ranked).is_some_and(|r| {
+                    let (v, r) = (k.variant(), r.variant());
+                    v.backend == r.backend && v.tile == r.tile && v.warps == r.warps && v.bounds == r.bounds && v.axes == r.axes
+                })
+            };
+            // An entry stands for the call only where it ranks every variant that takes the call:
+            // a nearer problem that some of them refused (rows past their shared memory) would
+            // pick among the others only.
+            let covers = |entry: &&family_table::FamilyEntry| takers.iter().all(|(k, _)| entry.ranked.iter().any(|t| same(k, &t.variant)));
+            let mut near = of_dtype.into_iter().take_while(|e| family_table::distance(&e.problem, &problem) <= NEAR_ENOUGH);
+            if let Some(entry) = near.find(covers) {
+                let (rank, timed, kernel) = entry
+                    .ranked
+                    .iter()
+                    .enumerate()
+                    .find_map(|(rank, t)| takers.iter().find(|(k, _)| same(k, &t.variant)).map(|(k, _)| (rank, t, *k)))
+                    .expect("the entry ranks every variant that takes the call");
+                let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
+                let reason = format!(
+                    "tuning table {}/{}{borrowed}: nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there",
+                    self.name(),
+                    TuningTable::file_name(&table.device),
+                    family_table::describe(&table.quantities, &entry.problem),
+                    entry.dtype,
+                    rank + 1,
+                    entry.ranked.len(),
+                    entry.ratio(timed)
+                );
+                return Ok(Pick { kernel: kernel.clone(), reason });
+            }
+        }
+        let why = match table {
+            Some(_) => "no measured problem near this call ranks every variant that takes it",
+            None => "no tuning table of this family for this GPU's compute capability",
+        };
+        let (seconds, kernel) = takers
+            .iter()
+            .map(|(kernel, launch)| (estimate_seconds(&self.inner.declaration, kernel, launch, call, device), *kernel))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name().cmp(b.1.name())))
+            .expect("at least one variant takes the call");
+        Ok(Pick { kernel: kernel.clone(), reason: format!("{why}: cost model, estimated {:.1} us", seconds * 1e6) })
+    }
+
+    /// The family-level rules of a call's names: each declared and given once; every quantity
+    /// without a default, every operand that is not optional and every scalar without a default
+    /// given.
+    fn bind(&self, call: &Call) -> std::result::Result<(), String> {
+        let family = &self.inner.declaration;
+        let name = self.name();
+        let quantities = family.all_quantities();
+        let operands: Vec<&str> = family.operands.iter().map(|o| o.name.as_str()).collect();
+        let scalars: Vec<&str> = family.scalars.iter().map(|s| s.name.as_str()).collect();
+        let given = [
+            ("quantity", "quantities", &quantities, call.quantities.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>()),
+            ("operand", "operands", &operands, call.operands.iter().map(|(n, _, _)| n.as_str()).collect()),
+            ("scalar", "scalars", &scalars, call.scalars.iter().map(|(n, _)| n.as_str()).collect()),
+        ];
+        for (what, plural, known, given) in &given {
+            for (index, arg) in given.iter().enumerate() {
+                if !known.contains(arg) {
+                    let takes = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+                    return Err(format!("the call gives {what} `{arg}`, which a {name} call does not take ({plural} it takes: {takes})"));
+                }
+                if given[..index].contains(arg) {
+                    return Err(format!("the call gives {what} `{arg}` twice"));
+                }
+            }
+        }
+        let missing_quantity = quantities.iter().find(|q| family.default_quantity(q).is_none() && !given[0].3.contains(q));
+        if let Some(q) = missing_quantity {
+            return Err(format!("the call does not give quantity `{q}`, which every {name} call gives"));
+        }
+        if let Some(o) = family.operands.iter().find(|o| !o.optional && !given[1].3.contains(&o.name.as_str())) {
+            return Err(format!("the call does not pass operand `{}`, which every {name} call passes", o.name));
+        }
+        if let Some(s) = family.scalars.iter().find(|s| s.default.is_none() && !given[2].3.contains(&s.name.as_str())) {
+            return Err(format!("the call does not give scalar `{}`, which every {name} call gives", s.name));
+        }
+        Ok(())
+    }
+
+    /// Why no variant takes a call: the refusals, one per distinct rule, the first few.
+    fn none_takes(&self, device: &Device, refusals: &[(String, String)]) -> String {
+        if refusals.is_empty() {
+            let mut targets: Vec<String> = self.inner.kernels.iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
+            targets.sort();
+            targets.dedup();
+            return format!("its variants have code for {} only, and {device} has none of it", targets.join(", "));
+        }
+        let mut rules: Vec<String> = Vec::new();
+        for (name, rule) in refusals {
+            if !rules.iter().any(|r| r.ends_with(rule.as_str())) {
+                rules.push(format!("{name}: {rule}"));
+            }
+        }
+        let more = if rules.len() > 4 { format!("; and {} other rule(s)", rules.len() - 4) } else { String::new() };
+        format!("none of its {} variant(s) on {device} takes the call: {}{more}", refusals.len(), rules[..rules.len().min(4)].join("; "))
+    }
+}
+
+impl Target for Chooser {
+    type Output = Pick;
+
+    /// Runs the pick; a cached one is checked again like any launch.
+    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
+        let pick = self.choose(gpu, call)?;
+        pick.kernel.launch(gpu, call)?;
+        Ok(pick)
+    }
+}
+
+/// A quantity's value in a call, or its family's default.
+fn quantity(call: &Call, name: &str) -> Option<u64> {
+    call.quantities.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+}
+
+/// The table the chooser reads on `device`: its own, else that of the GPU of the same compute
+/// capability with the nearest SM count (then by name).
+fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<&'t FamilyTable> {
+    if let Some(own) = tables.iter().find(|t| t.device.is(device)) {
+        return Some(own);
+    }
+    tables
+        .iter()
+        .filter(|t| t.device.capability == device.capability)
+        .min_by(|a, b| a.device.sms.abs_diff(device.sms).cmp(&b.device.sms.abs_diff(device.sms)).then(a.device.name.cmp(&b.device.name)))
+}
+
+/// The rates the cost model assumes where the driver reports no clocks: an H100 SXM's.
+const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
+/// Threads an SM holds at once (Ampere and Hopper).
+const THREADS_PER_SM: u64 = 2048;
+/// Blocks an SM holds at once.
+const BLOCKS_PER_SM: u64 = 32;
+/// Shared memory an SM holds (Hopper: 228 KiB).
+const SMEM_PER_SM: u64 = 228 * 1024;
+/// Bytes a thread keeps in flight (a 16-byte load), and how long one takes: the bandwidth the
+/// threads in flight draw is their count × this ÷ that.
+const BYTES_IN_FLIGHT: f64 = 16.0;
+const LOAD_LATENCY: f64 = 1.0e-6;
+/// The fraction of the DRAM bandwidth a streaming kernel reaches at best.
+const BANDWIDTH_FRACTION: f64 = 0.92;
+/// A launch.
+const FIXED_SECONDS: f64 = 3e-6;
+/// Each wave of blocks: their start, their reductions and barriers, their end.
+const WAVE_SECONDS: f64 = 0.5e-6;
+/// GFLOP/s an SM sustains at 1980 MHz where the backend declares no `gflops_per_sm`: a CUDA-core
+/// kernel's.
+const UNDECLARED_GFLOPS_PER_SM: u32 = 300;
+
+/// The cost model's estimate for a variant on a call, in seconds: the longer of the family's
+/// declared `work` bytes at the bandwidth the launch's threads in flight draw and its FLOPs at
+/// the backend's declared rate, plus a launch and a cost per wave of blocks. Only a fallback:
+/// the tuning tables rank variants by measurement.
+pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call: &Call, device: &Device) -> f64 {
+    let elem = u64::from(kernel.variant().dtype.size_bytes());
+    let env = |name: &str| if name == ELEM { Some(elem) } else { quantity(call, name) };
+    let bytes = family.work.bytes.eval(&env).unwrap_or(0) as f64;
+    let flops = family.work.flops.eval(&env).unwrap_or(0) as f64;
+    let clocks = device.clocks.unwrap_or(DEFAULT_CLOCKS);
+    let sms = u64::from(device.sms.max(1));
+    let threads = u64::from(launch.block.iter().product::<u32>().max(1));
+    let blocks: u64 = launch.grid.iter().map(|&g| u64::from(g.max(1))).product();
+    let smem = u64::from(launch.dynamic_smem_bytes) + kernel.info().resources.first().map_or(0, |r| u64::from(r.static_smem_bytes));
+    let per_sm = (THREADS_PER_SM / threads).min(BLOCKS_PER_SM).min(SMEM_PER_SM / smem.max(1)).max(1);
+    let resident = blocks.min(sms * per_sm);
+    let drawn = (resident * threads) as f64 * BYTES_IN_FLIGHT / LOAD_LATENCY;
+    let bandwidth = drawn.min(BANDWIDTH_FRACTION * f64::from(clocks.memory_gbps.max(1)) * 1e9);
+    let gflops = kernel.info().entry.gflops_per_sm.unwrap_or(UNDECLARED_GFLOPS_PER_SM);
+    let rate = f64::from(gflops) * 1e9 * (resident.min(sms) as f64) * f64::from(clocks.sm_mhz.max(1)) / 1980.0;
+    let waves = blocks.div_ceil(sms * per_sm) as f64;
+    (bytes / bandwidth).max(flops / rate) + FIXED_SECONDS + waves * WAVE_SECONDS
+}

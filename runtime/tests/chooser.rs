@@ -1,0 +1,240 @@
+//! The generic chooser on the CPU: the shipped variants from generated/manifest.json, fixture
+//! family tables, and calls it must route or refuse by name.
+
+use std::path::Path;
+use tilesmith_runtime::{Buffer, Call, Dtype, Registry};
+use tilesmith_spec::family_table::{FamilyEntry, FamilyTable, Timed};
+use tilesmith_spec::tuning::Device;
+use tilesmith_spec::{Built, Manifest};
+
+/// The shared memory an H100's block may use.
+const H100_SMEM: u32 = 232_448;
+
+fn h100() -> Device {
+    Device { name: "NVIDIA H100 80GB HBM3".into(), capability: [9, 0], sms: 132, clocks: None }
+}
+
+fn shipped() -> Vec<Built> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let built = |entry: tilesmith_spec::Entry| Built {
+        fatbin: format!("{}.fatbin", entry.variant.name),
+        entry,
+        hash: String::new(),
+        fatbin_sha256: String::new(),
+        compiler: "test".into(),
+        resources: Vec::new(),
+    };
+    manifest.variants.into_iter().map(built).collect()
+}
+
+fn entry(dtype: Dtype, problem: [u64; 2], ranked: &[(&str, f64)]) -> FamilyEntry {
+    let ranked = ranked.iter().map(|&(v, ms)| Timed { variant: v.into(), ms }).collect();
+    FamilyEntry { dtype, problem: problem.to_vec(), baseline_ms: 0.1, ranked: tilesmith_spec::family_table::rank(ranked).unwrap() }
+}
+
+/// A softmax table for the H100: at 1024 columns the warp variant first, at 8192 the block one
+/// of 8 warps, at 131072 only the warp variant (the block ones refuse rows past their shared
+/// memory).
+fn softmax_table() -> FamilyTable {
+    let mut table = FamilyTable::new("softmax", h100(), "test".into(), vec!["rows".into(), "cols".into()]);
+    /// Every bf16 variant, `first` fastest and its checked sibling next.
+    fn all(first: &str) -> Vec<(&str, f64)> {
+        let sibling = first.trim_end_matches("_unchecked");
+        let mut ranked = vec![(first, 0.10)];
+        if sibling != first {
+            ranked.push((sibling, 0.15));
+        }
+        for (i, v) in ["softmax", "softmax_unchecked", "softmax_w4", "softmax_w4_unchecked", "softmax_w16", "softmax_w16_unchecked"]
+            .into_iter()
+            .chain(["softmax_warp_w4", "softmax_warp_w4_unchecked"])
+            .filter(|v| *v != first && *v != sibling)
+            .enumerate()
+        {
+            ranked.push((v, 0.2 + i as f64 * 0.01));
+        }
+        ranked
+    }
+    table.insert(entry(Dtype::Bf16, [65536, 1024], &all("softmax_warp_w4_unchecked")));
+    table.insert(entry(Dtype::Bf16, [8192, 8192], &all("softmax")));
+    table.insert(entry(Dtype::Bf16, [512, 131072], &[("softmax_warp_w4", 1.0), ("softmax_warp_w4_unchecked", 1.1)]));
+    table.insert(entry(Dtype::F32, [8192, 8192], &[("softmax_f32_w16", 0.2), ("softmax_f32", 0.3)]));
+    table
+}
+
+fn registry(tables: Vec<FamilyTable>) -> Result<Registry, String> {
+    Registry::new(Path::new("registry"), shipped(), Vec::new()).with_family_tables(tables)
+}
+
+/// A packed softmax call of `dtype` on buffers that hold exactly what it spans.
+fn softmax_call(dtype: Dtype, rows: u64, cols: u64) -> Call {
+    let len = (rows * cols) as usize;
+    let [x, y] = Buffer::unallocated([len, len]);
+    Call::default()
+        .operand("x", dtype, x)
+        .operand("y", dtype, y)
+        .quantity("rows", rows)
+        .quantity("cols", cols)
+        .quantity("ldx", cols)
+        .quantity("ldy", cols)
+}
+
+#[test]
+fn a_call_runs_the_first_variant_of_the_nearest_measured_problem_that_takes_it() {
+    let registry = registry(vec![softmax_table()]).unwrap();
+    let softmax = registry.family("softmax").unwrap();
+    let pick = |call: &Call| softmax.pick(&h100(), H100_SMEM, call).unwrap();
+    // 999 columns are not a multiple of 8: the unchecked first of the ranking refuses them.
+    let narrow = pick(&softmax_call(Dtype::Bf16, 60000, 999));
+    assert_eq!(narrow.kernel.name(), "softmax_warp_w4");
+    assert!(narrow.reason.contains("nearest measured problem rows=65536 cols=1024 bf16, rank 2 of 8"), "{}", narrow.reason);
+    let wide = pick(&softmax_call(Dtype::Bf16, 8192, 8192));
+    assert_eq!(wide.kernel.name(), "softmax");
+    // f16 reads bf16's entries, as the variant of the same axes.
+    let half = pick(&softmax_call(Dtype::F16, 8192, 8192));
+    assert_eq!(half.kernel.name(), "softmax_f16");
+    assert!(half.reason.contains("8192 bf16"), "{}", half.reason);
+    // Far from every entry: the cost model, which the reason says.
+    let small = pick(&softmax_call(Dtype::Bf16, 16, 64));
+    assert!(small.reason.contains("cost model, estimated"), "{}", small.reason);
+    // Another GPU of the same architecture reads the nearest table, saying so.
+    let h200 = Device { name: "NVIDIA H200".into(), ..h100() };
+    let borrowed = softmax.pick(&h200, H100_SMEM, &softmax_call(Dtype::Bf16, 8192, 8192)).unwrap();
+    assert!(borrowed.reason.contains("(measured on NVIDIA H100 80GB HBM3"), "{}", borrowed.reason);
+}
+
+#[test]
+fn an_entry_that_does_not_rank_every_variant_taking_the_call_is_passed_over() {
+    let registry = registry(vec![softmax_table()]).unwrap();
+    let softmax = registry.family("softmax").unwrap();
+    // 100,000 bf16 columns fit a block's shared memory; the entry at 131,072 ranks only the warp
+    // variants, which are ten times slower here.
+    let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 700, 100_000)).unwrap();
+    assert!(pick.reason.contains("no measured problem near this call ranks every variant that takes it"), "{}", pick.reason);
+    assert_eq!(pick.kernel.variant().backend, "block", "{}", pick.reason);
+    // In f32 those rows need 400,016 bytes of shared memory, past an H100's block: only the warp
+    // variants take them, whatever the cost model would say of the others.
+    let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 700, 100_000)).unwrap();
+    assert_eq!(pick.kernel.variant().backend, "warp", "{}", pick.reason);
+}
+
+#[test]
+fn families_without_tables_get_the_cost_models_pick() {
+    let registry = registry(Vec::new()).unwrap();
+    for (family, call) in [
+        ("softmax", softmax_call(Dtype::Bf16, 1024, 32768)),
+        ("rmsnorm", {
+            let [x, w, y] = Buffer::unallocated([4096 * 4096, 4096, 4096 * 4096]);
+            Call::default()
+                .operand("x", Dtype::F32, x)
+                .operand("w", Dtype::F32, w)
+                .operand("y", Dtype::F32, y)
+                .quantity("rows", 4096)
+                .quantity("cols", 4096)
+                .quantity("ldx", 4096)
+                .quantity("ldy", 4096)
+                .scalar("eps", 1e-6)
+        }),
+    ] {
+        let pick = registry.family(family).unwrap().pick(&h100(), H100_SMEM, &call).unwrap();
+        assert!(pick.reason.starts_with("no tuning table of this family"), "{}", pick.reason);
+        assert!(!pick.kernel.is_reference(), "{}", pick.kernel.name());
+        // Rows of 32768 elements: a warp per row reads them ten times slower than a block.
+        assert_eq!(pick.kernel.variant().backend, "block", "{family}: {}", pick.kernel.name());
+    }
+}
+
+#[test]
+fn bad_calls_are_refused_naming_the_family_the_argument_and_the_rule() {
+    let registry = registry(Vec::new()).unwrap();
+    let softmax = registry.family("softmax").unwrap();
+    let refused = |call: Call| softmax.pick(&h100(), H100_SMEM, &call).unwrap_err();
+    let unknown = refused(softmax_call(Dtype::Bf16, 64, 64).quantity("colz", 64));
+    assert!(
+        unknown.contains("quantity `colz`, which a softmax call does not take (quantities it takes: rows, cols, ldx, ldy)"),
+        "{unknown}"
+    );
+    let twice = refused(softmax_call(Dtype::Bf16, 64, 64).quantity("rows", 64));
+    assert!(twice.contains("the call gives quantity `rows` twice"), "{twice}");
+    let [x, _] = Buffer::unallocated([64, 64]);
+    let missing =
+        refused(Call::default().operand("x", Dtype::Bf16, x).quantity("rows", 8).quantity("cols", 8).quantity("ldx", 8).quantity("ldy", 8));
+    assert!(missing.contains("does not pass operand `y`, which every softmax call passes"), "{missing}");
+    let scalar = refused(softmax_call(Dtype::Bf16, 64, 64).scalar("eps", 1.0));
+    assert!(scalar.contains("scalar `eps`, which a softmax call does not take (scalars it takes: none)"), "{scalar}");
+    let no_rows = {
+        let [x, y] = Buffer::unallocated([64, 64]);
+        refused(
+            Call::default()
+                .operand("x", Dtype::Bf16, x)
+                .operand("y", Dtype::Bf16, y)
+                .quantity("cols", 8)
+                .quantity("ldx", 8)
+                .quantity("ldy", 8),
+        )
+    };
+    assert!(no_rows.contains("does not give quantity `rows`, which every softmax call gives"), "{no_rows}");
+    // Names right, but no variant takes it: each distinct rule, with a variant that gave it.
+    let short = {
+        let [x, y] = Buffer::unallocated([64, 63]);
+        refused(
+            Call::default()
+                .operand("x", Dtype::Bf16, x)
+                .operand("y", Dtype::Bf16, y)
+                .quantity("rows", 8)
+                .quantity("cols", 8)
+                .quantity("ldx", 8)
+                .quantity("ldy", 8),
+        )
+    };
+    assert!(short.contains("takes the call: softmax") && short.contains("y holds 63 elements"), "{short}");
+    let e8 = refused(softmax_call(Dtype::E4m3, 64, 64));
+    assert!(e8.contains("takes the call"), "{e8}");
+    let unknown_family = registry.family("softmx").unwrap_err().to_string();
+    assert!(unknown_family.contains("unknown family `softmx`; the registry has gemm, rmsnorm, softmax, transpose"), "{unknown_family}");
+}
+
+#[test]
+fn tables_the_registry_cannot_use_are_refused_at_open() {
+    let mut other = softmax_table();
+    other.family = "layernorm".into();
+    let refused = registry(vec![other]).unwrap_err();
+    assert!(refused.contains("is of family `layernorm`, of which the registry has no variant"), "{refused}");
+    let mut quantities = softmax_table();
+    quantities.quantities = vec!["n".into(), "d".into()];
+    let refused = registry(vec![quantities]).unwrap_err();
+    assert!(refused.contains("measures problems of quantities n, d, but family softmax declares rows, cols"), "{refused}");
+    let mut stranger = softmax_table();
+    stranger.insert(entry(Dtype::Bf16, [4, 4], &[("rmsnorm_w4", 1.0)]));
+    let refused = registry(vec![stranger]).unwrap_err();
+    assert!(refused.contains("ranks 1 variant(s) the registry has no softmax variant of (rmsnorm_w4)"), "{refused}");
+    let refused = registry(vec![softmax_table(), softmax_table()]).unwrap_err();
+    assert!(refused.contains("two tuning tables of family softmax are for NVIDIA H100 80GB HBM3"), "{refused}");
+}
+
+#[test]
+fn the_committed_tables_open_with_the_shipped_variants_and_are_read() {
+    let tuning = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuning");
+    let tables: Vec<FamilyTable> = FamilyTable::read_all(&tuning).unwrap().into_iter().map(|(_, t)| t).collect();
+    assert!(tables.len() >= 4, "softmax and rmsnorm on the H100 and the H200");
+    let registry = registry(tables).unwrap();
+    let pick = registry.family("rmsnorm").unwrap().pick(&h100(), H100_SMEM, &{
+        let [x, w, y] = Buffer::unallocated([8192 * 8192, 8192, 8192 * 8192]);
+        Call::default()
+            .operand("x", Dtype::Bf16, x)
+            .operand("w", Dtype::Bf16, w)
+            .operand("y", Dtype::Bf16, y)
+            .quantity("rows", 8192)
+            .quantity("cols", 8192)
+            .quantity("ldx", 8192)
+            .quantity("ldy", 8192)
+            .scalar("eps", 1e-6)
+    });
+    let pick = pick.unwrap();
+    assert!(
+        pick.reason
+            .contains("tuning table rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json: nearest measured problem rows=8192 cols=8192 bf16, rank 1"),
+        "{}",
+        pick.reason
+    );
+}

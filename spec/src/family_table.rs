@@ -1,0 +1,288 @@
+//! The tuning table of any family: for one GPU and one family, each measured problem (a value
+//! per declared quantity) and its variants ranked by median time, beside the family's baseline.
+//! `tilesmith tune --family` writes it into `tuning/<family>/<GPU>-<SMs>sm.json`, the build
+//! carries it into the registry, and the runtime's chooser reads it.
+
+use crate::axes::Dtype;
+use crate::tuning::{show_ms, valid_ms, Device, TuningTable, NEAR_TIE};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The format this tilesmith writes and reads.
+pub const FAMILY_TABLE_FORMAT: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilyTable {
+    pub format: u32,
+    pub family: String,
+    pub device: Device,
+    /// The compiler the registry was built with when the table was measured.
+    pub compiler: String,
+    /// The family's quantities, in declared order: what each entry's `problem` lists.
+    pub quantities: Vec<String>,
+    pub entries: Vec<FamilyEntry>,
+}
+
+/// One measured problem: packed operands, of one dtype.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FamilyEntry {
+    pub dtype: Dtype,
+    /// A value per quantity of the table, in its order.
+    pub problem: Vec<u64>,
+    /// The family's declared baseline on the same problem (a device copy of the bytes moved).
+    pub baseline_ms: f64,
+    /// Every variant that took the problem, fastest first ([`rank`]).
+    pub ranked: Vec<Timed>,
+}
+
+/// A variant's median time on an entry's problem.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timed {
+    pub variant: String,
+    pub ms: f64,
+}
+
+/// Orders timed variants: by time, except that those within [`NEAR_TIE`] of the fastest left
+/// are ranked among themselves by name, so that noise does not reorder ties.
+pub fn rank(mut timed: Vec<Timed>) -> Result<Vec<Timed>, String> {
+    if let Some(bad) = timed.iter().find(|t| !valid_ms(t.ms)) {
+        return Err(format!("variant {} has time {} ms; times are {}", bad.variant, show_ms(bad.ms), crate::tuning::valid_ms_words()));
+    }
+    timed.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| a.variant.cmp(&b.variant)));
+    let mut ranked = Vec::with_capacity(timed.len());
+    while !timed.is_empty() {
+        let limit = timed[0].ms * (1.0 + NEAR_TIE);
+        let tied = timed.iter().take_while(|t| t.ms <= limit).count().max(1);
+        let mut group: Vec<Timed> = timed.drain(..tied).collect();
+        group.sort_by(|a, b| a.variant.cmp(&b.variant));
+        ranked.extend(group);
+    }
+    Ok(ranked)
+}
+
+/// Log-space distance between two problems: the sum over their quantities of |log2(a) - log2(b)|.
+/// Twice as many rows is as far as twice as many columns.
+pub fn distance(a: &[u64], b: &[u64]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
+}
+
+/// A problem as messages write it: `rows=4096 cols=50257`.
+pub fn describe(quantities: &[String], problem: &[u64]) -> String {
+    quantities.iter().zip(problem).map(|(q, v)| format!("{q}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+impl FamilyEntry {
+    /// Its fastest variant's speed relative to the baseline: above 1 is faster.
+    pub fn ratio(&self, timed: &Timed) -> f64 {
+        self.baseline_ms / timed.ms
+    }
+}
+
+impl FamilyTable {
+    /// An empty table of `family` on `device`.
+    pub fn new(family: &str, device: Device, compiler: String, quantities: Vec<String>) -> FamilyTable {
+        FamilyTable { format: FAMILY_TABLE_FORMAT, family: family.to_string(), device, compiler, quantities, entries: Vec::new() }
+    }
+
+    /// The entries of `dtype`, nearest to `problem` first (equal distances by problem).
+    pub fn nearest(&self, dtype: Dtype, problem: &[u64]) -> Vec<&FamilyEntry> {
+        let mut entries: Vec<&FamilyEntry> = self.entries.iter().filter(|e| e.dtype == dtype).collect();
+        entries.sort_by(|a, b| distance(&a.problem, problem).total_cmp(&distance(&b.problem, problem)).then(a.problem.cmp(&b.problem)));
+        entries
+    }
+
+    /// Adds or replaces the entry of its dtype and problem, keeping entries in order.
+    pub fn insert(&mut self, entry: FamilyEntry) {
+        self.entries.retain(|e| (e.dtype, &e.problem) != (entry.dtype, &entry.problem));
+        self.entries.push(entry);
+        self.entries.sort_by(|a, b| (a.dtype, &a.problem).cmp(&(b.dtype, &b.problem)));
+    }
+
+    /// Where the table of `family` on `device` lives under a tuning folder.
+    pub fn path(tuning: &Path, family: &str, device: &Device) -> PathBuf {
+        tuning.join(family).join(TuningTable::file_name(device))
+    }
+
+    /// Parses a table's text; `path` is where it came from, which must be where
+    /// [`FamilyTable::path`] puts it (its folder named for its family, its file for its device).
+    pub fn parse(text: &str, path: &Path) -> Result<FamilyTable, String> {
+        let table: FamilyTable =
+            serde_json::from_str(text).map_err(|err| format!("{}: not a family tuning table ({err})", path.display()))?;
+        if table.format != FAMILY_TABLE_FORMAT {
+            return Err(format!(
+                "{}: family tuning table format {}, this tilesmith reads {FAMILY_TABLE_FORMAT}: run `tilesmith tune --family {}` again",
+                path.display(),
+                table.format,
+                table.family
+            ));
+        }
+        table.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
+        let expected = TuningTable::file_name(&table.device);
+        let folder = path.parent().and_then(Path::file_name).map(|f| f.to_string_lossy().into_owned());
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+        if folder.as_deref().is_some_and(|f| f != table.family) || file.as_deref().is_some_and(|f| f != expected) {
+            return Err(format!(
+                "{}: the table is of family `{}` on {}, which goes in {}/{expected}; move it or measure it again",
+                path.display(),
+                table.family,
+                table.device,
+                table.family
+            ));
+        }
+        Ok(table)
+    }
+
+    /// Reads a table ([`FamilyTable::parse`]).
+    pub fn read(path: &Path) -> Result<FamilyTable, String> {
+        let text = crate::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        FamilyTable::parse(&text, path)
+    }
+
+    /// The rules every table meets: a family and quantities that are identifiers, a device with
+    /// SMs, entries with a value above 0 for each quantity, valid times, variants in rank order,
+    /// and no two entries for one dtype and problem.
+    pub fn check(&self) -> Result<(), String> {
+        if !crate::config::is_identifier(&self.family) {
+            return Err(format!("family `{}` is not a name (letters, digits and _, not starting with a digit)", self.family));
+        }
+        if self.device.name.trim().is_empty() || self.device.sms == 0 {
+            return Err(format!("device `{}` needs a name and at least one SM", self.device));
+        }
+        if self.quantities.is_empty() || self.quantities.iter().any(|q| !crate::config::is_identifier(q)) {
+            return Err(format!("quantities {:?}: a table lists its family's quantities, each a name", self.quantities));
+        }
+        let mut seen = std::collections::BTreeMap::new();
+        for (index, entry) in self.entries.iter().enumerate() {
+            let at = format!("entry {} ({} {})", index + 1, describe(&self.quantities, &entry.problem), entry.dtype);
+            if entry.problem.len() != self.quantities.len() || entry.problem.contains(&0) {
+                return Err(format!("{at}: its problem {:?} needs a value above 0 for each of {:?}", entry.problem, self.quantities));
+            }
+            if !valid_ms(entry.baseline_ms) {
+                return Err(format!(
+                    "{at}: baseline time {} ms; times are {}",
+                    show_ms(entry.baseline_ms),
+                    crate::tuning::valid_ms_words()
+                ));
+            }
+            if entry.ranked.is_empty() {
+                return Err(format!("{at}: ranks no variant"));
+            }
+            let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
+            if ranked != entry.ranked {
+                return Err(format!("{at}: its variants are not in rank order (fastest first, near ties by name)"));
+            }
+            if let Some(first) = seen.insert((entry.dtype, entry.problem.clone()), index + 1) {
+                return Err(format!("{at}: measures the same problem as entry {first}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The variants the entries rank that `known` does not hold.
+    pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut unknown: Vec<String> =
+            self.entries.iter().flat_map(|e| &e.ranked).filter(|t| !known(&t.variant)).map(|t| t.variant.clone()).collect();
+        unknown.sort();
+        unknown.dedup();
+        unknown
+    }
+
+    /// Every family table under a tuning folder (`<family>/*.json`), in path order, with its
+    /// path relative to the folder (`softmax/NVIDIA_H200-132sm.json`); none where the folder
+    /// does not exist.
+    pub fn paths(tuning: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+        if !tuning.is_dir() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for folder in std::fs::read_dir(tuning)? {
+            let folder = folder?.path();
+            if !folder.is_dir() {
+                continue;
+            }
+            let family = folder.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            for file in std::fs::read_dir(&folder)? {
+                let path = file?.path();
+                if path.extension().is_some_and(|x| x == "json") {
+                    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+                    out.push((format!("{family}/{name}"), path));
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Reads every family table under a tuning folder ([`FamilyTable::paths`]).
+    pub fn read_all(tuning: &Path) -> Result<Vec<(String, FamilyTable)>, String> {
+        let paths = FamilyTable::paths(tuning).map_err(|err| format!("cannot list {}: {err}", tuning.display()))?;
+        paths.into_iter().map(|(name, path)| Ok((name, FamilyTable::read(&path)?))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device() -> Device {
+        Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None }
+    }
+
+    /// An entry's problem and its ranked (variant, ms).
+    type Row<'a> = (&'a [u64], &'a [(&'a str, f64)]);
+
+    fn table(entries: &[Row]) -> FamilyTable {
+        let mut table = FamilyTable::new("softmax", device(), "nvcc".into(), vec!["rows".into(), "cols".into()]);
+        table.entries = entries
+            .iter()
+            .map(|(problem, ranked)| FamilyEntry {
+                dtype: Dtype::Bf16,
+                problem: problem.to_vec(),
+                baseline_ms: 1.0,
+                ranked: ranked.iter().map(|(v, ms)| Timed { variant: v.to_string(), ms: *ms }).collect(),
+            })
+            .collect();
+        table
+    }
+
+    #[test]
+    fn nearest_is_by_log_distance_over_the_quantities() {
+        let t = table(&[(&[1024, 1024], &[("a", 1.0)]), (&[8192, 8192], &[("b", 1.0)]), (&[65536, 1024], &[("c", 1.0)])]);
+        let order: Vec<&str> = t.nearest(Dtype::Bf16, &[60000, 1000]).iter().map(|e| e.ranked[0].variant.as_str()).collect();
+        assert_eq!(order, ["c", "a", "b"]);
+        assert!(t.nearest(Dtype::F32, &[1024, 1024]).is_empty());
+        assert_eq!(distance(&[2048, 1024], &[1024, 2048]), 2.0);
+    }
+
+    #[test]
+    fn nonsense_is_refused_naming_the_entry_and_rule() {
+        let path = Path::new("tuning/softmax/GPU-132sm.json");
+        let parse = |t: &FamilyTable| FamilyTable::parse(&serde_json::to_string(t).unwrap(), path);
+        assert!(parse(&table(&[(&[4096, 4096], &[("a", 1.0), ("b", 2.0)])])).is_ok());
+        let slow_first = parse(&table(&[(&[4096, 4096], &[("b", 2.0), ("a", 1.0)])])).unwrap_err();
+        assert!(slow_first.contains("entry 1 (rows=4096 cols=4096 bf16): its variants are not in rank order"), "{slow_first}");
+        let short = parse(&table(&[(&[4096], &[("a", 1.0)])])).unwrap_err();
+        assert!(short.contains("needs a value above 0 for each of [\"rows\", \"cols\"]"), "{short}");
+        let twice = parse(&table(&[(&[64, 64], &[("a", 1.0)]), (&[64, 64], &[("a", 1.0)])])).unwrap_err();
+        assert!(twice.contains("entry 2 (rows=64 cols=64 bf16): measures the same problem as entry 1"), "{twice}");
+        let tiny = parse(&table(&[(&[64, 64], &[("a", 1e-300)])])).unwrap_err();
+        assert!(tiny.contains("variant a has time 1e-300 ms"), "{tiny}");
+        let elsewhere = FamilyTable::parse(&serde_json::to_string(&table(&[])).unwrap(), Path::new("tuning/rmsnorm/GPU-132sm.json"));
+        assert!(elsewhere
+            .unwrap_err()
+            .contains("of family `softmax` on GPU (132 SMs, compute capability 9.0), which goes in softmax/GPU-132sm.json"));
+        let mut bad_family = table(&[]);
+        bad_family.family = "../x".into();
+        let refused = FamilyTable::parse(&serde_json::to_string(&bad_family).unwrap(), Path::new("t.json")).unwrap_err();
+        assert!(refused.contains("family `../x` is not a name"), "{refused}");
+    }
+
+    #[test]
+    fn near_ties_rank_by_name() {
+        let ranked = rank(vec![Timed { variant: "z".into(), ms: 1.0 }, Timed { variant: "a".into(), ms: 1.01 }]).unwrap();
+        assert_eq!(ranked[0].variant, "a");
+    }
+}
