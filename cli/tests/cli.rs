@@ -1414,3 +1414,50 @@ fn a_fatbin_cache_serves_a_rebuild_without_nvcc_and_refuses_a_damaged_entry() {
     assert!(text(&third).contains("2 compiled now (1 taken from the cache), 0 failed"), "{}", text(&third));
     assert_eq!(calls(), 3, "the damaged one was compiled again");
 }
+
+// Issue 37: the family `tilesmith init` writes, and one declared only here (the same template
+// under another name), are chosen for with no Rust: from a table where one holds the call,
+// else by the cost model.
+#[test]
+fn families_with_no_rust_get_a_chooser() {
+    use tilesmith_runtime::{Buffer, Call, Dtype};
+    use tilesmith_spec::family_table::{FamilyEntry, FamilyTable, Timed};
+    use tilesmith_spec::tuning::Device;
+    let dir = tempfile::tempdir().unwrap();
+    succeeds(None, &["init", dir.path().to_str().unwrap()]);
+    let declared = std::fs::read_to_string(dir.path().join("variants.toml")).unwrap();
+    let twice = declared.split("[scale.family]").nth(1).unwrap().replace("[scale.", "[twice.").replace("[[scale.", "[[twice.");
+    std::fs::write(dir.path().join("variants.toml"), format!("{declared}\n[twice.family]{twice}")).unwrap();
+    succeeds(Some(dir.path()), &["gen"]);
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(dir.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
+        fatbin: format!("{}.fatbin", entry.variant.name),
+        entry,
+        hash: String::new(),
+        fatbin_sha256: String::new(),
+        compiler: "test".into(),
+        resources: Vec::new(),
+    };
+    let device = Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None };
+    let mut table = FamilyTable::new("scale", device.clone(), "test".into(), vec!["n".into()]);
+    let ranked = vec![Timed { variant: "scale_w8".into(), ms: 0.1 }, Timed { variant: "scale".into(), ms: 0.2 }];
+    table.insert(FamilyEntry { dtype: Dtype::F32, problem: vec![1 << 24], baseline_ms: 0.1, ranked });
+    let registry = tilesmith_runtime::Registry::new(dir.path(), manifest.variants.into_iter().map(built).collect(), Vec::new())
+        .with_family_tables(vec![table])
+        .unwrap();
+    let call = |n: usize| {
+        let [x, y] = Buffer::unallocated([n, n]);
+        Call::default().operand("x", Dtype::F32, x).operand("y", Dtype::F32, y).quantity("n", n as u64).scalar("alpha", 2.0)
+    };
+    let scale = registry.family("scale").unwrap().pick(&device, 232_448, &call(10_000_000)).unwrap();
+    assert_eq!(scale.kernel.name(), "scale_w8", "{}", scale.reason);
+    assert!(
+        scale.reason.contains("tuning table scale/GPU-132sm.json: nearest measured problem n=16777216 f32, rank 1 of 2"),
+        "{}",
+        scale.reason
+    );
+    let twice = registry.family("twice").unwrap().pick(&device, 232_448, &call(10_000_000)).unwrap();
+    assert!(twice.kernel.name().starts_with("twice") && twice.reason.contains("cost model"), "{}: {}", twice.kernel.name(), twice.reason);
+    let refused = registry.family("twice").unwrap().pick(&device, 232_448, &call(1000).scalar("beta", 1.0)).unwrap_err();
+    assert!(refused.contains("scalar `beta`, which a twice call does not take (scalars it takes: alpha)"), "{refused}");
+}

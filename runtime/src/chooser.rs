@@ -35,7 +35,8 @@ struct Inner {
     /// Every variant but the reference ones, by name.
     kernels: Vec<Kernel>,
     tables: Vec<FamilyTable>,
-    picks: Mutex<HashMap<PickKey, Pick>>,
+    /// Picks by [`PickKey::hash_of`], each with its key, compared in full on a hit.
+    picks: Mutex<HashMap<u64, Vec<(PickKey, Pick)>>>,
 }
 
 /// Picks a chooser keeps; past this many it forgets them all (calls that vary this much are
@@ -44,7 +45,7 @@ const PICKS_KEPT: usize = 4096;
 
 /// What a pick depends on: the GPU, and the call's names, element types, values and how its
 /// buffers are aligned (variants differ in the alignment they need), never its addresses.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct PickKey {
     device: (String, u32),
     operands: Vec<(String, Dtype, u32)>,
@@ -52,16 +53,49 @@ struct PickKey {
     scalars: Vec<(String, u64)>,
 }
 
+/// The alignment of an address, as far as any rule asks (256 bytes).
+fn aligned(addr: u64) -> u32 {
+    addr.trailing_zeros().min(8)
+}
+
 impl PickKey {
     fn new(gpu: &Gpu, call: &Call) -> PickKey {
-        // The alignment of an address, as far as any rule asks (256 bytes).
-        let aligned = |addr: u64| addr.trailing_zeros().min(8);
         PickKey {
             device: (gpu.name().to_string(), gpu.sms()),
             operands: call.operands.iter().map(|(name, dtype, buffer)| (name.clone(), *dtype, aligned(buffer.addr))).collect(),
             quantities: call.quantities.clone(),
             scalars: call.scalars.iter().map(|(name, value)| (name.clone(), value.to_bits())).collect(),
         }
+    }
+
+    /// Its hash, computed from the GPU and the call without making the key.
+    fn hash_of(gpu: &Gpu, call: &Call) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (gpu.name(), gpu.sms()).hash(&mut hasher);
+        for (name, dtype, buffer) in &call.operands {
+            (name, dtype, aligned(buffer.addr)).hash(&mut hasher);
+        }
+        call.quantities.hash(&mut hasher);
+        for (name, value) in &call.scalars {
+            (name, value.to_bits()).hash(&mut hasher);
+        }
+        hasher.finish()
+    }
+
+    /// Whether it is the key of this GPU and call, compared without making one.
+    fn is(&self, gpu: &Gpu, call: &Call) -> bool {
+        self.device.0 == gpu.name()
+            && self.device.1 == gpu.sms()
+            && self.operands.len() == call.operands.len()
+            && self
+                .operands
+                .iter()
+                .zip(&call.operands)
+                .all(|((n, d, a), (name, dtype, buffer))| n == name && d == dtype && *a == aligned(buffer.addr))
+            && self.quantities == call.quantities
+            && self.scalars.len() == call.scalars.len()
+            && self.scalars.iter().zip(&call.scalars).all(|((n, bits), (name, value))| n == name && *bits == value.to_bits())
     }
 }
 
@@ -142,9 +176,11 @@ impl Chooser {
     /// that of the GPU of the same compute capability with the nearest SM count; the first of
     /// those variants that takes the call. Otherwise the cost model's least estimate.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
-        let key = PickKey::new(gpu, call);
-        if let Some(pick) = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(pick.clone());
+        let hash = PickKey::hash_of(gpu, call);
+        if let Some(kept) = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&hash) {
+            if let Some((_, pick)) = kept.iter().find(|(key, _)| key.is(gpu, call)) {
+                return Ok(pick.clone());
+            }
         }
         let pick = self
             .pick(&gpu.device(), gpu.smem_per_block(), call)
@@ -153,7 +189,7 @@ impl Chooser {
         if picks.len() >= PICKS_KEPT {
             picks.clear();
         }
-        picks.insert(key, pick.clone());
+        picks.entry(hash).or_default().push((PickKey::new(gpu, call), pick.clone()));
         Ok(pick)
     }
 

@@ -226,7 +226,12 @@ impl GemmKey {
 struct Plans {
     gemm: Mutex<HashMap<GemmKey, Launch>>,
     transpose: Mutex<HashMap<TransposeKey, Launch>>,
+    /// Calls by name, by [`Call::fingerprint`] and SM count; each compared in full on a hit.
+    calls: Mutex<HashMap<u64, Vec<KeptCall>>>,
 }
+
+/// A call by name planned before: the call, the GPU's SM count and its launch.
+type KeptCall = (Call, u32, Launch);
 
 /// A transpose call as its plan depends on it: dtype, shape, [X, Y] and the GPU's SMs.
 type TransposeKey = (Dtype, TransposeShape, [Buffer; 2], u32);
@@ -323,10 +328,33 @@ impl Kernel {
 
     /// Checks a call bound by name and enqueues it on the GPU's stream.
     pub(crate) fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
-        match plan_call(&self.built, call, gpu.sms()).map_err(|rule| self.refused(rule))? {
+        match self.plan_call(gpu.sms(), call)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
         }
+    }
+
+    /// The launch of a call by name, or why the variant refuses it; remembered, as GEMM calls'
+    /// are, without copying the call to look it up.
+    pub(crate) fn plan_call(&self, sms: u32, call: &Call) -> Result<Option<Launch>> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        call.fingerprint(&mut hasher);
+        let hash = std::hash::Hasher::finish(&hasher);
+        let calls = &self.plans.calls;
+        if let Some(kept) = calls.lock().unwrap_or_else(|p| p.into_inner()).get(&hash) {
+            if let Some((_, _, launch)) = kept.iter().find(|(c, s, _)| c == call && *s == sms) {
+                return Ok(Some(launch.clone()));
+            }
+        }
+        let launch = plan_call(&self.built, call, sms).map_err(|rule| self.refused(rule))?;
+        if let Some(launch) = &launch {
+            let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+            if calls.len() >= PLANS_KEPT {
+                calls.clear();
+            }
+            calls.entry(hash).or_default().push((call.clone(), sms, launch.clone()));
+        }
+        Ok(launch)
     }
 
     /// Enqueues C = A·B, or the call's epilogue of it, on the GPU's stream, after checking every
@@ -513,5 +541,32 @@ mod tests {
         // Another GPU's SM count is another plan: the persistent grid is as large as the GPU.
         let other = kernel.plan_gemm(114, Dtype::Bf16, &shape, buffers, &epilogue).unwrap();
         assert_ne!(other.map(|l| l.grid), first.map(|l| l.grid));
+    }
+
+    #[test]
+    fn a_call_by_name_is_planned_once_and_a_refused_one_every_time() {
+        let kernel = kernel("softmax_w16");
+        let [x, y] = Buffer::unallocated([4096 * 50257; 2]);
+        let call = |y: Buffer| {
+            Call::default()
+                .operand("x", Dtype::Bf16, x)
+                .operand("y", Dtype::Bf16, y)
+                .quantity("rows", 4096)
+                .quantity("cols", 50257)
+                .quantity("ldx", 50257)
+                .quantity("ldy", 50257)
+        };
+        let first = kernel.plan_call(132, &call(y)).unwrap();
+        assert_eq!(kernel.plan_call(132, &call(y)).unwrap(), first);
+        assert_eq!(kernel.plans.calls.lock().unwrap().values().map(Vec::len).sum::<usize>(), 1);
+        let short = Buffer { len: y.len - 1, ..y };
+        for _ in 0..2 {
+            let refused = kernel.plan_call(132, &call(short)).unwrap_err().to_string();
+            assert!(refused.contains("y holds"), "{refused}");
+        }
+        // Another buffer is another plan: its address is an argument.
+        let moved = Buffer { addr: y.addr + 256, ..y };
+        assert_ne!(kernel.plan_call(132, &call(moved)).unwrap(), first);
+        assert_eq!(kernel.plans.calls.lock().unwrap().values().map(Vec::len).sum::<usize>(), 2);
     }
 }

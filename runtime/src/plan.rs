@@ -216,6 +216,19 @@ pub struct Call {
 }
 
 impl Call {
+    /// A hash of everything its plan depends on but the GPU (scalars by their bits), for
+    /// finding a plan made before without copying the call.
+    pub fn fingerprint(&self, hasher: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        for (name, dtype, buffer) in &self.operands {
+            (name, dtype, buffer).hash(hasher);
+        }
+        self.quantities.hash(hasher);
+        for (name, value) in &self.scalars {
+            (name, value.to_bits()).hash(hasher);
+        }
+    }
+
     pub fn operand(mut self, name: &str, dtype: Dtype, buffer: Buffer) -> Call {
         self.operands.push((name.to_string(), dtype, buffer));
         self
