@@ -316,7 +316,7 @@ fn a_corrupt_registry_manifest_is_an_error_naming_the_file() {
     );
     std::fs::write(&path, r#"{"format": 99, "variants": []}"#).unwrap();
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
-    assert!(err.ends_with("has format 99, but this version of tilesmith reads format 3"), "{err}");
+    assert!(err.ends_with("has format 99, but this version of tilesmith reads formats 3 to 4"), "{err}");
 }
 
 #[test]

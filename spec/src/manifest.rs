@@ -12,16 +12,84 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever a manifest's shape changes, so readers refuse what they cannot read.
-pub const FORMAT: u32 = 3;
+/// Format 4 states each family's declaration once; format 3, a declaration per entry, still reads.
+pub const FORMAT: u32 = 4;
+/// The oldest format this tilesmith reads.
+const OLDEST_READ: u32 = 3;
 
 /// File name of both manifests, in `generated/` and in the registry.
 pub const MANIFEST_FILE: &str = "manifest.json";
 
-/// `generated/manifest.json`: one entry per variant, in `variants.toml` order.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `generated/manifest.json`: one entry per variant, in `variants.toml` order. Written with
+/// each family's declaration once ([`fold`]).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Manifest {
     pub format: u32,
     pub variants: Vec<Entry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ManifestFields<V> {
+    format: u32,
+    variants: V,
+}
+
+impl Serialize for Manifest {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let value =
+            serde_json::to_value(ManifestFields { format: self.format, variants: &self.variants }).map_err(serde::ser::Error::custom)?;
+        fold(value).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Manifest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = unfold(serde_json::Value::deserialize(deserializer)?).map_err(serde::de::Error::custom)?;
+        let fields: ManifestFields<Vec<Entry>> = serde_json::from_value(value).map_err(serde::de::Error::custom)?;
+        Ok(Manifest { format: fields.format, variants: fields.variants })
+    }
+}
+
+/// A manifest's JSON with each family's declaration stated once, under `families`, and left out
+/// of the entries that have it (an entry built from an older declaration keeps its own).
+fn fold(mut manifest: serde_json::Value) -> serde_json::Value {
+    let mut families = serde_json::Map::new();
+    if let Some(entries) = manifest.get_mut("variants").and_then(serde_json::Value::as_array_mut) {
+        for entry in entries.iter_mut().filter_map(serde_json::Value::as_object_mut) {
+            let Some(family) = entry.get("family").and_then(serde_json::Value::as_str).map(str::to_string) else { continue };
+            let stated = families.entry(family).or_insert_with(|| entry.get("declaration").cloned().unwrap_or_default());
+            if entry.get("declaration") == Some(stated) {
+                entry.remove("declaration");
+            }
+        }
+    }
+    if let Some(object) = manifest.as_object_mut() {
+        object.insert("families".into(), serde_json::Value::Object(families));
+    }
+    manifest
+}
+
+/// The entries of a manifest's JSON each with its declaration again; a manifest written before
+/// declarations were folded (no `families`) reads as it is.
+fn unfold(mut manifest: serde_json::Value) -> Result<serde_json::Value, String> {
+    let families = match manifest.as_object_mut().and_then(|m| m.remove("families")) {
+        Some(serde_json::Value::Object(families)) => families,
+        Some(_) => return Err("`families` is not a table of declarations by family".into()),
+        None => serde_json::Map::new(),
+    };
+    if let Some(entries) = manifest.get_mut("variants").and_then(serde_json::Value::as_array_mut) {
+        for entry in entries.iter_mut().filter_map(serde_json::Value::as_object_mut) {
+            if entry.contains_key("declaration") {
+                continue;
+            }
+            let family = entry.get("family").and_then(serde_json::Value::as_str).unwrap_or_default();
+            let declaration = families
+                .get(family)
+                .ok_or_else(|| format!("variant of family `{family}` has no declaration, and `families` states none for it"))?;
+            entry.insert("declaration".into(), declaration.clone());
+        }
+    }
+    Ok(manifest)
 }
 
 /// What the runtime needs to know to launch one variant safely.
@@ -72,15 +140,37 @@ pub struct Targets {
     pub ptx: String,
 }
 
-/// The registry's `manifest.json`: the built variants.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The registry's `manifest.json`: the built variants, each family's declaration stated once.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Registry {
     pub format: u32,
     /// The root folder of the project it was built from, as the build saw it: commands run
     /// inside one project refuse another's registry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<PathBuf>,
     pub variants: Vec<Built>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RegistryFields<V> {
+    format: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    project: Option<PathBuf>,
+    variants: V,
+}
+
+impl Serialize for Registry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let fields = RegistryFields { format: self.format, project: self.project.clone(), variants: &self.variants };
+        fold(serde_json::to_value(fields).map_err(serde::ser::Error::custom)?).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Registry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = unfold(serde_json::Value::deserialize(deserializer)?).map_err(serde::de::Error::custom)?;
+        let fields: RegistryFields<Vec<Built>> = serde_json::from_value(value).map_err(serde::de::Error::custom)?;
+        Ok(Registry { format: fields.format, project: fields.project, variants: fields.variants })
+    }
 }
 
 /// One compiled variant. The registry keeps one beside each fatbin (`<name>.json`, see
@@ -261,11 +351,55 @@ pub fn parse<T: DeserializeOwned + Check>(text: &str, path: &Path) -> Result<T, 
     }
     let head: Head = serde_json::from_str(text)
         .map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({})", crate::config::plain_words(&err.to_string()))))?;
-    if head.format != FORMAT {
-        return Err(corrupt(format!("has format {}, but this version of tilesmith reads format {FORMAT}", head.format)));
+    if !(OLDEST_READ..=FORMAT).contains(&head.format) {
+        return Err(corrupt(format!("has format {}, but this version of tilesmith reads formats {OLDEST_READ} to {FORMAT}", head.format)));
     }
     let manifest: T = serde_json::from_str(text)
         .map_err(|err| corrupt(format!("does not parse as a tilesmith manifest ({})", crate::config::plain_words(&err.to_string()))))?;
     manifest.check().map_err(corrupt)?;
     Ok(manifest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> Manifest {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_declaration_is_written_once_per_family_and_read_back_into_every_entry() {
+        let manifest = shipped();
+        let text = serde_json::to_string(&manifest).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["families"].as_object().unwrap().len(), 4);
+        assert!(value["variants"].as_array().unwrap().iter().all(|e| e.get("declaration").is_none()));
+        assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), manifest);
+        // An entry from an older declaration keeps its own; the others share the family's.
+        let mut mixed = manifest.clone();
+        assert!(mixed.variants[1].declaration.trials.bench.pop().is_some());
+        let text = serde_json::to_string(&mixed).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert!(value["variants"][1].get("declaration").is_some() && value["variants"][0].get("declaration").is_none());
+        assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), mixed);
+    }
+
+    #[test]
+    fn format_3_with_a_declaration_per_entry_still_reads_and_a_missing_one_is_named() {
+        let manifest = shipped();
+        let mut value: serde_json::Value = serde_json::to_value(&manifest).unwrap();
+        let families = value.as_object_mut().unwrap().remove("families").unwrap();
+        for entry in value["variants"].as_array_mut().unwrap() {
+            let family = entry["family"].as_str().unwrap().to_string();
+            entry["declaration"] = families[&family].clone();
+        }
+        value["format"] = 3.into();
+        let old = parse::<Manifest>(&value.to_string(), Path::new("manifest.json")).unwrap();
+        assert_eq!(old.variants, manifest.variants);
+        value["variants"][0].as_object_mut().unwrap().remove("declaration");
+        let err = parse::<Manifest>(&value.to_string(), Path::new("manifest.json")).unwrap_err().to_string();
+        assert!(err.contains("variant of family `gemm` has no declaration, and `families` states none for it"), "{err}");
+    }
 }
