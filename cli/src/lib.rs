@@ -9,6 +9,7 @@ mod init;
 mod list;
 mod perf_table;
 mod replay;
+mod replay_family;
 mod tune;
 mod tune_family;
 

@@ -13,8 +13,13 @@ use tilesmith_spec::tuning::{self, Alignment, Clocks, Device, TuningEntry, Tunin
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The measured table to replay.
+    /// The measured table to replay: GEMM's (`tuning/<GPU>-<SMs>sm.json`) or another family's
+    /// (`tuning/<family>/<GPU>-<SMs>sm.json`, replayed against the family's chooser).
     table: PathBuf,
+    /// For a family's table: the shared memory a block may use on the measured GPU (an H100's
+    /// and an H200's by default).
+    #[arg(long, default_value_t = 232_448, value_name = "BYTES")]
+    smem_per_block: u32,
     /// Also pick from this table of another GPU, as the dispatcher does where a GPU has no
     /// table of its own.
     #[arg(long, value_name = "FILE")]
@@ -89,6 +94,12 @@ fn call_shape(entry: &TuningEntry) -> GemmShape {
 }
 
 pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
+    // A family's table lies in a folder named for its family.
+    let folder = args.table.parent().and_then(|p| p.file_name()).map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    if registry.family(&folder).is_ok() {
+        let table = tilesmith_spec::family_table::FamilyTable::read(&args.table)?;
+        return crate::replay_family::run(&table, registry, args.smem_per_block, args.verbose);
+    }
     let table = TuningTable::read(&args.table)?;
     let borrowed = args.borrow.as_deref().map(TuningTable::read).transpose()?;
     let device = Device { clocks: table.device.clocks.or(args.clocks), ..table.device.clone() };

@@ -1461,3 +1461,22 @@ fn families_with_no_rust_get_a_chooser() {
     let refused = registry.family("twice").unwrap().pick(&device, 232_448, &call(1000).scalar("beta", 1.0)).unwrap_err();
     assert!(refused.contains("scalar `beta`, which a twice call does not take (scalars it takes: alpha)"), "{refused}");
 }
+
+// Issue 37: `replay` of a family's table holds each entry out and reports how the chooser's
+// picks and the cost model's measured there, without a GPU.
+#[test]
+fn replay_of_a_family_table_holds_each_entry_out() {
+    let registry = common::shipped_registry();
+    let table = workspace().join("tuning/softmax/NVIDIA_H200-132sm.json");
+    let out = succeeds(None, &["replay", table.to_str().unwrap(), "--registry", registry.path().to_str().unwrap(), "--verbose"]);
+    assert!(out.contains("64 entries of softmax on NVIDIA H200 (132 SMs, compute capability 9.0):"), "{out}");
+    assert!(out.contains("table, entry held out  geometric mean 0.9") && out.contains("cost model"), "{out}");
+    assert!(out.contains("rows=8192 cols=8192 bf16: fastest softmax_unchecked; held out "), "{out}");
+    // A table elsewhere than its family's folder is refused as it is at a build.
+    let dir = tempfile::tempdir().unwrap();
+    let moved = dir.path().join("softmax").join("NVIDIA_H100_80GB_HBM3-132sm.json");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::copy(&table, &moved).unwrap();
+    let out = fails(None, &["replay", moved.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()]);
+    assert!(out.contains("which goes in softmax/NVIDIA_H200-132sm.json"), "{out}");
+}

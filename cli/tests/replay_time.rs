@@ -5,26 +5,6 @@ mod common;
 
 use std::path::Path;
 
-/// A registry folder holding the shipped manifest's variants (no fatbins: replay loads none).
-fn shipped_registry() -> tempfile::TempDir {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let text = std::fs::read_to_string(workspace.join("generated/manifest.json")).unwrap();
-    let manifest: tilesmith_spec::Manifest = serde_json::from_str(&text).unwrap();
-    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
-        fatbin: format!("{}.fatbin", entry.variant.name),
-        entry,
-        hash: String::new(),
-        fatbin_sha256: String::new(),
-        compiler: "none".into(),
-        resources: Vec::new(),
-    };
-    let registry =
-        tilesmith_spec::Registry { format: manifest.format, project: None, variants: manifest.variants.into_iter().map(built).collect() };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
-    dir
-}
-
 #[test]
 fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
     use tilesmith_spec::tuning::{Key, TuningTable};
@@ -44,7 +24,7 @@ fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(path.file_name().unwrap());
     std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
-    let registry = shipped_registry();
+    let registry = common::shipped_registry();
     let args = ["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()];
     let (ok, printed, seconds) = common::cpu_time(dir.path(), &args);
     assert!(ok && printed.contains("plain problems of NVIDIA H100"), "{printed}");

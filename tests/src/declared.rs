@@ -643,18 +643,23 @@ impl Case {
 /// exactly what the operands span: no GPU needed.
 pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32) -> Result<(), String> {
     let entry = &kernel.info().entry;
+    plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms).map(drop)
+}
+
+/// A call of `shape` on buffers that hold exactly what the operands of `variant` span, apart
+/// and unallocated, with the family's trial scalars: for planning and choosing without a GPU.
+pub fn unallocated_call(family: &Family, variant: &Variant, shape: &Shape) -> Result<Call, String> {
     let mut call = Call::default();
-    for (index, op) in stored(&entry.declaration, &entry.variant, shape)?.into_iter().enumerate() {
-        // Apart, as buffers of a call are.
+    for (index, op) in stored(family, variant, shape)?.into_iter().enumerate() {
         call = call.operand(&op.decl.name, op.dtype, Buffer { len: op.span(), addr: (index as u64 + 1) << 48 });
     }
     for (q, v) in shape {
         call = call.quantity(q, *v);
     }
-    for scalar in &entry.declaration.scalars {
+    for scalar in &family.scalars {
         call = call.scalar(&scalar.name, scalar.trial_value());
     }
-    plan_call(kernel.info(), &call, sms).map(drop)
+    Ok(call)
 }
 
 /// The declared perf shape, with packed leading dimensions.

@@ -36,3 +36,23 @@ pub fn cpu_time(scratch: &Path, args: &[&str]) -> (bool, String, f64) {
     let seconds = timed.trim().parse().unwrap_or_else(|_| panic!("bash's time printed {timed:?}"));
     (output.status.success(), printed, seconds)
 }
+
+/// A registry folder holding the shipped manifest's variants (no fatbins: replay loads none).
+pub fn shipped_registry() -> tempfile::TempDir {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let text = std::fs::read_to_string(workspace.join("generated/manifest.json")).unwrap();
+    let manifest: tilesmith_spec::Manifest = serde_json::from_str(&text).unwrap();
+    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
+        fatbin: format!("{}.fatbin", entry.variant.name),
+        entry,
+        hash: String::new(),
+        fatbin_sha256: String::new(),
+        compiler: "none".into(),
+        resources: Vec::new(),
+    };
+    let registry =
+        tilesmith_spec::Registry { format: manifest.format, project: None, variants: manifest.variants.into_iter().map(built).collect() };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
+    dir
+}
