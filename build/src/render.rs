@@ -168,6 +168,7 @@ impl Renderer {
             requires: Requirements { multiples, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
             gflops_per_sm: declared.backend.gflops_per_sm,
+            cost_bytes: declared.backend.cost_bytes.clone(),
         };
         // The contract is checked before the source is rendered from it.
         entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;

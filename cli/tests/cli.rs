@@ -1480,3 +1480,14 @@ fn replay_of_a_family_table_holds_each_entry_out() {
     let out = fails(None, &["replay", moved.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()]);
     assert!(out.contains("which goes in softmax/NVIDIA_H200-132sm.json"), "{out}");
 }
+
+// Issue 37: a backend's `cost_bytes` names only its family's quantities and `elem`.
+#[test]
+fn cost_bytes_naming_what_the_family_lacks_is_refused_at_gen() {
+    let bad = TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ncost_bytes = \"2 * m * q * elem\"\n");
+    assert_ne!(bad, TRANSPOSE_ONLY);
+    let out = fails(Some(scratch(&bad).path()), &["gen"]);
+    assert!(out.contains("cost_bytes") && out.contains("`q`"), "{out}");
+    let good = TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ncost_bytes = \"2 * m * n * elem\"\n");
+    succeeds(Some(scratch(&good).path()), &["gen"]);
+}

@@ -383,14 +383,14 @@ const WAVE_SECONDS: f64 = 0.5e-6;
 /// kernel's.
 const UNDECLARED_GFLOPS_PER_SM: u32 = 300;
 
-/// The cost model's estimate for a variant on a call, in seconds: the longer of the family's
-/// declared `work` bytes at the bandwidth the launch's threads in flight draw and its FLOPs at
+/// The cost model's estimate for a variant on a call, in seconds: the longer of the bytes it
+/// moves (its backend's declared `cost_bytes`, else the family's `work` bytes) at the bandwidth the launch's threads in flight draw and its FLOPs at
 /// the backend's declared rate, plus a launch and a cost per wave of blocks. Only a fallback:
 /// the tuning tables rank variants by measurement.
 pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call: &Call, device: &Device) -> f64 {
     let elem = u64::from(kernel.variant().dtype.size_bytes());
     let env = |name: &str| if name == ELEM { Some(elem) } else { quantity(call, name) };
-    let bytes = family.work.bytes.eval(&env).unwrap_or(0) as f64;
+    let bytes = kernel.info().entry.cost_bytes.as_ref().unwrap_or(&family.work.bytes).eval(&env).unwrap_or(0) as f64;
     let flops = family.work.flops.eval(&env).unwrap_or(0) as f64;
     let clocks = device.clocks.unwrap_or(DEFAULT_CLOCKS);
     let sms = u64::from(device.sms.max(1));

@@ -73,6 +73,12 @@ pub struct Backend {
     /// dispatcher's heuristic assumes of the backend's kernels where no tuning table speaks.
     #[serde(default)]
     pub gflops_per_sm: Option<u32>,
+    /// The bytes the chooser's cost model counts a call of this backend as moving, where they
+    /// are not its family's `work.bytes`: an expression of the family's quantities and `elem`
+    /// (the row-wise warp backends read a row's tail past 1,024 elements three times, with
+    /// narrow loads).
+    #[serde(default)]
+    pub cost_bytes: Option<crate::Expr>,
 }
 
 /// A variant as declared: its axes, where it came from, and its backend's build data.

@@ -117,6 +117,9 @@ pub struct Entry {
     /// Its backend's declared `gflops_per_sm`, for the dispatcher's heuristic.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gflops_per_sm: Option<u32>,
+    /// Its backend's declared `cost_bytes`, for the chooser's cost model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_bytes: Option<crate::Expr>,
 }
 
 /// The assumptions a variant makes of its arguments, which the runtime checks before launch.
@@ -255,6 +258,10 @@ impl Entry {
             return Err(format!("its source_sha256 `{}` is not a SHA-256 in hex", self.source_sha256));
         }
         self.requires.check(&self.declaration)?;
+        if let Some(bytes) = &self.cost_bytes {
+            let known: Vec<&str> = self.declaration.all_quantities().into_iter().chain([crate::family::ELEM]).collect();
+            bytes.check_names(&known).map_err(|rule| format!("its backend's cost_bytes: {rule}"))?;
+        }
         self.launch.check(&self.variant, &self.declaration, &self.targets.sass)
     }
 }
