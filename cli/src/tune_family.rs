@@ -40,8 +40,8 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let family = chooser.declaration();
     if family.baseline != Baseline::Copy {
         return Err(format!(
-            "family {} is compared with {:?}; `tune --family` measures families compared with a device copy (GEMM is tuned by `tilesmith tune` without --family)",
-            options.family, family.baseline
+            "family {} declares baseline = \"cublas_gemm\"; `tune --family` measures families compared with a device copy (`baseline = \"copy\"`), and GEMM is tuned by `tilesmith tune` without --family",
+            options.family
         ));
     }
     let problems = problems(chooser, options.shapes)?;
