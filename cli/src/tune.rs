@@ -214,7 +214,6 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     if !(args.minutes > 0.0 && args.minutes.is_finite()) {
         return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
     }
-    let ordinals = gpus(&args)?;
     if let Some(family) = &args.family {
         let gemm_only =
             [("--epilogue", args.epilogue.is_some()), ("--shapes-file", args.shapes_file.is_some()), ("--log", args.log.is_some())];
@@ -229,7 +228,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             dtypes: args.dtypes.as_deref(),
             out,
             fresh: args.fresh,
-            ordinals,
+            gpus: Box::new(|| gpus(&args)),
             deadline: crate::tune_family::deadline(args.minutes),
         };
         return crate::tune_family::run(options, registry);
@@ -242,6 +241,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
     let epilogue = measured(args.epilogue.as_deref())?;
     let deadline = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
+    let ordinals = gpus(&args)?;
     let devices: Vec<Device> =
         ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();

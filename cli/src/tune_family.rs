@@ -23,7 +23,9 @@ pub struct Options<'a> {
     pub dtypes: Option<&'a str>,
     pub out: PathBuf,
     pub fresh: bool,
-    pub ordinals: Vec<usize>,
+    /// The GPUs to tune on, asked for once the arguments are checked: bad arguments are
+    /// refused on a machine without a GPU too.
+    pub gpus: Box<dyn FnOnce() -> Result<Vec<usize>, String> + 'a>,
     pub deadline: Instant,
 }
 
@@ -61,8 +63,9 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
             .collect::<Result<_, _>>()?;
         dtypes = asked;
     }
+    let ordinals = (options.gpus)()?;
     let devices: Vec<Device> =
-        options.ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = chooser.kernels().first().map(|k| k.info().compiler.clone()).unwrap_or_default();
     let mut kinds: Vec<Kind> = Vec::new();
     for device in &devices {
@@ -106,8 +109,7 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let folder = options.out.join(options.family);
     std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = options
-            .ordinals
+        let workers: Vec<_> = ordinals
             .iter()
             .zip(&devices)
             .map(|(&ordinal, device)| {

@@ -1491,3 +1491,25 @@ fn cost_bytes_naming_what_the_family_lacks_is_refused_at_gen() {
     let good = TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ncost_bytes = \"2 * m * n * elem\"\n");
     succeeds(Some(scratch(&good).path()), &["gen"]);
 }
+
+// Issue 37: `tune --family` refuses bad arguments before it looks for a GPU, naming the rule.
+#[test]
+fn tune_of_a_family_refuses_bad_arguments_without_a_gpu() {
+    let registry = common::shipped_registry();
+    let reg = registry.path().to_str().unwrap();
+    let tune = |args: &[&str]| {
+        let mut all = vec!["tune", "--registry", reg, "--out", reg];
+        all.extend_from_slice(args);
+        fails(None, &all)
+    };
+    let out = tune(&["--family", "softmx"]);
+    assert!(out.contains("unknown family `softmx`; the registry has gemm, rmsnorm, softmax, transpose"), "{out}");
+    let out = tune(&["--family", "gemm"]);
+    assert!(out.contains("family gemm declares baseline = \"cublas_gemm\""), "{out}");
+    let out = tune(&["--family", "softmax", "--shapes", "4096"]);
+    assert!(out.contains("--shapes `4096`: family softmax takes 2 sizes (rowsxcols)"), "{out}");
+    let out = tune(&["--family", "softmax", "--dtypes", "e4m3"]);
+    assert!(out.contains("--dtypes e4m3: family softmax has no e4m3 variant"), "{out}");
+    let out = tune(&["--family", "softmax", "--epilogue", "relu"]);
+    assert!(out.contains("--epilogue is for tuning GEMM's dispatcher"), "{out}");
+}
