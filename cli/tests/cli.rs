@@ -1430,21 +1430,17 @@ fn families_with_no_rust_get_a_chooser() {
     std::fs::write(dir.path().join("variants.toml"), format!("{declared}\n[twice.family]{twice}")).unwrap();
     succeeds(Some(dir.path()), &["gen"]);
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(dir.path().join("generated/manifest.json")).unwrap()).unwrap();
-    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
-        fatbin: format!("{}.fatbin", entry.variant.name),
-        entry,
-        hash: String::new(),
-        fatbin_sha256: String::new(),
-        compiler: "test".into(),
-        resources: Vec::new(),
-    };
     let device = Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None };
     let mut table = FamilyTable::new("scale", device.clone(), "test".into(), vec!["n".into()]);
     let ranked = vec![Timed { variant: "scale_w8".into(), ms: 0.1 }, Timed { variant: "scale".into(), ms: 0.2 }];
     table.insert(FamilyEntry { dtype: Dtype::F32, problem: vec![1 << 24], baseline_ms: 0.1, ranked });
-    let registry = tilesmith_runtime::Registry::new(dir.path(), manifest.variants.into_iter().map(built).collect(), Vec::new())
-        .with_family_tables(vec![table])
-        .unwrap();
+    let registry = tilesmith_runtime::Registry::new(
+        dir.path(),
+        manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect(),
+        Vec::new(),
+    )
+    .with_family_tables(vec![table])
+    .unwrap();
     let call = |n: usize| {
         let [x, y] = Buffer::unallocated([n, n]);
         Call::default().operand("x", Dtype::F32, x).operand("y", Dtype::F32, y).quantity("n", n as u64).scalar("alpha", 2.0)

@@ -510,15 +510,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
         let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap();
-        let built = Built {
-            entry,
-            fatbin: String::new(),
-            hash: String::new(),
-            fatbin_sha256: String::new(),
-            compiler: "test".into(),
-            resources: Vec::new(),
-        };
-        Kernel::new(Arc::new(built), Fatbin::File("unused".into()))
+        Kernel::new(Arc::new(Built::unbuilt(entry)), Fatbin::File("unused".into()))
     }
 
     #[test]

@@ -8,12 +8,7 @@ fn built(name: &str) -> Built {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap_or_else(|| panic!("{name} not shipped"));
-    built_from(entry)
-}
-
-fn built_from(entry: tilesmith_spec::Entry) -> Built {
-    let fatbin = format!("{}.fatbin", entry.variant.name);
-    Built { entry, fatbin, hash: String::new(), fatbin_sha256: String::new(), compiler: "test".into(), resources: Vec::new() }
+    Built::unbuilt(entry)
 }
 
 const ALIGNED: u64 = 0x7f00_0000_0000;
@@ -235,7 +230,7 @@ fn tempdir_with_registry() -> tempfile::TempDir {
     let registry = tilesmith_spec::Registry {
         format: manifest.format,
         project: None,
-        variants: manifest.variants.into_iter().map(built_from).collect(),
+        variants: manifest.variants.into_iter().map(Built::unbuilt).collect(),
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();

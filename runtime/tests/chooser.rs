@@ -17,15 +17,7 @@ fn h100() -> Device {
 fn shipped() -> Vec<Built> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let built = |entry: tilesmith_spec::Entry| Built {
-        fatbin: format!("{}.fatbin", entry.variant.name),
-        entry,
-        hash: String::new(),
-        fatbin_sha256: String::new(),
-        compiler: "test".into(),
-        resources: Vec::new(),
-    };
-    manifest.variants.into_iter().map(built).collect()
+    manifest.variants.into_iter().map(Built::unbuilt).collect()
 }
 
 fn entry(dtype: Dtype, problem: [u64; 2], ranked: &[(&str, f64)]) -> FamilyEntry {

@@ -29,14 +29,7 @@ fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]
 fn registry() -> Registry {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let built = manifest
-        .variants
-        .into_iter()
-        .map(|entry| {
-            let fatbin = format!("{}.fatbin", entry.variant.name);
-            Built { entry, fatbin, hash: String::new(), fatbin_sha256: String::new(), compiler: "test".into(), resources: Vec::new() }
-        })
-        .collect();
+    let built = manifest.variants.into_iter().map(Built::unbuilt).collect();
     let direct = Strategy::Direct;
     let table = TuningTable {
         format: TUNING_FORMAT,

@@ -16,14 +16,7 @@ use tilesmith_spec::{Built, Dtype, GridRule, Manifest};
 fn shipped() -> Vec<Built> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    manifest
-        .variants
-        .into_iter()
-        .map(|entry| {
-            let fatbin = format!("{}.fatbin", entry.variant.name);
-            Built { entry, fatbin, hash: String::new(), fatbin_sha256: String::new(), compiler: "test".into(), resources: Vec::new() }
-        })
-        .collect()
+    manifest.variants.into_iter().map(Built::unbuilt).collect()
 }
 
 /// Sizes: small ones, ones around tiles and 32-bit limits, and anything.

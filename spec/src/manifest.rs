@@ -315,6 +315,19 @@ impl Resources {
 }
 
 impl Built {
+    /// The record of an entry that was not compiled: its fatbin's name, no hashes, no
+    /// resources. For planning and choosing without a GPU (registry fixtures in tests).
+    pub fn unbuilt(entry: Entry) -> Built {
+        Built {
+            fatbin: fatbin_file(&entry.variant.name),
+            entry,
+            hash: String::new(),
+            fatbin_sha256: String::new(),
+            compiler: "none".into(),
+            resources: Vec::new(),
+        }
+    }
+
     pub fn spills(&self) -> bool {
         self.resources.iter().any(Resources::spills)
     }

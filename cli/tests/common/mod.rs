@@ -42,16 +42,11 @@ pub fn shipped_registry() -> tempfile::TempDir {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let text = std::fs::read_to_string(workspace.join("generated/manifest.json")).unwrap();
     let manifest: tilesmith_spec::Manifest = serde_json::from_str(&text).unwrap();
-    let built = |entry: tilesmith_spec::Entry| tilesmith_spec::Built {
-        fatbin: format!("{}.fatbin", entry.variant.name),
-        entry,
-        hash: String::new(),
-        fatbin_sha256: String::new(),
-        compiler: "none".into(),
-        resources: Vec::new(),
+    let registry = tilesmith_spec::Registry {
+        format: manifest.format,
+        project: None,
+        variants: manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect(),
     };
-    let registry =
-        tilesmith_spec::Registry { format: manifest.format, project: None, variants: manifest.variants.into_iter().map(built).collect() };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
     dir
