@@ -173,7 +173,8 @@ impl Chooser {
 
     /// The variant a call runs on, and why, without launching it: the nearest measured
     /// problem's ranking (within [`NEAR_ENOUGH`]) in this GPU's table, or, where it has none,
-    /// that of the GPU of the same compute capability with the nearest SM count; the first of
+    /// that of the GPU of the same compute capability nearest in SMs and clock
+    /// ([`Device::table_in`], as GEMM's dispatcher reads its tables); the first of
     /// those variants that takes the call. Otherwise the cost model's least estimate.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         let hash = PickKey::hash_of(gpu, call);
@@ -224,7 +225,7 @@ impl Chooser {
         }
         let problem: Vec<u64> = self.inner.declaration.quantities.iter().map(|q| quantity(call, q).unwrap_or(0)).collect();
         let dtype = takers[0].0.variant().dtype;
-        let table = table_for(&self.inner.tables, device);
+        let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
         // A dtype without entries reads those of another as wide, whose variants move as many
         // bytes (f16 calls take bf16's picks).
         let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
@@ -347,18 +348,6 @@ impl Target for Chooser {
 /// A quantity's value in a call, or its family's default.
 fn quantity(call: &Call, name: &str) -> Option<u64> {
     call.quantities.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
-}
-
-/// The table the chooser reads on `device`: its own, else that of the GPU of the same compute
-/// capability with the nearest SM count (then by name).
-fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<&'t FamilyTable> {
-    if let Some(own) = tables.iter().find(|t| t.device.is(device)) {
-        return Some(own);
-    }
-    tables
-        .iter()
-        .filter(|t| t.device.capability == device.capability)
-        .min_by(|a, b| a.device.sms.abs_diff(device.sms).cmp(&b.device.sms.abs_diff(device.sms)).then(a.device.name.cmp(&b.device.name)))
 }
 
 /// The rates the cost model assumes where the driver reports no clocks: an H100 SXM's.

@@ -363,16 +363,9 @@ fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: 
 /// scaled by √(its SMs / this device's) so that the problem it is compared with fills as many
 /// waves of tiles there as the call does here.
 pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t TuningTable, f64)> {
-    if let Some(own) = tables.iter().find(|t| t.device.is(device)) {
-        return Some((own, 1.0));
-    }
-    let clock = |d: &Device| d.clocks.map_or(0, |c| c.sm_mhz);
-    let nearness = |t: &TuningTable| (t.device.sms.abs_diff(device.sms), clock(&t.device).abs_diff(clock(device)));
-    tables
-        .iter()
-        .filter(|t| t.device.capability == device.capability)
-        .min_by(|a, b| nearness(a).cmp(&nearness(b)).then_with(|| a.device.name.cmp(&b.device.name)))
-        .map(|t| (t, (f64::from(t.device.sms) / f64::from(device.sms.max(1))).sqrt()))
+    let (table, own) = device.table_in(tables, |t| &t.device)?;
+    let scale = if own { 1.0 } else { (f64::from(table.device.sms) / f64::from(device.sms.max(1))).sqrt() };
+    Some((table, scale))
 }
 
 /// How far (in [`tuning::distance`], summed |log2| of problem count, M, N and K) a measured

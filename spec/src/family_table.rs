@@ -141,16 +141,14 @@ impl FamilyTable {
         FamilyTable::parse(&text, path)
     }
 
-    /// The rules every table meets: a family and quantities that are identifiers, a device with
-    /// SMs, entries with a value above 0 for each quantity, valid times, variants in rank order,
+    /// The rules every table meets: a family and quantities that are identifiers, a device as
+    /// [`Device::check`] has it, entries with a value above 0 for each quantity, valid times, variants in rank order,
     /// and no two entries for one dtype and problem.
     pub fn check(&self) -> Result<(), String> {
         if !crate::config::is_identifier(&self.family) {
             return Err(format!("family `{}` is not a name (letters, digits and _, not starting with a digit)", self.family));
         }
-        if self.device.name.trim().is_empty() || self.device.sms == 0 {
-            return Err(format!("device `{}` needs a name and at least one SM", self.device));
-        }
+        self.device.check()?;
         if self.quantities.is_empty() || self.quantities.iter().any(|q| !crate::config::is_identifier(q)) {
             return Err(format!("quantities {:?}: a table lists its family's quantities, each a name", self.quantities));
         }

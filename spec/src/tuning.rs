@@ -69,6 +69,40 @@ impl Device {
     pub fn is(&self, other: &Device) -> bool {
         self.name == other.name && self.capability == other.capability && self.sms == other.sms
     }
+
+    /// Of tables measured on the GPUs `device_of` gives, the one that stands for this GPU: its
+    /// own (`true`); else that of a GPU of the same compute capability with the nearest SM
+    /// count, then the nearest SM clock, then by name (`false`).
+    pub fn table_in<'t, T>(&self, tables: &'t [T], device_of: impl Fn(&T) -> &Device) -> Option<(&'t T, bool)> {
+        if let Some(own) = tables.iter().find(|t| device_of(t).is(self)) {
+            return Some((own, true));
+        }
+        let clock = |d: &Device| d.clocks.map_or(0, |c| c.sm_mhz);
+        let nearness = |d: &Device| (d.sms.abs_diff(self.sms), clock(d).abs_diff(clock(self)));
+        tables
+            .iter()
+            .filter(|t| device_of(t).capability == self.capability)
+            .min_by(|a, b| {
+                let (a, b) = (device_of(a), device_of(b));
+                nearness(a).cmp(&nearness(b)).then_with(|| a.name.cmp(&b.name))
+            })
+            .map(|t| (t, false))
+    }
+
+    /// The rules a table's device meets: a name, at least one SM, and clocks above 0 where
+    /// recorded.
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() || self.sms == 0 {
+            return Err(format!("device `{self}` needs a name and at least one SM"));
+        }
+        if let Some(clocks) = self.clocks.filter(|c| c.sm_mhz == 0 || c.memory_gbps == 0) {
+            return Err(format!(
+                "device {self}: clocks of {} MHz and {} GB/s; a table records the GPU's clocks above 0, or none",
+                clocks.sm_mhz, clocks.memory_gbps
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Whether a call's operands suit TMA as they are: 16-byte-aligned starts and leading
@@ -314,15 +348,7 @@ impl TuningTable {
     /// candidate's) are [`valid_ms`], candidates in rank order; clocks above 0 where recorded,
     /// and no two entries for one problem.
     pub fn check(&self) -> Result<(), String> {
-        if self.device.name.trim().is_empty() || self.device.sms == 0 {
-            return Err(format!("device `{}` needs a name and at least one SM", self.device));
-        }
-        if let Some(clocks) = self.device.clocks.filter(|c| c.sm_mhz == 0 || c.memory_gbps == 0) {
-            return Err(format!(
-                "device {}: clocks of {} MHz and {} GB/s; a table records the GPU's clocks above 0, or none",
-                self.device, clocks.sm_mhz, clocks.memory_gbps
-            ));
-        }
+        self.device.check()?;
         let mut seen = std::collections::BTreeMap::new();
         for (index, entry) in self.entries.iter().enumerate() {
             let problem = describe(entry.problem());
