@@ -181,12 +181,29 @@ pub(crate) fn shape(problem: Problem, layout: Layout) -> GemmShape {
     }
 }
 
-/// One kind of GPU being tuned: its table, where it goes, and the problems left.
-struct Kind {
-    device: Device,
-    path: PathBuf,
-    table: Mutex<TuningTable>,
-    queue: Mutex<VecDeque<(Problem, Dtype, Layout)>>,
+/// GEMM's kind: its table and problems in the three layouts' dtypes.
+type GemmKind = Kind<TuningTable, (Problem, Dtype, Layout)>;
+
+/// One kind of GPU being tuned: its table (`T`: GEMM's or a family's), where it goes, and the
+/// problems (`P`) left; its GPUs' workers share them.
+pub(crate) struct Kind<T, P> {
+    pub(crate) device: Device,
+    pub(crate) path: PathBuf,
+    pub(crate) table: Mutex<T>,
+    pub(crate) queue: Mutex<VecDeque<P>>,
+}
+
+/// Writes each kind's table once the workers are done, saying how many entries it holds
+/// (`entries`) and how many problems are left for the next run.
+pub(crate) fn finish<T: serde::Serialize, P>(kinds: &[Kind<T, P>], entries: impl Fn(&T) -> usize) -> Result<(), String> {
+    for kind in kinds {
+        let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
+        write(&kind.path, &*table)?;
+        let left = kind.queue.lock().map_or(0, |q| q.len());
+        let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
+        println!("{} entries in {}{more}", entries(&table), kind.path.display());
+    }
+    Ok(())
 }
 
 /// The epilogue `--epilogue` names: an activation's, since calls with none take the plain
@@ -247,7 +264,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
 
-    let mut kinds: Vec<Kind> = Vec::new();
+    let mut kinds: Vec<GemmKind> = Vec::new();
     for device in &devices {
         if kinds.iter().any(|k| k.device.is(device)) {
             continue;
@@ -319,13 +336,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
     });
     bar.finish_and_clear();
-    for kind in &kinds {
-        let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
-        write(&kind.path, &table)?;
-        let left = kind.queue.lock().map_or(0, |q| q.len());
-        let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
-        println!("{} entries in {}{more}", table.entries.len(), kind.path.display());
-    }
+    finish(&kinds, |table| table.entries.len())?;
     results.into_iter().collect()
 }
 
@@ -365,7 +376,7 @@ fn dims(shape: &GemmShape) -> [u64; 4] {
 /// writing the table after each.
 fn work(
     ordinal: usize,
-    kind: &Kind,
+    kind: &GemmKind,
     registry: &Registry,
     bar: &ProgressBar,
     log: &Log,
@@ -401,7 +412,7 @@ fn work(
         if let Some(entry) = entry {
             let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
             table.insert(entry);
-            write(&kind.path, &table)?;
+            write(&kind.path, &*table)?;
         }
     }
 }
@@ -512,7 +523,8 @@ fn measure<T: tilesmith_runtime::Element>(
 }
 
 /// Writes the table through a temporary file, so that an interrupt leaves the old one whole.
-fn write(path: &std::path::Path, table: &TuningTable) -> Result<(), String> {
+/// Writes a table through a temporary file, so that an interrupted write leaves the old one.
+pub(crate) fn write<T: serde::Serialize + ?Sized>(path: &std::path::Path, table: &T) -> Result<(), String> {
     let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
     let temporary = path.with_extension("json.tmp");
     std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;

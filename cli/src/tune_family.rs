@@ -5,7 +5,7 @@
 //! among the GPUs of one kind; a second run skips what the table holds.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Registry};
@@ -29,13 +29,8 @@ pub struct Options<'a> {
     pub deadline: Instant,
 }
 
-/// One kind of GPU: its table, where it goes, the problems left.
-struct Kind {
-    device: Device,
-    path: PathBuf,
-    table: Mutex<FamilyTable>,
-    queue: Mutex<VecDeque<(Dtype, Vec<u64>)>>,
-}
+/// A family's kind of GPU: its table and the (dtype, problem) pairs left.
+type Kind = crate::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
 
 pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let chooser = registry.family(options.family).map_err(|e| e.to_string())?;
@@ -119,13 +114,7 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
             .collect();
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
     });
-    for kind in &kinds {
-        let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
-        write(&kind.path, &table)?;
-        let left = kind.queue.lock().map_or(0, |q| q.len());
-        let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
-        println!("{} entries in {}{more}", table.entries.len(), kind.path.display());
-    }
+    crate::tune::finish(&kinds, |table| table.entries.len())?;
     results.into_iter().collect()
 }
 
@@ -193,7 +182,7 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
                 );
                 let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
                 table.insert(FamilyEntry { dtype, problem, baseline_ms, ranked });
-                write(&kind.path, &table)?;
+                crate::tune::write(&kind.path, &*table)?;
             }
             None => println!("GPU {ordinal} {what}: no variant takes it"),
         }
@@ -229,13 +218,6 @@ fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shap
         }
     }
     Ok(baseline_ms.filter(|_| !timed.is_empty()).map(|ms| (ms, timed)))
-}
-
-fn write(path: &Path, table: &FamilyTable) -> Result<(), String> {
-    let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
-    let temporary = path.with_extension("json.tmp");
-    std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
-    std::fs::rename(&temporary, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
 }
 
 /// How long a run may start problems for.
