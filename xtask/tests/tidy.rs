@@ -1,0 +1,44 @@
+//! The layout rules of `xtask::tidy`, one test each, on this checkout.
+
+use std::path::{Path, PathBuf};
+use xtask::tidy;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn holds(broken: Vec<String>) {
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn the_workspace_lists_its_crates() {
+    let members = tidy::members(&root());
+    for crate_folder in ["spec", "pipeline", "runtime", "tests", "cli", "xtask"] {
+        assert!(members.iter().any(|m| m == crate_folder), "{crate_folder} missing from {members:?}");
+    }
+}
+
+#[test]
+fn code_map_names_every_crate() {
+    holds(tidy::code_map_names_every_crate(&root()));
+}
+
+#[test]
+fn code_map_names_every_module() {
+    holds(tidy::code_map_names_every_module(&root()));
+}
+
+#[test]
+fn a_crate_or_module_missing_from_the_code_map_is_found() {
+    let scratch = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
+    std::fs::create_dir_all(scratch.join("alpha/src")).unwrap();
+    std::fs::write(scratch.join("Cargo.toml"), "[workspace]\nmembers = [\"alpha\"]\n").unwrap();
+    std::fs::write(scratch.join("alpha/src/lib.rs"), "").unwrap();
+    std::fs::write(scratch.join("alpha/src/beta.rs"), "").unwrap();
+    std::fs::write(scratch.join("ARCHITECTURE.md"), "nothing here\n").unwrap();
+    let broken = tidy::broken_rules(&scratch);
+    std::fs::remove_dir_all(&scratch).unwrap();
+    assert!(broken.iter().any(|b| b.contains("crate folder `alpha/`")), "{broken:?}");
+    assert!(broken.iter().any(|b| b.contains("module `beta` (alpha/src/beta.rs)")), "{broken:?}");
+}
