@@ -6,13 +6,15 @@
 use crate::chart;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
-use tilesmith_runtime::{plan_gemm_with, Activation, Buffer, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Registry, Workspace};
+use tilesmith_gemm::trials::checks as trials;
+use tilesmith_gemm::trials::fused::{LtGemm, Unfused};
+use tilesmith_gemm::trials::timing::{FusedBaseline, GemmCase};
+use tilesmith_gemm::trials::GEMM_LIBRARY;
+use tilesmith_gemm::{plan_gemm_with, with_inputs, with_output, Activation, EpilogueArgs, GemmKernel, GemmShape, Workspace};
+use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Registry};
 use tilesmith_spec::family::{Baseline, Family};
 use tilesmith_trials::declared::{self, Case, Shape};
-use tilesmith_trials::fused::{LtGemm, Unfused};
 use tilesmith_trials::report::{self, Record};
-use tilesmith_trials::timing::{FusedBaseline, GemmCase};
-use tilesmith_trials::{trials, with_inputs, with_output};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -142,8 +144,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         let family = &members[0].info().entry.declaration;
         for shape in family_shapes(family, &given) {
             let what = describe(&shape, family);
-            match family.baseline {
-                Baseline::CublasGemm => with_inputs!(*dtype, b, T, TB => with_output!(out, TC => {
+            match &family.baseline {
+                // GEMM's cuBLAS, from the GEMM plug-in, the one this command links.
+                Baseline::Library(name) if name == GEMM_LIBRARY => with_inputs!(*dtype, b, T, TB => with_output!(out, TC => {
                     let layout = members[0].layout().map_err(|e| e.to_string())?;
                     let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
                     let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
@@ -218,6 +221,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     }
                     Ok::<(), String>(())
                 }))?,
+                Baseline::Library(name) => {
+                    return Err(format!(
+                        "family `{}` is timed beside library `{name}`, which bench does not link",
+                        members[0].variant().family
+                    ));
+                }
                 Baseline::Copy => {
                     let mut runnable = Vec::new();
                     for &kernel in members {

@@ -7,7 +7,7 @@ use tilesmith_build::compile::Options;
 use tilesmith_build::{compile, gen, Project, Selection};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
-use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
+use tilesmith_spec::tuning::{self, TUNING_DIR};
 
 /// What every script starts with: the bundled registry, and cuBLAS on the library path.
 const PRELUDE: &str = r#"#!/usr/bin/env bash
@@ -90,10 +90,8 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
         }
     }
     let tuning = registry_dir.join(TUNING_DIR);
-    let mut tables: Vec<(String, PathBuf)> = TuningTable::paths(&tuning)?
-        .into_iter()
-        .map(|path| (path.file_name().expect("a file").to_string_lossy().into_owned(), path))
-        .collect();
+    let mut tables: Vec<(String, PathBuf)> =
+        tuning::paths(&tuning)?.into_iter().map(|path| (path.file_name().expect("a file").to_string_lossy().into_owned(), path)).collect();
     tables.extend(FamilyTable::paths(&tuning)?);
     for (name, path) in tables {
         let target = registry.join(TUNING_DIR).join(name);

@@ -22,6 +22,13 @@ use tilesmith_build::{gen, toolchain, Project, Selection};
 use tilesmith_runtime::{Registry, REGISTRY_VAR};
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
 use tilesmith_trials::report::PERF_DIR_NAME;
+use tilesmith_trials::trials::Plugin;
+
+/// The trials plug-ins this command links: GEMM's (its cuBLAS baseline and its dispatcher).
+const PLUGINS: &[&dyn Plugin] = &[&tilesmith_gemm::trials::PLUGIN];
+
+/// The plug-ins' checks of their tables, which every build here runs: GEMM's.
+const TABLE_CHECKS: &[compile::TableCheck] = &[tilesmith_gemm::table::check_plugin_table];
 
 #[derive(Parser)]
 #[command(name = "tilesmith", version, about = "tilesmith: GPU kernel variants from templates to a tested fatbin registry")]
@@ -166,6 +173,7 @@ impl Compile {
             launcher: compile::split_launcher(self.launcher.as_deref().unwrap_or_default()),
             repair,
             cache: self.cache.clone(),
+            table_checks: TABLE_CHECKS.to_vec(),
         }
     }
 }
@@ -236,7 +244,7 @@ impl Target {
             (None, Ok(project)) => {
                 let all = Selection::new(&[])?;
                 gen::run(&project, &all, false, false)?;
-                compile::run(&project, &all, &Options::from_env())?;
+                compile::run(&project, &all, &Options { table_checks: TABLE_CHECKS.to_vec(), ..Options::from_env() })?;
                 Ok(Target { registry: project.registry_dir(), project: Some(project) })
             }
             (None, Err(err)) => Err(err),
@@ -293,8 +301,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let target = Target::resolve(&cli.root, &registry)?;
             let entries = tilesmith_trials::harness::registry_entries(&target.registry).map_err(|err| anyhow::anyhow!(err))?;
             let perf_dir = perf_dir.unwrap_or_else(|| target.output(PERF_DIR_NAME));
-            let setup =
-                tilesmith_trials::harness::Setup { entries, registry: target.registry, perf_dir, partition, require_gpu: !allow_no_gpu };
+            let setup = tilesmith_trials::harness::Setup {
+                entries,
+                registry: target.registry,
+                perf_dir,
+                partition,
+                require_gpu: !allow_no_gpu,
+                plugins: PLUGINS,
+            };
             Ok(tilesmith_trials::harness::run(libtest, setup))
         }
         Command::Bench { registry, args } => {

@@ -7,9 +7,11 @@
 
 use crate::tune;
 use std::path::PathBuf;
-use tilesmith_runtime::dispatch::{self, GemmCall};
-use tilesmith_runtime::{Buffer, EpilogueArgs, GemmShape, Registry};
-use tilesmith_spec::tuning::{self, Alignment, Clocks, Device, TuningEntry, TuningTable};
+use tilesmith_gemm::dispatch::{self, GemmCall};
+use tilesmith_gemm::table::{self, Alignment, TuningEntry, TuningTable};
+use tilesmith_gemm::{EpilogueArgs, GemmShape};
+use tilesmith_runtime::{Buffer, Registry};
+use tilesmith_spec::tuning::{Clocks, Device};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,7 +62,7 @@ impl Policy {
     }
 
     /// Counts a pick; returns its ratio to cuBLAS where the table measured it.
-    fn add(&mut self, entry: &TuningEntry, pick: Option<(String, tilesmith_spec::tuning::Strategy)>, problem: &str) -> Option<f64> {
+    fn add(&mut self, entry: &TuningEntry, pick: Option<(String, table::Strategy)>, problem: &str) -> Option<f64> {
         let ratio = pick
             .and_then(|(name, strategy)| entry.ranked.iter().find(|c| c.variant == name && c.strategy == strategy).map(|c| c.ratio(entry)));
         match ratio {
@@ -122,7 +124,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         let shape = call_shape(entry);
         let buffers = Buffer::unallocated(shape.spans());
         let call = GemmCall { dtype: entry.key.dtype, shape: &shape, buffers, epilogue: &plain };
-        let problem = format!("{} {} {} {}", tuning::describe(entry.problem()), entry.key.dtype, shape.layout, entry.key.alignment);
+        let problem = format!("{} {} {} {}", table::describe(entry.problem()), entry.key.dtype, shape.layout, entry.key.alignment);
         let pick = |tables: &[TuningTable]| {
             dispatch::choose(kernels.iter().copied(), tables, &device, &call).ok().map(|c| (c.kernel.name().to_string(), c.strategy))
         };
@@ -163,7 +165,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tilesmith_spec::tuning::{Candidate, Key, Strategy};
+    use tilesmith_gemm::table::{Candidate, Key, Strategy};
     use tilesmith_spec::{Dtype, Layout};
 
     #[test]

@@ -10,11 +10,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tilesmith_runtime::dispatch;
-use tilesmith_runtime::{Activation, Buffer, Choice, Dtype, EpilogueArgs, GemmShape, Gpu, Kernel, Layout, Registry, Workspace};
-use tilesmith_spec::tuning::{self, Candidate, Device, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
-use tilesmith_trials::timing::GemmCase;
-use tilesmith_trials::{trials, with_element};
+use tilesmith_gemm::table::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_gemm::trials::checks as trials;
+use tilesmith_gemm::trials::timing::GemmCase;
+use tilesmith_gemm::{dispatch, Activation, Choice, EpilogueArgs, GemmShape, Workspace};
+use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::tuning::{self, Device};
+use tilesmith_trials::with_element;
 
 /// The default tuning set, most wanted first (a run out of time keeps what it measured):
 /// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
@@ -269,7 +271,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         if kinds.iter().any(|k| k.device.is(device)) {
             continue;
         }
-        let path = out.join(TuningTable::file_name(device));
+        let path = out.join(tuning::file_name(device));
         let mut table = match path.exists() {
             true => TuningTable::read(&path)?,
             false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
@@ -393,7 +395,7 @@ fn work(
         let shape = shape(problem, layout);
         let (key, dims) = key(problem, dtype, layout);
         let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
-        let name = format!("{dtype} {layout} {}{}{with}", tuning::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
+        let name = format!("{dtype} {layout} {}{}{with}", table::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
         bar.set_message(name.clone());
         let start = Instant::now();
         let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key, epilogue))?;
@@ -471,7 +473,7 @@ fn measure<T: tilesmith_runtime::Element>(
     if let Some((_, activation)) = epilogue {
         case = case.with_bias_activation(gpu, *activation)?;
     }
-    let problem = format!("{} {dtype} {}", tuning::describe(dims(&shape)), shape.layout);
+    let problem = format!("{} {dtype} {}", table::describe(dims(&shape)), shape.layout);
     if !tuning::valid_ms(cublas_ms) {
         return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
     }
@@ -517,7 +519,7 @@ fn measure<T: tilesmith_runtime::Element>(
         batch: shape.batch.count as u64,
         epilogue: epilogue.as_ref().map(|(word, _)| word.clone()),
         cublas_ms,
-        ranked: tuning::rank(measured)?,
+        ranked: table::rank(measured)?,
     };
     Ok((Some(entry), counts))
 }

@@ -1434,13 +1434,10 @@ fn families_with_no_rust_get_a_chooser() {
     let mut table = FamilyTable::new("scale", device.clone(), "test".into(), vec!["n".into()]);
     let ranked = vec![Timed { variant: "scale_w8".into(), ms: 0.1 }, Timed { variant: "scale".into(), ms: 0.2 }];
     table.insert(FamilyEntry { dtype: Dtype::F32, problem: vec![1 << 24], baseline_ms: 0.1, ranked });
-    let registry = tilesmith_runtime::Registry::new(
-        dir.path(),
-        manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect(),
-        Vec::new(),
-    )
-    .with_family_tables(vec![table])
-    .unwrap();
+    let registry =
+        tilesmith_runtime::Registry::new(dir.path(), manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect())
+            .with_family_tables(vec![table])
+            .unwrap();
     let call = |n: usize| {
         let [x, y] = Buffer::unallocated([n, n]);
         Call::default().operand("x", Dtype::F32, x).operand("y", Dtype::F32, y).quantity("n", n as u64).scalar("alpha", 2.0)

@@ -7,7 +7,7 @@ use std::path::Path;
 
 #[test]
 fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
-    use tilesmith_spec::tuning::{Key, TuningTable};
+    use tilesmith_gemm::table::{Key, TuningTable};
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let path = workspace.join("tuning/NVIDIA_H100_80GB_HBM3-132sm.json");
     let mut table = TuningTable::read(&path).unwrap();

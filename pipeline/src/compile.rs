@@ -19,7 +19,7 @@ use std::time::Instant;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
-use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
+use tilesmith_spec::tuning::{self, Device, PluginTable, TUNING_DIR};
 use tilesmith_spec::{arch, Built, Config, Entry, Manifest, Registry, Resources};
 
 /// nvcc's flags for one variant, without input and output.
@@ -119,7 +119,15 @@ pub struct Options {
     pub repair: bool,
     /// A folder of fatbins by content hash ([`Cache`]), looked in before compiling.
     pub cache: Option<PathBuf>,
+    /// The checks of the plug-ins linked (the CLI passes its plug-in's), run on every plug-in
+    /// table before anything is built; none (a crate's build.rs) checks only what every format
+    /// states, and the plug-in checks the rest when it reads the table.
+    pub table_checks: Vec<TableCheck>,
 }
+
+/// A plug-in's check of the tables of its own format (format, entries, times), naming the file
+/// and the rule in its error.
+pub type TableCheck = fn(&PluginTable) -> Result<(), String>;
 
 impl Options {
     /// A job per core, the launcher and the cache from the environment, no repair.
@@ -129,6 +137,7 @@ impl Options {
             launcher: split_launcher(&std::env::var(LAUNCHER_VAR).unwrap_or_default()),
             repair: false,
             cache: std::env::var_os(CACHE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from),
+            table_checks: Vec::new(),
         }
     }
 }
@@ -158,7 +167,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
     let families = declared_names(project);
-    let tables = project_tables(project, families.as_ref())?;
+    let tables = project_tables(project, families.as_ref(), &options.table_checks)?;
     let declared: Option<BTreeSet<String>> = families.map(|f| f.into_keys().collect());
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
@@ -768,28 +777,39 @@ fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
-/// The project's tuning tables, each checked (format, file name, entries, one table per
-/// device), by their paths in the tuning folder: GEMM's (`tuning/*.json`), whose variants that
-/// the project does not declare are reported, and the other families' (`tuning/<family>/*.json`,
-/// [`FamilyTable`]), which may rank only declared variants of their own family.
-fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>) -> Result<Vec<(String, PathBuf)>> {
+/// The project's tuning tables, each checked, by their paths in the tuning folder: the
+/// families' (`tuning/<family>/*.json`, [`FamilyTable`]: format, file name, entries, one per
+/// device), which may rank only declared variants of their own family; and plug-ins' tables in
+/// the folder itself ([`PluginTable`]: device, file name, one per device, and the `checks` of
+/// the plug-ins linked), whose variants that the project does not declare are reported.
+fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>, checks: &[TableCheck]) -> Result<Vec<(String, PathBuf)>> {
     let dir = project.tuning_dir();
     let fix = "fix it, remove it or run `tilesmith tune` again";
-    let tables = TuningTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+    let plugin_tables = PluginTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
     let family_tables = FamilyTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
-    if let Some(declared) = declared {
-        for (path, table) in &tables {
-            let unknown = table.unknown_variants(|name| declared.contains_key(name));
-            if !unknown.is_empty() {
-                let more = if unknown.len() > 5 { format!(" and {} more", unknown.len() - 5) } else { String::new() };
-                eprintln!(
-                    "warning: {} ranks {} variant(s) that variants.toml does not declare; the dispatcher skips them (tune again to refresh): {}{more}",
-                    project.relative(path),
-                    unknown.len(),
-                    unknown[..unknown.len().min(5)].join(", ")
-                );
-            }
+    let mut devices: Vec<(Device, &Path)> = Vec::new();
+    for table in &plugin_tables {
+        let (device, variants) = table.outline().map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+        for check in checks {
+            check(table).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
         }
+        if let Some((_, other)) = devices.iter().find(|(d, _)| d.is(&device)) {
+            bail!("{} and {} are both tables for {device}; keep one", project.relative(other), project.relative(&table.path));
+        }
+        devices.push((device, &table.path));
+        let unknown: Vec<&String> = variants.iter().filter(|v| declared.is_some_and(|d| !d.contains_key(*v))).collect();
+        if !unknown.is_empty() {
+            let more = if unknown.len() > 5 { format!(" and {} more", unknown.len() - 5) } else { String::new() };
+            let first: Vec<&str> = unknown.iter().take(5).map(|v| v.as_str()).collect();
+            eprintln!(
+                "warning: {} ranks {} variant(s) that variants.toml does not declare; its dispatcher skips them (tune again to refresh): {}{more}",
+                project.relative(&table.path),
+                unknown.len(),
+                first.join(", ")
+            );
+        }
+    }
+    if let Some(declared) = declared {
         for (name, table) in &family_tables {
             let unknown = table.unknown_variants(|variant| declared.get(variant) == Some(&table.family));
             if let Some(first) = unknown.first() {
@@ -803,7 +823,7 @@ fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>
         }
     }
     let named = |path: &PathBuf| path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut out: Vec<(String, PathBuf)> = tables.into_iter().map(|(path, _)| (named(&path), path)).collect();
+    let mut out: Vec<(String, PathBuf)> = plugin_tables.iter().map(|t| (named(&t.path), t.path.clone())).collect();
     let paths = FamilyTable::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
     out.extend(paths);
     Ok(out)
@@ -825,7 +845,7 @@ fn carry_tables(project: &Project, tables: &[(String, PathBuf)]) -> Result<()> {
             return Err(err).with_context(|| format!("cannot copy {} into {}", path.display(), to.display()));
         }
     }
-    let mut listed: Vec<PathBuf> = TuningTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?;
+    let mut listed: Vec<PathBuf> = tuning::paths(&to).with_context(|| format!("cannot list {}", to.display()))?;
     listed.extend(FamilyTable::paths(&to).with_context(|| format!("cannot list {}", to.display()))?.into_iter().map(|(_, path)| path));
     for stale in listed {
         if !tables.iter().any(|(name, _)| to.join(name) == stale) {

@@ -306,7 +306,7 @@ fn context(declared: &Declared) -> Context {
     for (quantity, edge) in family.tile.iter().zip(variant.tile()) {
         ctx.insert(format!("t{quantity}"), edge);
     }
-    // `<operand>_row_major` for operands whose order follows an axis (GEMM's `a_row_major`).
+    // `<operand>_row_major` for operands whose order follows an axis (`a_row_major` for an operand `a` ordered by a `layout` axis).
     for operand in &family.operands {
         if let Some(Ok((axis, index))) = operand.order.as_deref().map(|order| family.order_axis(order)) {
             let row_major = variant.word(&axis.name).is_some_and(|word| word.as_bytes().get(index) == Some(&b't'));

@@ -11,13 +11,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::{Family, ELEM};
 use tilesmith_spec::family_table::{self, FamilyTable};
-use tilesmith_spec::tuning::{Clocks, Device, TuningTable};
+use tilesmith_spec::tuning::{self, Clocks, Device};
 use tilesmith_spec::Dtype;
 
 /// How far ([`family_table::distance`], summed |log2| over the quantities) a measured problem
 /// may lie from a call and still stand for it: four times the rows, or twice the rows and half
-/// the columns. Farther than GEMM's 1: the cost model knows less of row-wise kernels than the
-/// GEMM heuristic of its tiles (H200, f32 softmax 4096x50257: the model picked the warp
+/// the columns. Farther than the 1 of the tile dispatcher's plug-in: the cost model knows less
+/// of row-wise kernels than that heuristic of its tiles (H200, f32 softmax 4096x50257: the model picked the warp
 /// variant, 0.45x the fastest; the entry at 2048x32768, 1.6 away, ranks the fastest first).
 pub const NEAR_ENOUGH: f64 = 2.0;
 
@@ -113,7 +113,7 @@ impl Chooser {
     pub(crate) fn new(family: &str, kernels: Vec<Kernel>, tables: Vec<FamilyTable>) -> std::result::Result<Chooser, String> {
         let declaration = kernels.first().map(|k| k.info().entry.declaration.clone()).ok_or_else(|| format!("no variant of {family}"))?;
         for table in &tables {
-            let at = format!("tuning table {family}/{}", TuningTable::file_name(&table.device));
+            let at = format!("tuning table {family}/{}", tuning::file_name(&table.device));
             if table.quantities != declaration.quantities {
                 return Err(format!(
                     "{at} measures problems of quantities {}, but family {family} declares {}: tune it again",
@@ -174,7 +174,7 @@ impl Chooser {
     /// The variant a call runs on, and why, without launching it: the nearest measured
     /// problem's ranking (within [`NEAR_ENOUGH`]) in this GPU's table, or, where it has none,
     /// that of the GPU of the same compute capability nearest in SMs and clock
-    /// ([`Device::table_in`], as GEMM's dispatcher reads its tables); the first of
+    /// ([`Device::table_in`], as plug-in dispatchers read theirs); the first of
     /// those variants that takes the call. Otherwise the cost model's least estimate.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         let hash = PickKey::hash_of(gpu, call);
@@ -255,7 +255,7 @@ impl Chooser {
                 let reason = format!(
                     "tuning table {}/{}{borrowed}: nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there",
                     self.name(),
-                    TuningTable::file_name(&table.device),
+                    tuning::file_name(&table.device),
                     family_table::describe(&table.quantities, &entry.problem),
                     entry.dtype,
                     rank + 1,

@@ -34,8 +34,9 @@ pub enum Error {
     #[error("family `{family}` refused the call: {rule}")]
     NoFamilyVariant { family: String, rule: String },
 
-    #[error("no variant takes this GEMM call: {0}")]
-    NoVariant(String),
+    /// From a plug-in's dispatcher: `what` names its family's calls.
+    #[error("no variant takes this {what} call: {rule}")]
+    NoVariant { what: &'static str, rule: String },
 
     #[error("kernel `{name}` refused the launch: {rule}")]
     Refused { name: String, rule: String },

@@ -9,7 +9,7 @@ use cudarc::driver::sys::{
     CUlaunchAttributeValue_union__bindgen_ty_1, CUlaunchConfig, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -183,40 +183,17 @@ impl Gpu {
             });
         }
         let function = self.load(info, fatbin)?;
-        let values = launch
+        // The tensor maps the arguments name, encoded (once per GPU) before the launch.
+        let maps = launch
             .args
             .iter()
-            .map(|arg| match *arg {
-                Arg::Pointer(addr) => Ok(Value::Pointer(addr)),
-                Arg::I32(value) => Ok(Value::I32(value)),
-                Arg::I64(value) => Ok(Value::I64(value)),
-                Arg::U32(value) => Ok(Value::U32(value)),
-                Arg::F32(value) => Ok(Value::F32(value)),
-                Arg::F64(value) => Ok(Value::F64(value)),
-                Arg::TensorMap(map) => self.encoded(&map).map(|encoded| Value::TensorMap(TensorMap(encoded))),
+            .filter_map(|arg| match arg {
+                Arg::TensorMap(map) => Some(self.encoded(map)),
+                _ => None,
             })
-            .collect::<std::result::Result<Vec<_>, _>>()
+            .collect::<std::result::Result<Vec<CUtensorMap>, _>>()
             .map_err(|err| Error::Cuda { what: format!("encoding a tensor map for {name}"), source: err })?;
-        let what = || format!("launching {name}");
-        if launch.cluster != [1, 1, 1] {
-            return self.launch_clusters(&function, &launch, &values).map_err(|err| Error::Cuda { what: what(), source: err });
-        }
-        let mut builder = self.stream.launch_builder(&function);
-        for value in &values {
-            match value {
-                Value::Pointer(addr) => builder.arg(addr),
-                Value::I32(value) => builder.arg(value),
-                Value::I64(value) => builder.arg(value),
-                Value::U32(value) => builder.arg(value),
-                Value::F32(value) => builder.arg(value),
-                Value::F64(value) => builder.arg(value),
-                Value::TensorMap(map) => builder.arg(map),
-            };
-        }
-        let config =
-            LaunchConfig { grid_dim: launch.grid.into(), block_dim: launch.block.into(), shared_mem_bytes: launch.dynamic_smem_bytes };
-        // The plan checked every argument against the kernel's parameter list and the operands.
-        unsafe { builder.launch(config) }.map(drop).map_err(|err| Error::Cuda { what: what(), source: err })
+        self.launch_ex(&function, &launch, &maps).map_err(|err| Error::Cuda { what: format!("launching {name}"), source: err })
     }
 
     /// The driver's tensor map for `map`, encoded once.
@@ -233,27 +210,34 @@ impl Gpu {
         Ok(encoded)
     }
 
-    /// A launch in thread-block clusters, which cudarc's launch builder does not make: through
-    /// cuLaunchKernelEx. A persistent grid gets no more clusters than fit on the GPU at once
-    /// (not every multiprocessor may host a cluster's block), or some would wait for a
+    /// Every launch, through cuLaunchKernelEx: the plan's arguments passed where they lie (the
+    /// one conversion from plan to driver), `maps` the encoded tensor maps in argument order.
+    /// With thread-block clusters, a persistent grid gets no more clusters than fit on the GPU
+    /// at once (not every multiprocessor may host a cluster's block), or some would wait for a
     /// second wave; other grids (split-K, a cluster per tile) run in as many waves as they need.
-    fn launch_clusters(&self, function: &CudaFunction, launch: &Launch, values: &[Value]) -> std::result::Result<(), DriverError> {
-        let mut params: Vec<*mut c_void> = values
-            .iter()
-            .map(|value| match value {
-                Value::Pointer(addr) => addr as *const u64 as *mut c_void,
-                Value::I32(value) => value as *const i32 as *mut c_void,
-                Value::I64(value) => value as *const i64 as *mut c_void,
-                Value::U32(value) => value as *const u32 as *mut c_void,
-                Value::F32(value) => value as *const f32 as *mut c_void,
-                Value::F64(value) => value as *const f64 as *mut c_void,
-                Value::TensorMap(map) => map as *const TensorMap as *mut c_void,
-            })
-            .collect();
+    fn launch_ex(&self, function: &CudaFunction, launch: &Launch, maps: &[CUtensorMap]) -> std::result::Result<(), DriverError> {
+        let mut maps = maps.iter();
+        let mut params: Vec<*mut c_void> = Vec::with_capacity(launch.args.len());
+        for arg in &launch.args {
+            let param = match arg {
+                Arg::Pointer(addr) => addr as *const u64 as *mut c_void,
+                Arg::I32(value) => value as *const i32 as *mut c_void,
+                Arg::I64(value) => value as *const i64 as *mut c_void,
+                Arg::U32(value) => value as *const u32 as *mut c_void,
+                Arg::F32(value) => value as *const f32 as *mut c_void,
+                Arg::F64(value) => value as *const f64 as *mut c_void,
+                Arg::TensorMap(_) => match maps.next() {
+                    Some(map) => map as *const CUtensorMap as *mut c_void,
+                    None => return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE)),
+                },
+            };
+            params.push(param);
+        }
         let [x, y, z] = launch.cluster;
         let mut value: CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
         value.clusterDim = CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z };
         let mut attribute = CUlaunchAttribute { id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value };
+        let clustered = launch.cluster != [1, 1, 1];
         let [gx, gy, gz] = launch.grid;
         let [bx, by, bz] = launch.block;
         let mut config = CUlaunchConfig {
@@ -266,10 +250,10 @@ impl Gpu {
             sharedMemBytes: launch.dynamic_smem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attribute,
-            numAttrs: 1,
+            numAttrs: u32::from(clustered),
         };
         self.ctx.bind_to_thread()?;
-        if launch.persistent {
+        if clustered && launch.persistent {
             let mut fit = 0;
             unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
             if fit > 0 {
@@ -277,33 +261,15 @@ impl Gpu {
             }
         }
         // The plan checked every argument against the kernel's parameter list and the operands;
-        // `values` outlives the call.
+        // `launch` and `maps`, which `params` point into, outlive the call.
         unsafe { sys::cuLaunchKernelEx(&config, function.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }.result()
     }
-}
-
-/// A kernel argument as the launch passes it: tensor maps encoded.
-enum Value {
-    Pointer(u64),
-    I32(i32),
-    I64(i64),
-    U32(u32),
-    F32(f32),
-    F64(f64),
-    TensorMap(TensorMap),
 }
 
 /// ptxas's static shared memory, which counts against the same per-block limit as the dynamic.
 pub(crate) fn static_smem(info: &Built) -> u32 {
     info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0)
 }
-
-/// A tensor map as a kernel argument, passed by value.
-#[repr(transparent)]
-struct TensorMap(CUtensorMap);
-
-// A plain 128-byte descriptor, which the driver copies into the kernel's parameter space.
-unsafe impl DeviceRepr for TensorMap {}
 
 /// The driver's tensor map for a checked [`TensorMapArg`]: TMA copies its boxes, zero-filling
 /// what lies outside the tensor.
@@ -321,9 +287,10 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
         _ => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
     };
     // Rows whose stride is not a multiple of 128 bytes put most box rows across two lines;
-    // promoting each miss to 256 bytes then fetches lines no box needs. H100, 3000³ (rows of
-    // 6000 bytes), 192x192 tiles in clusters of 2: 0.80 of cuBLAS with 256-byte promotion, 0.95
-    // with 128 (docs/dispatch.md, "L2 promotion"); aligned rows keep the 256 bytes tuned on.
+    // promoting each miss to 256 bytes then fetches lines no box needs. H100, a 3000³ matrix
+    // product (rows of 6000 bytes), 192x192 tiles in clusters of 2: 0.80 of the vendor library
+    // with 256-byte promotion, 0.95 with 128 (docs/dispatch.md, "L2 promotion"); aligned rows
+    // keep the 256 bytes tuned on.
     let promotion = if map.strides_bytes[0].is_multiple_of(128) {
         CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B
     } else {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
 use tilesmith_spec::family::{ScalarType, SMS};
-use tilesmith_spec::{Access, Built, Dtype, GridRule, Layout, ParamKind, Targets, Variant};
+use tilesmith_spec::{Access, Built, Dtype, GridRule, ParamKind, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,191 +18,6 @@ impl Buffer {
     /// asking whether a variant takes a call, without memory.
     pub fn unallocated<const N: usize>(lens: [usize; N]) -> [Buffer; N] {
         std::array::from_fn(|i| Buffer { len: lens[i], addr: (i as u64 + 1) << 48 })
-    }
-}
-
-/// C (M×N, row-major) = A (M×K) · B (K×N), stored as `layout` says, with leading dimensions;
-/// for each problem of a strided batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GemmShape {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub lda: usize,
-    pub ldb: usize,
-    pub ldc: usize,
-    pub layout: Layout,
-    pub batch: Batch,
-}
-
-/// A strided batch of GEMM problems: `count` of them, problem p's A, B and C `p·strides[i]`
-/// elements on from the first's (cuBLAS's strided batch). A stride of 0 for A or B makes every
-/// problem read the same matrix (a broadcast); C's must keep the problems' outputs apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Batch {
-    pub count: usize,
-    /// Elements between problems of A, B and C.
-    pub strides: [usize; 3],
-}
-
-impl Batch {
-    /// One problem.
-    pub const ONE: Batch = Batch { count: 1, strides: [0; 3] };
-}
-
-impl Default for Batch {
-    fn default() -> Batch {
-        Batch::ONE
-    }
-}
-
-impl GemmShape {
-    /// Leading dimensions equal to the stored rows' lengths: no padding; one problem.
-    pub fn packed(m: usize, n: usize, k: usize, layout: Layout) -> GemmShape {
-        let lda = if layout.a_row_major() { k } else { m };
-        let ldb = if layout.b_row_major() { n } else { k };
-        GemmShape { m, n, k, lda, ldb, ldc: n, layout, batch: Batch::ONE }
-    }
-
-    /// `count` problems of this shape, each matrix right after the previous problem's.
-    pub fn batched(self, count: usize) -> GemmShape {
-        GemmShape { batch: Batch { count, strides: self.problem_spans() }, ..self }
-    }
-
-    /// With this batch.
-    pub fn with_batch(self, batch: Batch) -> GemmShape {
-        GemmShape { batch, ..self }
-    }
-
-    /// Whether it is more than one problem.
-    pub fn is_batched(&self) -> bool {
-        self.batch.count != 1
-    }
-
-    /// (rows, row length) of A, B and C as stored.
-    pub fn stored(&self) -> [(usize, usize); 3] {
-        let a = if self.layout.a_row_major() { (self.m, self.k) } else { (self.k, self.m) };
-        let b = if self.layout.b_row_major() { (self.k, self.n) } else { (self.n, self.k) };
-        [a, b, (self.m, self.n)]
-    }
-
-    /// Elements each of A, B and C of one problem spans.
-    pub fn problem_spans(&self) -> [usize; 3] {
-        let lds = [self.lda, self.ldb, self.ldc];
-        let stored = self.stored();
-        [0, 1, 2].map(|i| span(stored[i].0, stored[i].1, lds[i]).unwrap_or(usize::MAX))
-    }
-
-    /// Elements each of A, B and C spans over every problem: what its buffer must hold.
-    pub fn spans(&self) -> [usize; 3] {
-        let one = self.problem_spans();
-        let Batch { count, strides } = self.batch;
-        [0, 1, 2].map(|i| batch_span(one[i], count, strides[i]).unwrap_or(usize::MAX))
-    }
-}
-
-/// The activation of a GEMM epilogue, C = act(α·A·B + β·C + bias + row_bias): the values of
-/// the GEMM family's `epilogue` axis, `None` standing for both `none` (C = A·B, no α, β or
-/// bias taken) and `linear`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Activation {
-    #[default]
-    None,
-    Relu,
-    /// GELU's tanh form, cuBLASLt's `GELU`: x/2 · (1 + tanh(√(2/π)·(x + 0.044715x³))).
-    GeluTanh,
-    /// GELU's exact form: x/2 · (1 + erf(x/√2)).
-    GeluErf,
-    /// x · sigmoid(x).
-    Silu,
-}
-
-impl Activation {
-    pub const ALL: [Activation; 5] = [Activation::None, Activation::Relu, Activation::GeluTanh, Activation::GeluErf, Activation::Silu];
-
-    /// The `epilogue` axis values of the variants that apply it.
-    pub fn epilogues(self) -> &'static [&'static str] {
-        match self {
-            Activation::None => &["none", "linear"],
-            Activation::Relu => &["relu"],
-            Activation::GeluTanh => &["gelu_tanh"],
-            Activation::GeluErf => &["gelu_erf"],
-            Activation::Silu => &["silu"],
-        }
-    }
-
-    /// A GEMM variant's `epilogue` value; `none` for a GEMM family without the axis.
-    pub fn epilogue_of(variant: &Variant) -> &str {
-        variant.word("epilogue").unwrap_or("none")
-    }
-
-    /// The activation a variant with this `epilogue` value applies.
-    pub fn of_epilogue(word: &str) -> Option<Activation> {
-        Activation::ALL.into_iter().find(|a| a.epilogues().contains(&word))
-    }
-}
-
-/// What a GEMM call asks beside its shape and buffers, as the checks see it: the epilogue, and
-/// the types of B and C where they are not A's.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct EpilogueArgs {
-    pub activation: Activation,
-    pub alpha: f32,
-    pub beta: f32,
-    /// One per column of C (N elements).
-    pub bias: Option<Buffer>,
-    /// One per row of C (M elements).
-    pub row_bias: Option<Buffer>,
-    /// The element type of C and the biases where it is not the inputs' (GEMM's `out` axis:
-    /// bf16 outputs of e4m3 inputs).
-    pub out: Option<Dtype>,
-    /// The element type of B where it is not A's (GEMM's `b_dtype` axis: e5m2 gradients by e4m3
-    /// weights).
-    pub b: Option<Dtype>,
-    /// scale_a and scale_b, the per-tensor scales of 8-bit inputs.
-    pub scales: [f32; 2],
-}
-
-impl Default for EpilogueArgs {
-    /// C = A·B, in the inputs' type.
-    fn default() -> EpilogueArgs {
-        EpilogueArgs {
-            activation: Activation::None,
-            alpha: 1.0,
-            beta: 0.0,
-            bias: None,
-            row_bias: None,
-            out: None,
-            b: None,
-            scales: [1.0, 1.0],
-        }
-    }
-}
-
-impl EpilogueArgs {
-    /// Whether it asks for nothing beyond C = A·B.
-    pub fn is_plain(&self) -> bool {
-        *self == EpilogueArgs::default()
-    }
-}
-
-/// Y (N×M) = Xᵀ, X (M×N); both row-major with leading dimensions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TransposeShape {
-    pub m: usize,
-    pub n: usize,
-    pub ldx: usize,
-    pub ldy: usize,
-}
-
-impl TransposeShape {
-    pub fn packed(m: usize, n: usize) -> TransposeShape {
-        TransposeShape { m, n, ldx: n, ldy: m }
-    }
-
-    /// Elements each of X and Y spans.
-    pub fn spans(&self) -> [usize; 2] {
-        [span(self.m, self.n, self.ldx), span(self.n, self.m, self.ldy)].map(|s| s.unwrap_or(usize::MAX))
     }
 }
 
@@ -292,7 +107,7 @@ pub struct TensorMapArg {
 
 /// Elements `problems` matrices of `one` elements each span, `stride` apart, from the first's
 /// start; `None` past an address.
-fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
+pub fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
     if one == 0 || problems == 0 {
         return Some(0);
     }
@@ -300,36 +115,28 @@ fn batch_span(one: usize, problems: usize, stride: usize) -> Option<usize> {
 }
 
 /// Elements a matrix of `rows` rows of `cols` with leading dimension `ld` spans.
-fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
+pub fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
     if rows == 0 || cols == 0 {
         return Some(0);
     }
     (rows - 1).checked_mul(ld)?.checked_add(cols)
 }
 
-fn order(row_major: bool) -> &'static str {
-    if row_major {
-        "row-major"
-    } else {
-        "column-major"
-    }
-}
-
 /// One operand as stored: rows of `cols` elements, `ld` apart; with a batch, `problems` of
 /// them `stride` elements apart (1 and 0 otherwise).
 #[derive(Clone, Debug)]
-struct Stored {
-    name: String,
-    ld_name: String,
-    buffer: Buffer,
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    problems: usize,
-    stride: usize,
+pub struct Stored {
+    pub name: String,
+    pub ld_name: String,
+    pub buffer: Buffer,
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+    pub problems: usize,
+    pub stride: usize,
     /// How it is stored, for messages: `row-major`, `column-major, layout nn`.
-    layout: String,
-    dtype: Dtype,
+    pub layout: String,
+    pub dtype: Dtype,
 }
 
 impl Stored {
@@ -353,7 +160,7 @@ impl Stored {
 
 /// The rules every call meets, whatever the kernel: rows no longer than their leading
 /// dimension, and a buffer that holds what the matrix spans (every problem's, with a batch).
-fn check_stored(op: &Stored) -> Result<(), String> {
+pub fn check_stored(op: &Stored) -> Result<(), String> {
     let Stored { name, ld_name, buffer, rows, cols, ld, layout, problems, stride, .. } = op;
     let (rows, cols, ld) = (*rows, *cols, *ld);
     let end = u128::from(buffer.addr) + buffer.len as u128 * u128::from(op.dtype.size_bytes());
@@ -397,11 +204,30 @@ fn known_list<'a>(known: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Checks a call against the kernel's family declaration and manifest entry, and makes its
-/// launch: every name bound once and declared, every quantity and scalar given and in range,
-/// each operand's element type, span within its buffer, leading dimension and alignment, an
-/// unchecked variant's multiples; then the arguments from the parameter list, the grid and the
-/// shared memory. `None` when no output has an element to write.
+/// launch, in three steps: [`bind`] (every name declared and given once, defaults filled),
+/// [`check`] (what this variant takes: applied operands and scalars, batches, multiples,
+/// each operand's element type, span within its buffer, leading dimension and alignment,
+/// overlaps) and [`lower`] (the arguments from the parameter list, the grid and the shared
+/// memory). `None` when no output has an element to write.
 pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>, String> {
+    let bound = bind(built, call)?;
+    let stored = check(built, &bound)?;
+    lower(built, &bound, &stored, sms)
+}
+
+/// A call's arguments bound to its family's declaration.
+struct Bound<'a> {
+    quantities: BTreeMap<&'a str, u64>,
+    operands: BTreeMap<&'a str, (Dtype, Buffer)>,
+    /// Every declared scalar: given, else its default.
+    scalars: BTreeMap<&'a str, f64>,
+    /// Problems of a batch: the family's batch quantity, else 1.
+    problems: u64,
+}
+
+/// Binds a call's names to the family's declaration: each declared and given at most once,
+/// quantities and scalars without a default given, every scalar finite and in its range.
+fn bind<'a>(built: &'a Built, call: &'a Call) -> Result<Bound<'a>, String> {
     let entry = &built.entry;
     let family = &entry.declaration;
     let variant = &entry.variant;
@@ -444,31 +270,6 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
     if let Some(missing) = family.operands.iter().find(|o| !o.optional && !operands.contains_key(o.name.as_str())) {
         return Err(format!("the call does not pass operand `{}`", missing.name));
     }
-    // What the variant takes; an optional operand or a defaulted scalar it does not take is
-    // refused when the call asks for it, rather than silently left out.
-    let params = &entry.launch.params;
-    let takes_operand = |name: &str| {
-        params
-            .iter()
-            .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
-    };
-    let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
-    if let Some(batch) = family.batch.as_deref() {
-        if problems > 1 && !entry.launch.takes_quantity(batch) {
-            return Err(format!(
-                "the call gives {batch} = {problems} problems, but this variant computes one at a time: pick a variant that walks a batch"
-            ));
-        }
-    }
-    let applied = |axis_note: String| if axis_note.is_empty() { String::new() } else { format!(" ({axis_note})") };
-    let own_axes =
-        || family.axes.iter().filter_map(|a| Some(format!("{} {}", a.name, variant.word(&a.name)?))).collect::<Vec<_>>().join(", ");
-    if let Some(name) = operands.keys().find(|name| !takes_operand(name)) {
-        return Err(format!(
-            "the call passes `{name}`, which this variant does not apply{}: pick a variant that takes it, or leave it out",
-            applied(own_axes())
-        ));
-    }
     let mut scalars: BTreeMap<&str, f64> = BTreeMap::new();
     for (name, value) in &call.scalars {
         let Some(decl) = family.scalar(name) else {
@@ -488,13 +289,6 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         if !(lo..=hi).contains(value) || (decl.ty.is_integer() && value.fract() != 0.0) {
             return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
-        if !entry.launch.takes_scalar(name) && decl.default != Some(*value) {
-            return Err(format!(
-                "the call passes {name} = {value}, but this variant does not apply `{name}`{} and computes with {name} = {}: pick a variant that takes it",
-                applied(own_axes()),
-                decl.default.unwrap_or(f64::NAN)
-            ));
-        }
     }
     for decl in &family.scalars {
         match decl.default {
@@ -503,6 +297,53 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
                 scalars.insert(&decl.name, default);
             }
             None => return Err(format!("the call does not pass scalar `{}`", decl.name)),
+        }
+    }
+
+    let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
+    Ok(Bound { quantities, operands, scalars, problems })
+}
+
+/// Checks a bound call against what this variant takes, and each operand as stored against
+/// its buffer; the operands as stored, by name.
+fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, Stored>, String> {
+    let entry = &built.entry;
+    let family = &entry.declaration;
+    let variant = &entry.variant;
+    let Bound { quantities, operands, scalars, problems } = bound;
+    let problems = *problems;
+    // What the variant takes; an optional operand or a defaulted scalar it does not take is
+    // refused when the call asks for it, rather than silently left out.
+    let params = &entry.launch.params;
+    let takes_operand = |name: &str| {
+        params
+            .iter()
+            .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
+    };
+    if let Some(batch) = family.batch.as_deref() {
+        if problems > 1 && !entry.launch.takes_quantity(batch) {
+            return Err(format!(
+                "the call gives {batch} = {problems} problems, but this variant computes one at a time: pick a variant that walks a batch"
+            ));
+        }
+    }
+    let applied = |axis_note: String| if axis_note.is_empty() { String::new() } else { format!(" ({axis_note})") };
+    let own_axes =
+        || family.axes.iter().filter_map(|a| Some(format!("{} {}", a.name, variant.word(&a.name)?))).collect::<Vec<_>>().join(", ");
+    if let Some(name) = operands.keys().find(|name| !takes_operand(name)) {
+        return Err(format!(
+            "the call passes `{name}`, which this variant does not apply{}: pick a variant that takes it, or leave it out",
+            applied(own_axes())
+        ));
+    }
+    for (&name, &value) in scalars {
+        let default = family.scalar(name).and_then(|decl| decl.default);
+        if !entry.launch.takes_scalar(name) && default != Some(value) {
+            return Err(format!(
+                "the call passes {name} = {value}, but this variant does not apply `{name}`{} and computes with {name} = {}: pick a variant that takes it",
+                applied(own_axes()),
+                default.unwrap_or(f64::NAN)
+            ));
         }
     }
 
@@ -594,6 +435,17 @@ pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>,
         }
     }
 
+    Ok(stored)
+}
+
+/// The launch of a checked call: its arguments from the variant's parameter list, its grid and
+/// its shared memory; `None` where no output has an element to write.
+fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms: u32) -> Result<Option<Launch>, String> {
+    let entry = &built.entry;
+    let family = &entry.declaration;
+    let Bound { quantities, scalars, problems, .. } = bound;
+    let problems = *problems;
+    let env = |name: &str| quantities.get(name).copied();
     // Entries are checked when read; a parameter naming what the family lacks is refused anyway.
     let missing = |param: &str, what: &str| format!("its parameter `{param}` wants {what}, which this call does not give");
     let args = entry
@@ -724,140 +576,6 @@ fn tensor_map(o: &Stored, box_: &[u32], swizzle_bytes: u32) -> Result<TensorMapA
 fn as_i32(value: &str, given: u64, param: &str) -> Result<i32, String> {
     i32::try_from(given)
         .map_err(|_| format!("{value} = {given} does not fit the kernel's 32-bit parameter `{param}` (at most {})", i32::MAX))
-}
-
-fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
-    let variant = &built.entry.variant;
-    if variant.family != family {
-        return Err(format!("it is a kernel of family `{}`, not of family `{family}`", variant.family));
-    }
-    if variant.dtype != dtype {
-        return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));
-    }
-    Ok(())
-}
-
-/// Checks what any GEMM call must meet before anything reads its buffers: leading dimensions
-/// at least the stored rows' lengths, and buffers that hold what A, B and C span (every
-/// problem's).
-pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), String> {
-    let letters = shape.layout.as_str();
-    let stored = shape.stored();
-    let lds = [shape.lda, shape.ldb, shape.ldc];
-    let layouts = [
-        format!("{}, layout {letters}", order(shape.layout.a_row_major())),
-        format!("{}, layout {letters}", order(shape.layout.b_row_major())),
-        "row-major".to_string(),
-    ];
-    (0..3).try_for_each(|i| {
-        check_stored(&Stored {
-            name: ["a", "b", "c"][i].into(),
-            ld_name: ["lda", "ldb", "ldc"][i].into(),
-            buffer: buffers[i],
-            rows: stored[i].0,
-            cols: stored[i].1,
-            ld: lds[i],
-            layout: layouts[i].clone(),
-            dtype: Dtype::F32,
-            problems: shape.batch.count,
-            stride: shape.batch.strides[i],
-        })
-    })
-}
-
-/// The GEMM wrapper over [`plan_call`] for C = A·B, for a GPU with `sms` multiprocessors;
-/// `None` when there is nothing to compute (M or N is 0); K = 0 with M and N above 0 is refused.
-pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
-    plan_gemm_with(built, dtype, shape, buffers, &EpilogueArgs::default(), sms)
-}
-
-/// As [`plan_gemm`], with an epilogue: the variant must apply the call's activation (its
-/// `epilogue` axis), and take α, β and the biases the call gives.
-pub fn plan_gemm_with(
-    built: &Built,
-    dtype: Dtype,
-    shape: &GemmShape,
-    [a, b, c]: [Buffer; 3],
-    epilogue: &EpilogueArgs,
-    sms: u32,
-) -> Result<Option<Launch>, String> {
-    check_family(built, dtype, "gemm")?;
-    let variant = &built.entry.variant;
-    let layout = variant.word("layout").unwrap_or_default();
-    if shape.layout.as_str() != layout {
-        return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
-    }
-    let applied = Activation::epilogue_of(variant);
-    if !epilogue.activation.epilogues().contains(&applied) {
-        return Err(format!(
-            "it applies epilogue {applied}, but the call asks for activation {:?} (epilogue {})",
-            epilogue.activation,
-            epilogue.activation.epilogues().join(" or ")
-        ));
-    }
-    let s = shape;
-    let out = epilogue.out.unwrap_or(dtype);
-    let mut call = Call::default()
-        .operand("a", dtype, a)
-        .operand("b", epilogue.b.unwrap_or(dtype), b)
-        .operand("c", out, c)
-        .quantity("m", s.m as u64)
-        .quantity("n", s.n as u64)
-        .quantity("k", s.k as u64)
-        .quantity("lda", s.lda as u64)
-        .quantity("ldb", s.ldb as u64)
-        .quantity("ldc", s.ldc as u64);
-    // Only what differs from the defaults, so that plain calls fit GEMM families without them.
-    if s.is_batched() {
-        call = call.quantity("batch", s.batch.count as u64);
-        for (name, stride) in ["stride_a", "stride_b", "stride_c"].into_iter().zip(s.batch.strides) {
-            call = call.quantity(name, stride as u64);
-        }
-    }
-    if epilogue.alpha != 1.0 {
-        call = call.scalar("alpha", f64::from(epilogue.alpha));
-    }
-    if epilogue.beta != 0.0 {
-        call = call.scalar("beta", f64::from(epilogue.beta));
-    }
-    for (name, scale) in ["scale_a", "scale_b"].into_iter().zip(epilogue.scales) {
-        if scale != 1.0 {
-            call = call.scalar(name, f64::from(scale));
-        }
-    }
-    for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
-        if let Some(buffer) = buffer {
-            call = call.operand(name, out, buffer);
-        }
-    }
-    let launch = plan_call(built, &call, sms)?;
-    if launch.is_some() && shape.k == 0 {
-        return Err(format!(
-            "K = 0 makes C = A·B all zeros ({}x{}), which no GEMM kernel computes: fill C with zeros instead",
-            shape.m, shape.n
-        ));
-    }
-    Ok(launch)
-}
-
-/// The transpose wrapper over [`plan_call`]; `None` when there is nothing to move.
-pub fn plan_transpose(
-    built: &Built,
-    dtype: Dtype,
-    shape: &TransposeShape,
-    [x, y]: [Buffer; 2],
-    sms: u32,
-) -> Result<Option<Launch>, String> {
-    check_family(built, dtype, "transpose")?;
-    let s = shape;
-    let call = Call::default()
-        .operand("x", dtype, x)
-        .operand("y", dtype, y)
-        .quantity("m", s.m as u64)
-        .quantity("n", s.n as u64)
-        .quantity("ldx", s.ldx as u64)
-        .quantity("ldy", s.ldy as u64);
-    plan_call(built, &call, sms)
 }
 
 /// Whether a fatbin with these targets runs on a GPU of compute capability `device`: SASS of

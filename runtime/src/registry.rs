@@ -2,19 +2,16 @@
 //! `tilesmith-build`, and finding kernels in it by name.
 
 use crate::chooser::Chooser;
-use crate::dispatch::{self, Choice, GemmCall, Workspace};
+use crate::extensions::Extensions;
 use crate::fatbin::Fatbin;
-use crate::gpu::Gpu;
-use crate::kernel::{Element, GemmArgs, Kernel};
-use crate::plan::{Activation, GemmShape};
+use crate::kernel::Kernel;
 use crate::{Error, Result};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
-use tilesmith_spec::tuning::{TuningTable, TUNING_DIR};
-use tilesmith_spec::Dtype;
+use tilesmith_spec::tuning::{self, PluginTable, TUNING_DIR};
 
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
@@ -29,8 +26,8 @@ pub struct Embedded {
     pub manifest: &'static [u8],
     /// Each fatbin by file name.
     pub fatbins: &'static [(&'static str, &'static [u8])],
-    /// Each tuning table by its path in the tuning folder (`<GPU>-<SMs>sm.json` for GEMM,
-    /// `<family>/<GPU>-<SMs>sm.json` for the others).
+    /// Each tuning table by its path in the tuning folder (`<family>/<GPU>-<SMs>sm.json`, or
+    /// `<GPU>-<SMs>sm.json` for a plug-in's own format).
     pub tuning: &'static [(&'static str, &'static [u8])],
 }
 
@@ -40,17 +37,14 @@ pub struct Registry {
     /// The folder it was opened from; none for an embedded one.
     dir: Option<PathBuf>,
     kernels: BTreeMap<String, Kernel>,
-    /// The tuning tables in `tuning/`, one per device, for [`Registry::gemm`].
-    tables: Vec<TuningTable>,
-    /// Picks already made, by device, dtype, shape and which operands are unaligned (the
-    /// padded strategy moves just those): choosing walks the table and plans candidates,
-    /// which costs more host time than a small GEMM takes.
-    picks: Arc<Mutex<HashMap<PickKey, Choice>>>,
+    /// The tables in the tuning folder itself, in a plug-in's own format, as text for the
+    /// plug-in to read ([`PluginTable`]).
+    plugin_tables: Arc<Vec<PluginTable>>,
     /// Each family's chooser, with its tables, for [`Registry::family`].
     families: BTreeMap<String, Chooser>,
+    /// What plug-ins keep beside it (their parsed tables, their picks), shared by the clones.
+    extensions: Arc<Extensions>,
 }
-
-type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
 
 impl Registry {
     /// Opens the registry in `dir` if given, else in `$TILESMITH_REGISTRY` if set; with neither,
@@ -85,10 +79,11 @@ impl Registry {
         }
         let registry: tilesmith_spec::Registry =
             manifest::read(&path).map_err(|err| Error::RegistryUnreadable { path: path.clone(), reason: err.reason })?;
-        let tables = read_tables(&dir.join(TUNING_DIR))?;
         let unreadable = |reason: String| Error::RegistryUnreadable { path: dir.join(TUNING_DIR), reason };
+        let plugin_tables = PluginTable::read_all(&dir.join(TUNING_DIR)).map_err(unreadable)?;
         let family_tables = FamilyTable::read_all(&dir.join(TUNING_DIR)).map_err(unreadable)?;
-        Registry::new(dir, registry.variants, tables)
+        Registry::new(dir, registry.variants)
+            .with_plugin_tables(plugin_tables)
             .with_family_tables(family_tables.into_iter().map(|(_, t)| t).collect())
             .map_err(unreadable)
     }
@@ -102,15 +97,15 @@ impl Registry {
         let text = std::str::from_utf8(embedded.manifest).map_err(|err| unreadable(origin.join(MANIFEST_FILE), err.to_string()))?;
         let registry: tilesmith_spec::Registry =
             manifest::parse(text, &origin.join(MANIFEST_FILE)).map_err(|err| unreadable(err.path, err.reason))?;
-        let (mut tables, mut family_tables) = (Vec::new(), Vec::new());
+        let (mut plugin_tables, mut family_tables) = (Vec::new(), Vec::new());
         for (name, bytes) in embedded.tuning {
             let path = origin.join(TUNING_DIR).join(name);
             let text = std::str::from_utf8(bytes).map_err(|err| unreadable(path.clone(), err.to_string()))?;
-            // GEMM's tables lie in the tuning folder itself, the other families' in a folder each.
+            // Family tables lie in a folder each, plug-ins' in the tuning folder itself.
             if name.contains('/') {
                 family_tables.push(FamilyTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
             } else {
-                tables.push(TuningTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
+                plugin_tables.push(PluginTable { path, text: text.into() });
             }
         }
         let mut kernels = BTreeMap::new();
@@ -122,13 +117,15 @@ impl Registry {
             kernels.insert(built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin));
         }
         let families = choosers(&kernels);
-        Registry { dir: None, kernels, tables, picks: Arc::default(), families }
+        let registry = Registry { dir: None, kernels, plugin_tables: Arc::default(), families, extensions: Arc::default() };
+        registry
+            .with_plugin_tables(plugin_tables)
             .with_family_tables(family_tables)
             .map_err(|reason| unreadable(origin.join(TUNING_DIR), reason))
     }
 
-    /// A registry of these built variants, whose fatbins are in `dir`, and tuning tables.
-    pub fn new(dir: &Path, variants: Vec<tilesmith_spec::Built>, tables: Vec<TuningTable>) -> Registry {
+    /// A registry of these built variants, whose fatbins are in `dir`, without tables.
+    pub fn new(dir: &Path, variants: Vec<tilesmith_spec::Built>) -> Registry {
         let kernels = variants
             .into_iter()
             .map(|built| {
@@ -137,7 +134,28 @@ impl Registry {
             })
             .collect();
         let families = choosers(&kernels);
-        Registry { dir: Some(dir.to_path_buf()), kernels, tables, picks: Arc::default(), families }
+        Registry { dir: Some(dir.to_path_buf()), kernels, plugin_tables: Arc::default(), families, extensions: Arc::default() }
+    }
+
+    /// The same registry with these tables of plug-ins' own formats, and nothing kept by
+    /// plug-ins from the tables it had.
+    pub fn with_plugin_tables(self, tables: Vec<PluginTable>) -> Registry {
+        Registry { plugin_tables: Arc::new(tables), extensions: Arc::default(), ..self }
+    }
+
+    /// The tables in the tuning folder itself, in a plug-in's own format (a plug-in's
+    /// dispatcher reads its own there).
+    pub fn plugin_tables(&self) -> &[PluginTable] {
+        &self.plugin_tables
+    }
+
+    /// The value of type `T` that a plug-in keeps beside this registry, made by `init` on first
+    /// use (see [`Extensions`]); an `init` that fails is tried again on the next call.
+    pub fn extension<T: std::any::Any + Send + Sync, E>(
+        &self,
+        init: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<Arc<T>, E> {
+        self.extensions.get_or_try_init(init)
     }
 
     /// The same registry with these family tuning tables, each checked against its family: one
@@ -149,7 +167,7 @@ impl Registry {
                 return Err(format!(
                     "tuning table {}/{} is of family `{}`, of which the registry has no variant (it has {})",
                     table.family,
-                    TuningTable::file_name(&table.device),
+                    tuning::file_name(&table.device),
                     table.family,
                     self.families.keys().cloned().collect::<Vec<_>>().join(", ")
                 ));
@@ -178,62 +196,6 @@ impl Registry {
     /// Every family's chooser, by name.
     pub fn families(&self) -> impl Iterator<Item = &Chooser> {
         self.families.values()
-    }
-
-    /// The tuning tables the registry carries.
-    pub fn tables(&self) -> &[TuningTable] {
-        &self.tables
-    }
-
-    /// What [`Registry::gemm`] would pick for this call, and why, without launching anything.
-    pub fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice> {
-        let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
-        self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
-    }
-
-    fn choose(&self, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
-        dispatch::choose(self.kernels.values(), &self.tables, &gpu.device(), call).map_err(Error::NoVariant)
-    }
-
-    /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
-    /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
-    /// scratch the padded strategy copies unaligned operands into, kept for the next call.
-    pub fn gemm<T: Element, TC: Element, TB: Element>(
-        &self,
-        gpu: &Gpu,
-        args: GemmArgs<'_, T, TC, TB>,
-        workspace: &mut Workspace,
-    ) -> Result<Choice> {
-        let buffers = args.buffers(gpu);
-        let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
-        let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
-        let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
-        drop(sync);
-        // What decides which variants take the call: the epilogue's activation, which of α, β,
-        // the biases and the scales differ from C = A·B, and the types of B and C.
-        let asks = (
-            epilogue.activation,
-            epilogue.alpha != 1.0,
-            epilogue.beta != 0.0,
-            epilogue.bias.is_some(),
-            epilogue.row_bias.is_some(),
-            epilogue.out,
-            epilogue.b,
-            epilogue.scales != [1.0; 2],
-        );
-        let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned, asks);
-        let cached = self.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
-        let choice = match cached {
-            Some(choice) => choice,
-            None => {
-                let choice = self.choose(gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers, epilogue: &epilogue })?;
-                self.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
-                choice
-            }
-        };
-        // A cached pick is checked again like any launch: buffers of another length are refused.
-        choice.run(gpu, args, workspace)?;
-        Ok(choice)
     }
 
     /// The folder it was opened from; `None` for an embedded registry.
@@ -266,12 +228,4 @@ fn choosers(kernels: &BTreeMap<String, Kernel>) -> BTreeMap<String, Chooser> {
         by_family.entry(kernel.variant().family.clone()).or_default().push(kernel.clone());
     }
     by_family.into_iter().filter_map(|(family, kernels)| Some((family.clone(), Chooser::new(&family, kernels, Vec::new()).ok()?))).collect()
-}
-
-/// The registry's tuning tables; a folder that is absent means none; one that cannot be listed,
-/// a table that does not read or breaks a rule, or two tables for one device are an error
-/// naming the file.
-fn read_tables(dir: &Path) -> Result<Vec<TuningTable>> {
-    let tables = TuningTable::read_all(dir).map_err(|reason| Error::RegistryUnreadable { path: dir.to_path_buf(), reason })?;
-    Ok(tables.into_iter().map(|(_, table)| table).collect())
 }

@@ -55,7 +55,7 @@ fn softmax_table() -> FamilyTable {
 }
 
 fn registry(tables: Vec<FamilyTable>) -> Result<Registry, String> {
-    Registry::new(Path::new("registry"), shipped(), Vec::new()).with_family_tables(tables)
+    Registry::new(Path::new("registry"), shipped()).with_family_tables(tables)
 }
 
 /// A packed softmax call of `dtype` on buffers that hold exactly what it spans.

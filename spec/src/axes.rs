@@ -30,14 +30,14 @@ macro_rules! axis_enum {
 }
 
 axis_enum! {
-    /// Storage order of GEMM operands (its `layout` axis), CUTLASS/cuBLAS style: one letter per operand, A first;
+    /// Storage order of a matrix product's operands (its `layout` axis), CUTLASS style: one letter per operand, A first;
     /// `t` is row-major and `n` column-major. A is M×K, B is K×N, C is always M×N row-major.
     Layout { Nn => "nn", Nt => "nt", Tn => "tn", Tt => "tt" }
 }
 
 axis_enum! {
     /// Element type of the inputs, and of the outputs unless an operand's `dtype_axis` says
-    /// otherwise; GEMM accumulates in f32. e4m3 and e5m2 are Hopper's 8-bit floats (OCP FP8).
+    /// otherwise; matrix products accumulate in f32. e4m3 and e5m2 are Hopper's 8-bit floats (OCP FP8).
     Dtype { F16 => "f16", Bf16 => "bf16", F32 => "f32", E4m3 => "e4m3", E5m2 => "e5m2" }
 }
 

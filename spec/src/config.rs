@@ -2,16 +2,16 @@
 //! template. Nothing here touches the file system except [`Config::load`].
 //!
 //! ```toml
-//! [gemm.defaults]            # one value per axis (but those the axis declares with
+//! [matmul.defaults]            # one value per axis (but those the axis declares with
 //!                             # `default = ...`); names leave default values out
 //! layout = "tn"
 //! ...
-//! [gemm.backends.simt]       # template and targets of a backend value
-//! template = "gemm_simt.cu.tera"
+//! [matmul.backends.simt]       # template and targets of a backend value
+//! template = "matmul_simt.cu.tera"
 //! sass = ["sm_80", "sm_90"]
 //! ptx = "compute_80"
 //!
-//! [[gemm.groups]]            # axes given as lists expand as a cartesian product
+//! [[matmul.groups]]            # axes given as lists expand as a cartesian product
 //! layout = ["nn", "nt", "tn", "tt"]
 //! tile = [[128, 128, 32], [64, 64, 32]]
 //! exclude = [{ layout = "nn", tile = [64, 64, 32] }]
@@ -69,8 +69,8 @@ pub struct Backend {
     pub sass: Vec<String>,
     /// Virtual architecture to embed PTX for, so newer GPUs can JIT it (`compute_80`).
     pub ptx: String,
-    /// GFLOP/s an SM sustains on one of its large tiles at 1980 MHz: what the GEMM
-    /// dispatcher's heuristic assumes of the backend's kernels where no tuning table speaks.
+    /// GFLOP/s an SM sustains on one of its large tiles at 1980 MHz: what cost models (the
+    /// chooser's, a plug-in dispatcher's) assume of the backend's kernels where no table speaks.
     #[serde(default)]
     pub gflops_per_sm: Option<u32>,
     /// The bytes the chooser's cost model counts a call of this backend as moving, where they

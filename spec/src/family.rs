@@ -67,7 +67,7 @@ pub struct AxisDecl {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prefix: String,
     /// The family's default value, stated here instead of in `[<family>.defaults]`: for an
-    /// axis whose default switches a feature off (GEMM's `swap = "none"`, `cluster = 1`), so
+    /// axis whose default switches a feature off (`swap = "none"`, `cluster = 1`), so
     /// that variants.toml files that do not use it need not name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
@@ -101,18 +101,18 @@ pub struct OperandDecl {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
     /// The family axis whose value is its element type: a dtype, or `in` ([`SAME_DTYPE`]) for
-    /// the variant's (GEMM's `out`: C and its biases in bf16 from e4m3 inputs).
+    /// the variant's (an `out` axis: C and its biases in bf16 from e4m3 inputs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype_axis: Option<String>,
     /// The quantity that holds the elements between the operand of one problem of a batch and
-    /// the next (the family's `batch`); none: every problem shares it (GEMM's bias).
+    /// the next (the family's `batch`); none: every problem shares it (a bias).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_stride: Option<String>,
     /// Bytes its start must be aligned to, beyond an element and the variant's own rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub align: Option<u32>,
     /// A call may leave it out (a kernel then gets a null pointer), and a variant may not take
-    /// it, refusing the calls that pass it: GEMM's bias, applied by its epilogue variants.
+    /// it, refusing the calls that pass it: a bias, applied by epilogue variants only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }
@@ -133,7 +133,7 @@ pub struct ScalarDecl {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trial: Option<f64>,
     /// The value a call that leaves it out means. A variant may not take a scalar with a
-    /// default, and then refuses calls that pass another value (GEMM's α and β).
+    /// default, and then refuses calls that pass another value (α and β of a matrix product).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<f64>,
 }
@@ -205,14 +205,34 @@ fn zero() -> Expr {
     Expr::constant(0)
 }
 
-/// What a variant's speed is compared with, in the same process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// What a variant's speed is compared with, in the same process: `"copy"`, or a library call
+/// that a trials plug-in provides under that name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum Baseline {
     /// A device-to-device copy of half the work's bytes (a copy reads and writes each byte).
     Copy,
-    /// cuBLAS's GEMM on the same operands.
-    CublasGemm,
+    /// A library call on the same operands, by the name a trials plug-in gives it.
+    Library(String),
+}
+
+impl From<String> for Baseline {
+    fn from(word: String) -> Baseline {
+        if word == "copy" {
+            Baseline::Copy
+        } else {
+            Baseline::Library(word)
+        }
+    }
+}
+
+impl From<Baseline> for String {
+    fn from(baseline: Baseline) -> String {
+        match baseline {
+            Baseline::Copy => "copy".into(),
+            Baseline::Library(name) => name,
+        }
+    }
 }
 
 /// What a variant's results are compared with.
@@ -223,9 +243,9 @@ pub struct Reference {
     /// f64), run on the GPU beside the variant on the same inputs; the one of the same dtype.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
-    /// A library call instead of a reference variant.
+    /// A library call instead of a reference variant, by the name a trials plug-in gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub library: Option<Library>,
+    pub library: Option<String>,
     /// Largest relative (Frobenius) error allowed, per dtype.
     pub tolerance: BTreeMap<Dtype, f64>,
     /// Per dtype, the largest distance allowed between each output element and the exact
@@ -238,14 +258,6 @@ pub struct Reference {
     /// grows with its square root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduction: Option<Expr>,
-}
-
-/// The library references the trials know.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Library {
-    /// cuBLAS, and a float64 product on the host.
-    CublasGemm,
 }
 
 /// Shapes for the trials, beside those made from the quantities and tiles.
@@ -511,12 +523,19 @@ impl Family {
             }
         }
         let reference = &self.reference;
-        match (&reference.backend, reference.library) {
+        match (&reference.backend, &reference.library) {
             (Some(_), None) | (None, Some(_)) => {}
             _ => problems.push(
-                "reference: name either `backend` (the family's reference variants) or `library` (\"cublas_gemm\"), not both or neither"
+                "reference: name either `backend` (the family's reference variants) or `library` (a trials plug-in's), not both or neither"
                     .into(),
             ),
+        }
+        let libraries =
+            [reference.library.as_deref(), if let Baseline::Library(name) = &self.baseline { Some(name.as_str()) } else { None }];
+        for name in libraries.into_iter().flatten().filter(|name| !crate::config::is_identifier(name)) {
+            problems.push(format!(
+                "library `{name}`: a library is named by an identifier (letters, digits and _), or the baseline is \"copy\""
+            ));
         }
         if reference.tolerance.values().any(|t| !(t.is_finite() && *t >= 0.0)) {
             problems.push("reference.tolerance: tolerances are finite and at least 0".into());

@@ -4,7 +4,7 @@
 //! carries it into the registry, and the runtime's chooser reads it.
 
 use crate::axes::Dtype;
-use crate::tuning::{show_ms, valid_ms, Device, TuningTable, NEAR_TIE};
+use crate::tuning::{self, show_ms, valid_ms, Device, NEAR_TIE};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -103,7 +103,7 @@ impl FamilyTable {
 
     /// Where the table of `family` on `device` lives under a tuning folder.
     pub fn path(tuning: &Path, family: &str, device: &Device) -> PathBuf {
-        tuning.join(family).join(TuningTable::file_name(device))
+        tuning.join(family).join(tuning::file_name(device))
     }
 
     /// Parses a table's text; `path` is where it came from, which must be where
@@ -120,7 +120,7 @@ impl FamilyTable {
             ));
         }
         table.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
-        let expected = TuningTable::file_name(&table.device);
+        let expected = tuning::file_name(&table.device);
         let folder = path.parent().and_then(Path::file_name).map(|f| f.to_string_lossy().into_owned());
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
         if folder.as_deref().is_some_and(|f| f != table.family) || file.as_deref().is_some_and(|f| f != expected) {

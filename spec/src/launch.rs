@@ -32,7 +32,7 @@ pub struct LaunchSpec {
 }
 
 /// How the launch grid follows from the problem shape. The tile rules walk the quantities the
-/// family's first two tile edges tile (M and N of a GEMM), for each problem of a batch.
+/// family's first two tile edges tile (M and N of a matrix product), for each problem of a batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GridRule {

@@ -231,7 +231,7 @@ impl Entry {
         self.declaration.reference.backend.as_deref() == Some(self.variant.backend.as_str())
     }
 
-    /// The element type of its operand `name` (C of an fp8 GEMM: its `out` axis's type); none
+    /// The element type of its operand `name` (an output whose type an axis sets, as `out` does); none
     /// where its family has no such operand.
     pub fn operand_dtype(&self, name: &str) -> Option<crate::Dtype> {
         self.declaration.operand(name).map(|decl| self.declaration.operand_dtype(&self.variant, decl))
@@ -419,7 +419,8 @@ mod tests {
         let old = parse::<Manifest>(&value.to_string(), Path::new("manifest.json")).unwrap();
         assert_eq!(old.variants, manifest.variants);
         value["variants"][0].as_object_mut().unwrap().remove("declaration");
+        let first = value["variants"][0]["family"].as_str().unwrap().to_string();
         let err = parse::<Manifest>(&value.to_string(), Path::new("manifest.json")).unwrap_err().to_string();
-        assert!(err.contains("variant of family `gemm` has no declaration, and `families` states none for it"), "{err}");
+        assert!(err.contains(&format!("variant of family `{first}` has no declaration, and `families` states none for it")), "{err}");
     }
 }

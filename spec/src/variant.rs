@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 pub const MAX_NAME_LEN: usize = 200;
 
 /// A fully specified kernel variant: the axes every family has as fields, the family's own
-/// axes (GEMM's `layout`, `stages`, ...) by name. Its JSON is flat: `"layout": "tn"` beside
-/// `"family": "gemm"`.
+/// axes (`layout`, `stages`, ...) by name. Its JSON is flat: `"layout": "tn"` beside
+/// `"family": "matmul"`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Variant {
     /// Canonical name, also the kernel's entry symbol; see [`Variant::derive_name`].
@@ -131,7 +131,7 @@ impl Variant {
     }
 
     /// The name of this variant given its family's axes and defaults: the family, then each
-    /// axis as [`Naming`] says (`gemm_tn_128x128x32`, `gemm_nn_64x64x32_f32_w4_unchecked`).
+    /// axis as [`Naming`] says (`matmul_tn_128x128x32`, `matmul_nn_64x64x32_f32_w4_unchecked`).
     pub fn derive_name(&self, axes: &[Axis], defaults: &Variant) -> String {
         let mut parts = vec![self.family.clone()];
         for axis in axes {

@@ -407,16 +407,19 @@ fn shipped_names_keep_their_axes() {
     );
 }
 
-/// The variants.toml examples in the README are what users copy: each must validate.
+/// The variants.toml examples in the README and the reference are what users copy: each must
+/// validate.
 #[test]
 fn the_readmes_variants_toml_examples_validate() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let examples: Vec<&str> =
-        readme.split("```toml\n").skip(1).filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block)).collect();
-    assert!(!examples.is_empty(), "the README shows a variants.toml example");
-    for example in examples {
-        let parsed = Config::parse(Path::new("README.md"), example);
-        assert!(parsed.is_ok(), "README example does not validate: {}\n{example}", parsed.unwrap_err());
+    for doc in ["README.md", "docs/reference.md"] {
+        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(doc)).unwrap();
+        let examples: Vec<&str> =
+            text.split("```toml\n").skip(1).filter_map(|rest| rest.split_once("\n```").map(|(block, _)| block)).collect();
+        assert!(!examples.is_empty(), "{doc} shows a variants.toml example");
+        for example in examples {
+            let parsed = Config::parse(Path::new(doc), example);
+            assert!(parsed.is_ok(), "{doc} example does not validate: {}\n{example}", parsed.unwrap_err());
+        }
     }
 }
 

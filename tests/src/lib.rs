@@ -1,14 +1,43 @@
 //! What the generated per-variant trials are made of: random inputs and float64 references
-//! on the host, baselines and timing on the device, trials of any family from its declaration
-//! (`declared`), GEMM's against cuBLAS, and the trials themselves. The [`harness`] turns a
-//! registry's manifest into one correctness and one performance trial per variant; `cargo test`
-//! (tests/variants.rs) and `tilesmith test` run it.
+//! on the host, timing on the device, trials of any family from its declaration
+//! (`declared`), and the trials themselves, with plug-ins for what a declaration cannot say
+//! (library baselines, a dispatcher's trials). The [`harness`] turns a registry's manifest
+//! into one correctness and one performance trial per variant; `cargo test` (cli/tests/variants.rs)
+//! and `tilesmith test` run it.
 
 pub mod declared;
 pub mod device;
-pub mod fused;
 pub mod harness;
 pub mod host;
 pub mod report;
-pub mod timing;
 pub mod trials;
+
+/// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
+/// `$dtype` is a `tilesmith_runtime::Dtype` the call site has in scope as `Dtype`.
+#[macro_export]
+macro_rules! with_element {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            Dtype::F32 => {
+                type $t = f32;
+                $body
+            }
+            Dtype::F16 => {
+                type $t = half::f16;
+                $body
+            }
+            Dtype::Bf16 => {
+                type $t = half::bf16;
+                $body
+            }
+            Dtype::E4m3 => {
+                type $t = tilesmith_runtime::F8E4M3;
+                $body
+            }
+            Dtype::E5m2 => {
+                type $t = tilesmith_runtime::F8E5M2;
+                $body
+            }
+        }
+    };
+}

@@ -15,7 +15,7 @@ pub struct Record {
     pub variant: String,
     pub family: String,
     pub dtype: String,
-    /// The values of the family's axes that names show always (a GEMM's layout), joined by
+    /// The values of the family's axes that names show always (a `layout`), joined by
     /// `_`: variants that share them share a baseline. Empty for families without such axes.
     #[serde(default)]
     pub group: String,

@@ -34,9 +34,9 @@ fn run(args: &[String]) -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["gen"] => gen::run(&project, &all, false, false),
         ["fresh"] => gen::run(&project, &all, true, false),
-        ["build"] => compile::run(&project, &all, &Options::from_env()),
+        ["build"] => compile::run(&project, &all, &options()),
         ["build", "-j", jobs] => match jobs.parse::<usize>() {
-            Ok(jobs) if jobs > 0 => compile::run(&project, &all, &Options { jobs, ..Options::from_env() }),
+            Ok(jobs) if jobs > 0 => compile::run(&project, &all, &Options { jobs, ..options() }),
             _ => bail!("-j {jobs}: give a whole number of jobs, at least 1"),
         },
         ["tidy"] => {
@@ -53,6 +53,12 @@ fn run(args: &[String]) -> Result<()> {
         }
         _ => bail!("{USAGE}"),
     }
+}
+
+/// The build's options from the environment, with the checks of GEMM's tables (the plug-in
+/// tables this repository commits).
+fn options() -> Options {
+    Options { table_checks: vec![tilesmith_gemm::table::check_plugin_table], ..Options::from_env() }
 }
 
 /// The checkout's root: the folder above this crate's.

@@ -5,7 +5,82 @@ use std::path::{Path, PathBuf};
 
 /// Every rule's findings, each line naming the rule and the file.
 pub fn broken_rules(root: &Path) -> Vec<String> {
-    [code_map_names_every_crate(root), code_map_names_every_module(root)].concat()
+    [
+        code_map_names_every_crate(root),
+        code_map_names_every_module(root),
+        generic_crates_name_no_family(root),
+        readme_is_a_guide(root),
+        records_are_compressed(root),
+    ]
+    .concat()
+}
+
+/// README.md is the user's guide, a few hundred lines; the reference is docs/reference.md.
+pub const README_MAX_LINES: usize = 400;
+
+/// README.md stays a guide: at most [`README_MAX_LINES`] lines.
+pub fn readme_is_a_guide(root: &Path) -> Vec<String> {
+    let lines = std::fs::read_to_string(root.join("README.md")).map_or(0, |t| t.lines().count());
+    if lines > README_MAX_LINES {
+        return vec![format!(
+            "README.md has {lines} lines, past {README_MAX_LINES}: move reference material to docs/reference.md and results to docs/perf/README.md"
+        )];
+    }
+    Vec::new()
+}
+
+/// Measurement records under docs/ (`*.log`, `*.json`) live in docs/records.tar.xz, so that a
+/// clone stays small; only docs/perf/bench.json, which `bench --replot` reads, stays loose.
+pub fn records_are_compressed(root: &Path) -> Vec<String> {
+    let mut broken = Vec::new();
+    let mut stack = vec![root.join("docs")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "log" || e == "json") && path != root.join("docs/perf/bench.json") {
+                broken.push(format!(
+                    "records: {} lies loose; add it to docs/records.tar.xz (tar -rf after -xJf) and remove it",
+                    relative(root, &path)
+                ));
+            }
+        }
+    }
+    broken.sort();
+    broken
+}
+
+/// The crates every family goes through: they know families only as data, so that adding one
+/// (or a plug-in such as tilesmith-gemm) needs no change in them.
+pub const GENERIC_CRATES: [&str; 4] = ["spec", "pipeline", "runtime", "tests"];
+
+/// Words that would mean a generic crate knows a family: the shipped families GEMM and
+/// transpose, and the library their plug-in wraps.
+const FAMILY_WORDS: [&str; 3] = ["gemm", "transpose", "cublas"];
+
+/// The generic crates' sources (`src/`) and manifests (`Cargo.toml`) name no family, in code or
+/// in comments, whatever the case. Their tests may use the shipped variants as fixtures.
+pub fn generic_crates_name_no_family(root: &Path) -> Vec<String> {
+    let mut broken = Vec::new();
+    for member in GENERIC_CRATES {
+        let dir = root.join(member);
+        let files = rust_files(&dir.join("src")).into_iter().chain([dir.join("Cargo.toml")]);
+        for file in files {
+            let Ok(text) = std::fs::read_to_string(&file) else { continue };
+            for (number, line) in text.lines().enumerate() {
+                let lower = line.to_lowercase();
+                if let Some(word) = FAMILY_WORDS.iter().find(|w| lower.contains(*w)) {
+                    broken.push(format!(
+                        "generic crate names a family: {}:{} says `{word}`; move it into the family's plug-in crate",
+                        relative(root, &file),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    broken
 }
 
 /// The workspace's member folders, as the root Cargo.toml lists them.

@@ -14,7 +14,7 @@ fn holds(broken: Vec<String>) {
 #[test]
 fn the_workspace_lists_its_crates() {
     let members = tidy::members(&root());
-    for crate_folder in ["spec", "pipeline", "runtime", "tests", "cli", "xtask"] {
+    for crate_folder in ["spec", "pipeline", "runtime", "gemm", "tests", "cli", "xtask"] {
         assert!(members.iter().any(|m| m == crate_folder), "{crate_folder} missing from {members:?}");
     }
 }
@@ -30,6 +30,21 @@ fn code_map_names_every_module() {
 }
 
 #[test]
+fn generic_crates_name_no_family() {
+    holds(tidy::generic_crates_name_no_family(&root()));
+}
+
+#[test]
+fn readme_is_a_guide() {
+    holds(tidy::readme_is_a_guide(&root()));
+}
+
+#[test]
+fn records_are_compressed() {
+    holds(tidy::records_are_compressed(&root()));
+}
+
+#[test]
 fn a_crate_or_module_missing_from_the_code_map_is_found() {
     let scratch = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
     std::fs::create_dir_all(scratch.join("alpha/src")).unwrap();
@@ -37,8 +52,19 @@ fn a_crate_or_module_missing_from_the_code_map_is_found() {
     std::fs::write(scratch.join("alpha/src/lib.rs"), "").unwrap();
     std::fs::write(scratch.join("alpha/src/beta.rs"), "").unwrap();
     std::fs::write(scratch.join("ARCHITECTURE.md"), "nothing here\n").unwrap();
+    std::fs::create_dir_all(scratch.join("runtime/src")).unwrap();
+    std::fs::write(scratch.join("runtime/src/lib.rs"), "// fast paths\n// the cuBLAS baseline\n").unwrap();
+    std::fs::create_dir_all(scratch.join("docs/perf")).unwrap();
+    std::fs::write(scratch.join("docs/perf/run.log"), "").unwrap();
+    std::fs::write(scratch.join("docs/perf/bench.json"), "").unwrap();
+    std::fs::write(scratch.join("README.md"), "line\n".repeat(tidy::README_MAX_LINES + 1)).unwrap();
     let broken = tidy::broken_rules(&scratch);
     std::fs::remove_dir_all(&scratch).unwrap();
     assert!(broken.iter().any(|b| b.contains("crate folder `alpha/`")), "{broken:?}");
     assert!(broken.iter().any(|b| b.contains("module `beta` (alpha/src/beta.rs)")), "{broken:?}");
+    assert!(broken.iter().any(|b| b.contains("runtime/src/lib.rs:2 says `cublas`")), "{broken:?}");
+    assert!(!broken.iter().any(|b| b.contains("lib.rs:1")), "{broken:?}");
+    assert!(broken.iter().any(|b| b.contains("docs/perf/run.log lies loose")), "{broken:?}");
+    assert!(!broken.iter().any(|b| b.contains("bench.json")), "{broken:?}");
+    assert!(broken.iter().any(|b| b.contains("README.md has 401 lines")), "{broken:?}");
 }

@@ -1,0 +1,40 @@
+//! GEMM (C = A·B with an epilogue) and transpose as a plug-in of tilesmith's runtime: their
+//! typed calls, the dispatcher that picks a GEMM variant and strategy per call from GEMM's
+//! tuning tables, and those tables' format. The runtime, the pipeline and the trials harness
+//! name no family; everything that knows GEMM is here.
+//!
+//! ```no_run
+//! use tilesmith_gemm::{GemmArgs, GemmKernel, GemmRegistry, Workspace};
+//! use tilesmith_runtime::{Gpu, Registry};
+//! # fn main() -> Result<(), tilesmith_runtime::Error> {
+//! let registry = Registry::open(None)?;
+//! let gpu = Gpu::new(0)?;
+//! # let (m, n, k) = (256, 256, 256);
+//! let a = gpu.stream().alloc_zeros::<half::bf16>(m * k)?;
+//! let b = gpu.stream().alloc_zeros::<half::bf16>(k * n)?;
+//! let mut c = gpu.stream().alloc_zeros::<half::bf16>(m * n)?;
+//! // One variant by name...
+//! let kernel = registry.kernel("gemm_tn_128x128x32")?;
+//! kernel.gemm(&gpu, GemmArgs::packed(&a, &b, &mut c, m, n, k, kernel.layout()?))?;
+//! // ...or the dispatcher's pick for this GPU and shape.
+//! let choice = registry.gemm(&gpu, GemmArgs::packed(&a, &b, &mut c, m, n, k, kernel.layout()?), &mut Workspace::new())?;
+//! println!("{}: {}", choice.label(), choice.reason);
+//! # Ok(()) }
+//! ```
+
+mod args;
+pub mod dispatch;
+mod kernel;
+mod plan;
+mod registry;
+mod shape;
+pub mod table;
+#[cfg(feature = "trials")]
+pub mod trials;
+
+pub use args::{Epilogue, GemmArgs, TransposeArgs};
+pub use dispatch::{Choice, Workspace};
+pub use kernel::GemmKernel;
+pub use plan::{check_gemm_call, plan_gemm, plan_gemm_with, plan_transpose};
+pub use registry::{with_tables, Dispatcher, GemmRegistry};
+pub use shape::{Activation, Batch, EpilogueArgs, GemmShape, TransposeShape};

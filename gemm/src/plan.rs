@@ -1,0 +1,172 @@
+//! GEMM and transpose calls as calls by name: each checks what its family's typed arguments
+//! must meet, binds them by the family's declared names and leaves every other check to the
+//! runtime's `plan_call`.
+
+use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
+use tilesmith_runtime::{check_stored, plan_call, Buffer, Call, Launch, Stored};
+use tilesmith_spec::{Built, Dtype};
+
+fn order(row_major: bool) -> &'static str {
+    if row_major {
+        "row-major"
+    } else {
+        "column-major"
+    }
+}
+
+fn check_family(built: &Built, dtype: Dtype, family: &str) -> Result<(), String> {
+    let variant = &built.entry.variant;
+    if variant.family != family {
+        return Err(format!("it is a kernel of family `{}`, not of family `{family}`", variant.family));
+    }
+    if variant.dtype != dtype {
+        return Err(format!("it takes {} elements, but the buffers hold {dtype}", variant.dtype));
+    }
+    Ok(())
+}
+
+/// Checks what any GEMM call must meet before anything reads its buffers: leading dimensions
+/// at least the stored rows' lengths, and buffers that hold what A, B and C span (every
+/// problem's).
+pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), String> {
+    let letters = shape.layout.as_str();
+    let stored = shape.stored();
+    let lds = [shape.lda, shape.ldb, shape.ldc];
+    let layouts = [
+        format!("{}, layout {letters}", order(shape.layout.a_row_major())),
+        format!("{}, layout {letters}", order(shape.layout.b_row_major())),
+        "row-major".to_string(),
+    ];
+    (0..3).try_for_each(|i| {
+        check_stored(&Stored {
+            name: ["a", "b", "c"][i].into(),
+            ld_name: ["lda", "ldb", "ldc"][i].into(),
+            buffer: buffers[i],
+            rows: stored[i].0,
+            cols: stored[i].1,
+            ld: lds[i],
+            layout: layouts[i].clone(),
+            dtype: Dtype::F32,
+            problems: shape.batch.count,
+            stride: shape.batch.strides[i],
+        })
+    })
+}
+
+/// The GEMM wrapper over [`plan_call`] for C = A·B, for a GPU with `sms` multiprocessors;
+/// `None` when there is nothing to compute (M or N is 0); K = 0 with M and N above 0 is refused.
+pub fn plan_gemm(built: &Built, dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], sms: u32) -> Result<Option<Launch>, String> {
+    plan_gemm_with(built, dtype, shape, buffers, &EpilogueArgs::default(), sms)
+}
+
+/// As [`plan_gemm`], with an epilogue: the variant must apply the call's activation (its
+/// `epilogue` axis), and take α, β and the biases the call gives.
+pub fn plan_gemm_with(
+    built: &Built,
+    dtype: Dtype,
+    shape: &GemmShape,
+    buffers: [Buffer; 3],
+    epilogue: &EpilogueArgs,
+    sms: u32,
+) -> Result<Option<Launch>, String> {
+    let call = gemm_call(built, dtype, shape, buffers, epilogue)?;
+    let launch = plan_call(built, &call, sms)?;
+    refuse_empty_k(shape, launch.is_some())?;
+    Ok(launch)
+}
+
+/// The GEMM call bound by the family's names, after the checks a call by name does not make:
+/// the variant's layout and epilogue.
+pub(crate) fn gemm_call(
+    built: &Built,
+    dtype: Dtype,
+    shape: &GemmShape,
+    [a, b, c]: [Buffer; 3],
+    epilogue: &EpilogueArgs,
+) -> Result<Call, String> {
+    check_family(built, dtype, "gemm")?;
+    let variant = &built.entry.variant;
+    let layout = variant.word("layout").unwrap_or_default();
+    if shape.layout.as_str() != layout {
+        return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
+    }
+    let applied = Activation::epilogue_of(variant);
+    if !epilogue.activation.epilogues().contains(&applied) {
+        return Err(format!(
+            "it applies epilogue {applied}, but the call asks for activation {:?} (epilogue {})",
+            epilogue.activation,
+            epilogue.activation.epilogues().join(" or ")
+        ));
+    }
+    let s = shape;
+    let out = epilogue.out.unwrap_or(dtype);
+    let mut call = Call::default()
+        .operand("a", dtype, a)
+        .operand("b", epilogue.b.unwrap_or(dtype), b)
+        .operand("c", out, c)
+        .quantity("m", s.m as u64)
+        .quantity("n", s.n as u64)
+        .quantity("k", s.k as u64)
+        .quantity("lda", s.lda as u64)
+        .quantity("ldb", s.ldb as u64)
+        .quantity("ldc", s.ldc as u64);
+    // Only what differs from the defaults, so that plain calls fit GEMM families without them.
+    if s.is_batched() {
+        call = call.quantity("batch", s.batch.count as u64);
+        for (name, stride) in ["stride_a", "stride_b", "stride_c"].into_iter().zip(s.batch.strides) {
+            call = call.quantity(name, stride as u64);
+        }
+    }
+    if epilogue.alpha != 1.0 {
+        call = call.scalar("alpha", f64::from(epilogue.alpha));
+    }
+    if epilogue.beta != 0.0 {
+        call = call.scalar("beta", f64::from(epilogue.beta));
+    }
+    for (name, scale) in ["scale_a", "scale_b"].into_iter().zip(epilogue.scales) {
+        if scale != 1.0 {
+            call = call.scalar(name, f64::from(scale));
+        }
+    }
+    for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
+        if let Some(buffer) = buffer {
+            call = call.operand(name, out, buffer);
+        }
+    }
+    Ok(call)
+}
+
+/// K = 0 with M and N above 0 (a launch planned) is refused: C would be all zeros.
+pub(crate) fn refuse_empty_k(shape: &GemmShape, planned: bool) -> Result<(), String> {
+    if planned && shape.k == 0 {
+        return Err(format!(
+            "K = 0 makes C = A·B all zeros ({}x{}), which no GEMM kernel computes: fill C with zeros instead",
+            shape.m, shape.n
+        ));
+    }
+    Ok(())
+}
+
+/// The transpose wrapper over [`plan_call`]; `None` when there is nothing to move.
+pub fn plan_transpose(
+    built: &Built,
+    dtype: Dtype,
+    shape: &TransposeShape,
+    buffers: [Buffer; 2],
+    sms: u32,
+) -> Result<Option<Launch>, String> {
+    plan_call(built, &transpose_call(built, dtype, shape, buffers)?, sms)
+}
+
+/// The transpose call bound by the family's names.
+pub(crate) fn transpose_call(built: &Built, dtype: Dtype, shape: &TransposeShape, [x, y]: [Buffer; 2]) -> Result<Call, String> {
+    check_family(built, dtype, "transpose")?;
+    let s = shape;
+    Ok(Call::default()
+        .operand("x", dtype, x)
+        .operand("y", dtype, y)
+        .quantity("m", s.m as u64)
+        .quantity("n", s.n as u64)
+        .quantity("ldx", s.ldx as u64)
+        .quantity("ldy", s.ldy as u64))
+}

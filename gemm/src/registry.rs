@@ -1,0 +1,125 @@
+//! A registry's `gemm` call: the dispatcher's pick for each call shape, from GEMM's tuning
+//! tables (the registry's plug-in tables) read on first use, kept beside the registry.
+
+use crate::args::GemmArgs;
+use crate::dispatch::{self, Choice, GemmCall, Workspace};
+use crate::shape::{Activation, GemmShape};
+use crate::table::TuningTable;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tilesmith_runtime::{Element, Error, Gpu, Registry, Result};
+use tilesmith_spec::Dtype;
+
+/// GEMM's dispatch on a [`Registry`].
+pub trait GemmRegistry {
+    /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
+    /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
+    /// scratch the padded strategy copies unaligned operands into, kept for the next call.
+    fn gemm<T: Element, TC: Element, TB: Element>(
+        &self,
+        gpu: &Gpu,
+        args: GemmArgs<'_, T, TC, TB>,
+        workspace: &mut Workspace,
+    ) -> Result<Choice>;
+
+    /// What [`GemmRegistry::gemm`] would pick for this call, and why, without launching anything.
+    fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice>;
+
+    /// GEMM's tuning tables among the registry's plug-in tables, each read and checked on first
+    /// use (format, file name, entries, one table per device); one that is not is an error
+    /// naming the file.
+    fn gemm_tables(&self) -> Result<Arc<Dispatcher>>;
+}
+
+/// What the dispatcher keeps beside a registry: its tables, and the picks made so far.
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub tables: Vec<TuningTable>,
+    /// Picks by device, dtype, shape and which operands are unaligned (the padded strategy
+    /// moves just those): choosing walks the table and plans candidates, which costs more host
+    /// time than a small GEMM takes.
+    picks: Mutex<HashMap<PickKey, Choice>>,
+}
+
+impl Dispatcher {
+    pub fn new(tables: Vec<TuningTable>) -> Dispatcher {
+        Dispatcher { tables, picks: Mutex::default() }
+    }
+}
+
+type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
+
+/// The registry with these GEMM tables in place of its own, for choosing against a table not
+/// yet built into it (replay, tests).
+pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> Registry {
+    let registry = registry.with_plugin_tables(Vec::new());
+    // A fresh registry's extensions are empty, so the tables given are the ones kept.
+    let _ = registry.extension(|| Ok::<_, Error>(Dispatcher::new(tables)));
+    registry
+}
+
+fn choose(registry: &Registry, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
+    let dispatcher = registry.gemm_tables()?;
+    dispatch::choose(registry.kernels(), &dispatcher.tables, &gpu.device(), call).map_err(|rule| Error::NoVariant { what: "GEMM", rule })
+}
+
+impl GemmRegistry for Registry {
+    fn gemm_tables(&self) -> Result<Arc<Dispatcher>> {
+        self.extension(|| {
+            let mut tables: Vec<TuningTable> = Vec::new();
+            for table in self.plugin_tables() {
+                let unreadable = |reason: String| Error::RegistryUnreadable { path: table.path.clone(), reason };
+                let parsed = TuningTable::parse(&table.text, &table.path).map_err(unreadable)?;
+                if let Some(other) = tables.iter().find(|t| t.device.is(&parsed.device)) {
+                    return Err(unreadable(format!("a second table for {}; keep one", other.device)));
+                }
+                tables.push(parsed);
+            }
+            Ok(Dispatcher::new(tables))
+        })
+    }
+
+    fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice> {
+        let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
+        choose(self, gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
+    }
+
+    fn gemm<T: Element, TC: Element, TB: Element>(
+        &self,
+        gpu: &Gpu,
+        args: GemmArgs<'_, T, TC, TB>,
+        workspace: &mut Workspace,
+    ) -> Result<Choice> {
+        let buffers = args.buffers(gpu);
+        let lds = [args.shape.lda, args.shape.ldb, args.shape.ldc];
+        let unaligned = [0, 1, 2].map(|i| dispatch::misaligned(T::DTYPE, lds[i], buffers[i].addr));
+        let (epilogue, sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
+        drop(sync);
+        // What decides which variants take the call: the epilogue's activation, which of α, β,
+        // the biases and the scales differ from C = A·B, and the types of B and C.
+        let asks = (
+            epilogue.activation,
+            epilogue.alpha != 1.0,
+            epilogue.beta != 0.0,
+            epilogue.bias.is_some(),
+            epilogue.row_bias.is_some(),
+            epilogue.out,
+            epilogue.b,
+            epilogue.scales != [1.0; 2],
+        );
+        let key = (gpu.name().to_string(), gpu.sms(), T::DTYPE, args.shape, unaligned, asks);
+        let dispatcher = self.gemm_tables()?;
+        let cached = dispatcher.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        let choice = match cached {
+            Some(choice) => choice,
+            None => {
+                let choice = choose(self, gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers, epilogue: &epilogue })?;
+                dispatcher.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
+                choice
+            }
+        };
+        // A cached pick is checked again like any launch: buffers of another length are refused.
+        choice.run(gpu, args, workspace)?;
+        Ok(choice)
+    }
+}

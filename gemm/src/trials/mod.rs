@@ -1,0 +1,128 @@
+//! GEMM's trials as a plug-in of the trials harness: the `cublas_gemm` library (the reference
+//! and baseline GEMM's declaration names), and the dispatcher's own trials,
+//! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts.
+
+pub mod checks;
+pub mod cublas;
+pub mod fused;
+pub mod host;
+pub mod timing;
+mod types;
+
+use crate::{with_inputs, with_output, Activation, GemmShape};
+use host::Operands;
+use libtest_mimic::{Completion, Trial};
+use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::Entry;
+use tilesmith_trials::report::Record;
+use tilesmith_trials::trials::Plugin;
+use tilesmith_trials::{device, harness};
+
+/// The plug-in: `cargo test` here and `tilesmith test` pass it to the harness.
+pub static PLUGIN: GemmTrials = GemmTrials;
+
+pub struct GemmTrials;
+
+/// The library name GEMM's declaration gives its baseline and reference.
+pub const GEMM_LIBRARY: &str = "cublas_gemm";
+
+impl Plugin for GemmTrials {
+    fn libraries(&self) -> &'static [&'static str] {
+        &[GEMM_LIBRARY]
+    }
+
+    fn correctness(&self, gpu: &Gpu, _: &Registry, kernel: &Kernel) -> Result<String, String> {
+        checks::correctness(gpu, kernel)
+    }
+
+    fn performance(&self, gpu: &Gpu, _: &Registry, kernel: &Kernel) -> Result<Record, String> {
+        checks::performance(gpu, kernel)
+    }
+
+    /// The dispatcher's trials and the reference's check, where the registry has GEMMs.
+    fn trials(&self, entries: &[Entry], ignored: bool) -> Vec<Trial> {
+        if !entries.iter().any(|e| e.variant.family == "gemm" && !e.is_reference()) {
+            return Vec::new();
+        }
+        let mut all = vec![reference_layouts()];
+        all.extend(dispatch_trials(ignored));
+        all
+    }
+}
+
+/// The host product in every layout, on a product worked by hand.
+fn reference_layouts() -> Trial {
+    Trial::test("cpu::reference::layouts", || {
+        // A = [[1, 2, 3], [4, 5, 6]], B = [[7, 8], [9, 10], [11, 12]]: C = [[58, 64], [139, 154]].
+        let (a_rows, b_rows) = ([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[7.0, 8.0], [9.0, 10.0], [11.0, 12.0]]);
+        for layout in Layout::ALL {
+            let shape = GemmShape::packed(2, 2, 3, *layout);
+            let a: Vec<f32> =
+                if layout.a_row_major() { a_rows.concat() } else { (0..3).flat_map(|k| (0..2).map(move |i| a_rows[i][k])).collect() };
+            let b: Vec<f32> =
+                if layout.b_row_major() { b_rows.concat() } else { (0..2).flat_map(|j| (0..3).map(move |k| b_rows[k][j])).collect() };
+            let product = Operands { shape, a: &a, b: &b }.product();
+            if product != [58.0, 64.0, 139.0, 154.0] {
+                return Err(format!("layout {layout}: {product:?}").into());
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `dispatch::<dtype>_<layout>::<shape>`: the registry's `gemm` on a spread of shapes, every
+/// dtype and layout; 8-bit inputs with bf16 out; 16- and 32-bit inputs also with bias + GELU
+/// in every layout (`gelu_bias_<shape>`: layouts without epilogue variants move A or B); 8- and
+/// 16-bit inputs also with f32 out (`outf32_<shape>`: checked mma variants take every shape);
+/// e4m3 by e5m2 and e5m2 by e4m3 (`<a>_by_<b>_<layout>`) with bf16 out.
+/// 8-bit calls run on the shapes whose C rows and K-major operands' rows are 16-byte multiples
+/// of the inputs' elements: the padded strategy never moves a C of another type than the
+/// inputs, and its moves of A or B are transposes, which give an unaligned operand the other
+/// order (fine for an MN-major one, which the tn variants want K-major).
+fn dispatch_trials(ignored: bool) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    let mixed = [(Dtype::E4m3, Dtype::E5m2), (Dtype::E5m2, Dtype::E4m3)];
+    for (dtype, b) in Dtype::ALL.iter().map(|&d| (d, d)).chain(mixed) {
+        let eight_bit = dtype.size_bytes() == 1;
+        let outs: &[Dtype] = match dtype.size_bytes() {
+            _ if b != dtype => &[Dtype::Bf16],
+            1 => &[Dtype::Bf16, Dtype::F32],
+            2 => &[dtype, Dtype::F32],
+            _ => &[dtype],
+        };
+        let inputs = if b == dtype { dtype.to_string() } else { format!("{dtype}_by_{b}") };
+        for (&out, &layout) in outs.iter().flat_map(|out| Layout::ALL.iter().map(move |layout| (out, layout))) {
+            let plain = checks::dispatch_shapes(layout).into_iter().map(|(label, shape)| (label, shape, None));
+            let gelu = GemmShape::packed(520, 1024, 784, layout);
+            // Odd leading dimensions of A and B: an operand already in the order the tn
+            // epilogue variants read is moved twice, one in the other order once.
+            let odd = GemmShape { lda: gelu.lda + 1, ldb: gelu.ldb + 1, ..gelu };
+            let fused = [("gelu_bias_520x1024x784".to_string(), gelu), ("gelu_bias_odd_ld_520x1024x784".to_string(), odd)]
+                .into_iter()
+                .filter(move |_| !eight_bit)
+                .map(|(label, shape)| (label, shape, Some(Activation::GeluTanh)));
+            let prefix = if out == dtype || eight_bit && out == Dtype::Bf16 { String::new() } else { format!("out{out}_") };
+            let step = 16 / dtype.size_bytes() as usize;
+            let k_major_aligned = move |s: &GemmShape| {
+                (!layout.a_row_major() || s.lda.is_multiple_of(step))
+                    && (layout.b_row_major() || s.ldb.is_multiple_of(step))
+                    && s.ldc.is_multiple_of(step)
+            };
+            let aligned = move |s: &GemmShape| !eight_bit || k_major_aligned(s);
+            for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| aligned(s)) {
+                let trial = Trial::ignorable_test(format!("dispatch::{inputs}_{layout}::{prefix}{label}"), move || {
+                    let gpu = match device::gpu() {
+                        Ok(gpu) => gpu,
+                        Err(reason) => return Ok(Completion::ignored_with(reason)),
+                    };
+                    let registry = harness::registry()?;
+                    let summary = with_inputs!(dtype, b, T, TB => with_output!(out, TC => checks::dispatch_correctness::<T, TC, TB>(gpu, registry, shape, activation)))?;
+                    println!("{summary}");
+                    Ok(Completion::Completed)
+                });
+                trials.push(trial.with_ignored_flag(ignored));
+            }
+        }
+    }
+    trials
+}
