@@ -228,6 +228,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     ));
                 }
                 Baseline::Copy => {
+                    let shape_start = records.len();
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         match declared::with_lds(kernel, shape.clone(), 0).and_then(|full| declared::takes(kernel, &full, gpu.sms())) {
@@ -267,7 +268,27 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         let chooser = registry.family(&packed.variant().family).map_err(|e| e.to_string())?;
                         let mut case = Case::new(&gpu, packed, full)?;
                         let baseline_ms = case.time_copy(&gpu)?;
-                        match case.record_chosen(&gpu, registry, chooser, baseline_ms) {
+                        // The fastest variant of this shape that takes the call as made (packed
+                        // rows), timed in turns with it in one case: the rows above were each
+                        // timed in a turn of its own.
+                        let takes_call =
+                            |name: &str| registry.kernel(name).is_ok_and(|k| declared::takes(&k, &case.shape, gpu.sms()).is_ok());
+                        let fastest = records[shape_start..]
+                            .iter()
+                            .filter(|r| takes_call(&r.variant))
+                            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+                            .map(|r| r.variant.clone());
+                        let beside = |case: &mut Case, record: &mut Record| -> Result<(), String> {
+                            let Some(name) = &fastest else { return Ok(()) };
+                            let kernel = registry.kernel(name).map_err(|e| e.to_string())?;
+                            let [chosen_ms, fastest_ms] = case.time_beside(&gpu, chooser, &kernel)?;
+                            record.beside = Some((name.clone(), fastest_ms / chosen_ms));
+                            Ok(())
+                        };
+                        match case.record_chosen(&gpu, registry, chooser, baseline_ms).and_then(|mut record| {
+                            beside(&mut case, &mut record)?;
+                            Ok(record)
+                        }) {
                             Ok(record) => {
                                 println!("{}", record.summary());
                                 records.push(record);

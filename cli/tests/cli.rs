@@ -1268,9 +1268,9 @@ fn a_family_added_as_data_generates_builds_lists_and_gets_trials() {
     assert!(err.contains("scalar `alpha` = 1000000 is outside its range -1000..=1000"), "{err}");
     let missing = tilesmith_runtime::Call::default().operand("x", tilesmith_spec::Dtype::F32, x).quantity("n", 1000);
     let err = tilesmith_runtime::plan_call(built, &missing, 132).unwrap_err();
-    assert_eq!(err, "the call does not pass operand `y`");
+    assert_eq!(err, "the call does not pass operand `y`, which every scale call passes");
     let err = tilesmith_runtime::plan_call(built, &call(1.0).quantity("m", 3), 132).unwrap_err();
-    assert!(err.contains("the call gives quantity `m`, which a scale call does not take (it takes n)"), "{err}");
+    assert!(err.contains("the call gives quantity `m`, which a scale call does not take (quantities it takes: n)"), "{err}");
     let short = call(1.0);
     let short = tilesmith_runtime::Call {
         operands: vec![short.operands[0].clone(), ("y".into(), tilesmith_spec::Dtype::F32, tilesmith_runtime::Buffer { len: 999, ..y })],

@@ -277,42 +277,9 @@ impl Chooser {
         Ok(Pick { kernel: kernel.clone(), reason: format!("{why}: cost model, estimated {:.1} us", seconds * 1e6) })
     }
 
-    /// The family-level rules of a call's names: each declared and given once; every quantity
-    /// without a default, every operand that is not optional and every scalar without a default
-    /// given.
+    /// The family-level rules of a call's names and scalars ([`plan::bind`](crate::plan)).
     fn bind(&self, call: &Call) -> std::result::Result<(), String> {
-        let family = &self.inner.declaration;
-        let name = self.name();
-        let quantities = family.all_quantities();
-        let operands: Vec<&str> = family.operands.iter().map(|o| o.name.as_str()).collect();
-        let scalars: Vec<&str> = family.scalars.iter().map(|s| s.name.as_str()).collect();
-        let given = [
-            ("quantity", "quantities", &quantities, call.quantities.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>()),
-            ("operand", "operands", &operands, call.operands.iter().map(|(n, _, _)| n.as_str()).collect()),
-            ("scalar", "scalars", &scalars, call.scalars.iter().map(|(n, _)| n.as_str()).collect()),
-        ];
-        for (what, plural, known, given) in &given {
-            for (index, arg) in given.iter().enumerate() {
-                if !known.contains(arg) {
-                    let takes = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                    return Err(format!("the call gives {what} `{arg}`, which a {name} call does not take ({plural} it takes: {takes})"));
-                }
-                if given[..index].contains(arg) {
-                    return Err(format!("the call gives {what} `{arg}` twice"));
-                }
-            }
-        }
-        let missing_quantity = quantities.iter().find(|q| family.default_quantity(q).is_none() && !given[0].3.contains(q));
-        if let Some(q) = missing_quantity {
-            return Err(format!("the call does not give quantity `{q}`, which every {name} call gives"));
-        }
-        if let Some(o) = family.operands.iter().find(|o| !o.optional && !given[1].3.contains(&o.name.as_str())) {
-            return Err(format!("the call does not pass operand `{}`, which every {name} call passes", o.name));
-        }
-        if let Some(s) = family.scalars.iter().find(|s| s.default.is_none() && !given[2].3.contains(&s.name.as_str())) {
-            return Err(format!("the call does not give scalar `{}`, which every {name} call gives", s.name));
-        }
-        Ok(())
+        crate::plan::bind(&self.inner.declaration, self.name(), call).map(drop)
     }
 
     /// Why no variant takes a call: the refusals, one per distinct rule, the first few.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
 use tilesmith_spec::family::{ScalarType, SMS};
-use tilesmith_spec::{Access, Built, Dtype, GridRule, ParamKind, Targets};
+use tilesmith_spec::{Access, Built, Dtype, Family, GridRule, ParamKind, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -210,13 +210,13 @@ fn known_list<'a>(known: impl Iterator<Item = &'a str>) -> String {
 /// overlaps) and [`lower`] (the arguments from the parameter list, the grid and the shared
 /// memory). `None` when no output has an element to write.
 pub fn plan_call(built: &Built, call: &Call, sms: u32) -> Result<Option<Launch>, String> {
-    let bound = bind(built, call)?;
+    let bound = bind(&built.entry.declaration, &built.entry.variant.family, call)?;
     let stored = check(built, &bound)?;
     lower(built, &bound, &stored, sms)
 }
 
 /// A call's arguments bound to its family's declaration.
-struct Bound<'a> {
+pub(crate) struct Bound<'a> {
     quantities: BTreeMap<&'a str, u64>,
     operands: BTreeMap<&'a str, (Dtype, Buffer)>,
     /// Every declared scalar: given, else its default.
@@ -225,70 +225,65 @@ struct Bound<'a> {
     problems: u64,
 }
 
-/// Binds a call's names to the family's declaration: each declared and given at most once,
-/// quantities and scalars without a default given, every scalar finite and in its range.
-fn bind<'a>(built: &'a Built, call: &'a Call) -> Result<Bound<'a>, String> {
-    let entry = &built.entry;
-    let family = &entry.declaration;
-    let variant = &entry.variant;
+/// Binds a call's names to the family's declaration (`name` its family, for messages): each
+/// declared and given at most once; every quantity and scalar without a default and every
+/// operand that is not optional given; every scalar finite and in its range. The one statement
+/// of these rules: a kernel's plan and a family's chooser both bind through it.
+pub(crate) fn bind<'a>(family: &'a Family, name: &str, call: &'a Call) -> Result<Bound<'a>, String> {
     let all = family.all_quantities();
-
+    let operand_names: Vec<&str> = family.operands.iter().map(|o| o.name.as_str()).collect();
+    let scalar_names: Vec<&str> = family.scalars.iter().map(|s| s.name.as_str()).collect();
+    let unknown = |what: &str, plural: &str, arg: &str, known: &[&str]| {
+        format!(
+            "the call gives {what} `{arg}`, which a {name} call does not take ({plural} it takes: {})",
+            known_list(known.iter().copied())
+        )
+    };
     let mut quantities: BTreeMap<&str, u64> = BTreeMap::new();
-    for (name, value) in &call.quantities {
-        if !all.contains(&name.as_str()) {
-            return Err(format!(
-                "the call gives quantity `{name}`, which a {} call does not take (it takes {})",
-                variant.family,
-                all.join(", ")
-            ));
+    for (arg, value) in &call.quantities {
+        if !all.contains(&arg.as_str()) {
+            return Err(unknown("quantity", "quantities", arg, &all));
         }
-        if quantities.insert(name, *value).is_some() {
-            return Err(format!("the call gives quantity `{name}` twice"));
+        if quantities.insert(arg, *value).is_some() {
+            return Err(format!("the call gives quantity `{arg}` twice"));
         }
-    }
-    for &name in &all {
-        if let (false, Some(default)) = (quantities.contains_key(name), family.default_quantity(name)) {
-            quantities.insert(name, default);
-        }
-    }
-    if let Some(missing) = all.iter().find(|q| !quantities.contains_key(*q)) {
-        return Err(format!("the call does not give quantity `{missing}` (a {} call gives {})", variant.family, all.join(", ")));
     }
     let mut operands: BTreeMap<&str, (Dtype, Buffer)> = BTreeMap::new();
-    for (name, dtype, buffer) in &call.operands {
-        if family.operand(name).is_none() {
-            return Err(format!(
-                "the call passes operand `{name}`, which a {} call does not take (it takes {})",
-                variant.family,
-                known_list(family.operands.iter().map(|o| o.name.as_str()))
-            ));
+    for (arg, dtype, buffer) in &call.operands {
+        if family.operand(arg).is_none() {
+            return Err(unknown("operand", "operands", arg, &operand_names));
         }
-        if operands.insert(name, (*dtype, *buffer)).is_some() {
-            return Err(format!("the call passes operand `{name}` twice"));
+        if operands.insert(arg, (*dtype, *buffer)).is_some() {
+            return Err(format!("the call gives operand `{arg}` twice"));
         }
-    }
-    if let Some(missing) = family.operands.iter().find(|o| !o.optional && !operands.contains_key(o.name.as_str())) {
-        return Err(format!("the call does not pass operand `{}`", missing.name));
     }
     let mut scalars: BTreeMap<&str, f64> = BTreeMap::new();
-    for (name, value) in &call.scalars {
-        let Some(decl) = family.scalar(name) else {
-            return Err(format!(
-                "the call passes scalar `{name}`, which a {} call does not take (it takes {})",
-                variant.family,
-                known_list(family.scalars.iter().map(|s| s.name.as_str()))
-            ));
+    for (arg, value) in &call.scalars {
+        let Some(decl) = family.scalar(arg) else {
+            return Err(unknown("scalar", "scalars", arg, &scalar_names));
         };
-        if scalars.insert(name, *value).is_some() {
-            return Err(format!("the call passes scalar `{name}` twice"));
+        if scalars.insert(arg, *value).is_some() {
+            return Err(format!("the call gives scalar `{arg}` twice"));
         }
         let (lo, hi) = decl.bounds();
         if !value.is_finite() {
-            return Err(format!("scalar `{name}` = {value} is not a finite number"));
+            return Err(format!("scalar `{arg}` = {value} is not a finite number"));
         }
         if !(lo..=hi).contains(value) || (decl.ty.is_integer() && value.fract() != 0.0) {
-            return Err(format!("scalar `{name}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
+            return Err(format!("scalar `{arg}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
+    }
+    for &q in &all {
+        match family.default_quantity(q) {
+            _ if quantities.contains_key(q) => {}
+            Some(default) => {
+                quantities.insert(q, default);
+            }
+            None => return Err(format!("the call does not give quantity `{q}`, which every {name} call gives")),
+        }
+    }
+    if let Some(missing) = family.operands.iter().find(|o| !o.optional && !operands.contains_key(o.name.as_str())) {
+        return Err(format!("the call does not pass operand `{}`, which every {name} call passes", missing.name));
     }
     for decl in &family.scalars {
         match decl.default {
@@ -296,10 +291,9 @@ fn bind<'a>(built: &'a Built, call: &'a Call) -> Result<Bound<'a>, String> {
             Some(default) => {
                 scalars.insert(&decl.name, default);
             }
-            None => return Err(format!("the call does not pass scalar `{}`", decl.name)),
+            None => return Err(format!("the call does not give scalar `{}`, which every {name} call gives", decl.name)),
         }
     }
-
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
     Ok(Bound { quantities, operands, scalars, problems })
 }

@@ -2,7 +2,7 @@
 //! random inputs per operand, poisoned outputs with guard rows, its reference variant run on
 //! the GPU beside the variant, and its perf baseline (a device copy of the bytes it moves).
 
-use crate::device::{median_ms, rotation};
+use crate::device::{median_ms, medians_ms, rotation};
 use crate::host::relative_error;
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
@@ -602,6 +602,19 @@ impl Case {
         // The pick's last result on the first set, checked as a timed variant's.
         self.check_first(gpu, registry, &pick.kernel)?;
         Ok((ms, pick, host_us))
+    }
+
+    /// Median milliseconds of the call through the family's chooser and of `kernel` on the same
+    /// sets, timed in turns ([`medians_ms`]), so that the two see the GPU at the same moments:
+    /// what says whether the pick is as fast as the fastest variant, without the spread between
+    /// cases timed apart (up to 15% on 0.05-0.1 ms calls).
+    pub fn time_beside(&mut self, gpu: &Gpu, chooser: &Chooser, kernel: &Kernel) -> Result<[f64; 2], String> {
+        let (shape, count) = (&self.shape, self.sets.len());
+        let sets = &mut self.sets;
+        medians_ms(gpu.stream(), WARMUP, RUNS, count, |i, side| match side {
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string()),
+            _ => sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()),
+        })
     }
 
     /// Median milliseconds of a device-to-device copy of half the bytes the call moves (a copy
