@@ -58,8 +58,7 @@ pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> Registry {
     registry
 }
 
-fn choose(registry: &Registry, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
-    let dispatcher = registry.gemm_tables()?;
+fn choose(registry: &Registry, dispatcher: &Dispatcher, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
     dispatch::choose(registry.kernels(), &dispatcher.tables, &gpu.device(), call).map_err(|rule| Error::NoVariant { what: "GEMM", rule })
 }
 
@@ -81,7 +80,12 @@ impl GemmRegistry for Registry {
 
     fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice> {
         let (epilogue, _sync) = args.epilogue.held(gpu.stream(), T::DTYPE, TB::DTYPE);
-        choose(self, gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue })
+        choose(
+            self,
+            &*self.gemm_tables()?,
+            gpu,
+            &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers: args.buffers(gpu), epilogue: &epilogue },
+        )
     }
 
     fn gemm<T: Element, TC: Element, TB: Element>(
@@ -113,7 +117,8 @@ impl GemmRegistry for Registry {
         let choice = match cached {
             Some(choice) => choice,
             None => {
-                let choice = choose(self, gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers, epilogue: &epilogue })?;
+                let choice =
+                    choose(self, &dispatcher, gpu, &GemmCall { dtype: T::DTYPE, shape: &args.shape, buffers, epilogue: &epilogue })?;
                 dispatcher.picks.lock().unwrap_or_else(|p| p.into_inner()).insert(key, choice.clone());
                 choice
             }

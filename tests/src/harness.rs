@@ -38,8 +38,8 @@ pub struct Setup {
 static REGISTRY_DIR: OnceLock<PathBuf> = OnceLock::new();
 static PERF_DIR: OnceLock<PathBuf> = OnceLock::new();
 
-/// The registry, opened once, for the GPU trials (plug-ins' included).
-pub fn registry() -> Result<&'static Registry, String> {
+/// The registry, opened once, for the GPU trials.
+fn registry() -> Result<&'static Registry, String> {
     static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
     REGISTRY
         .get_or_init(|| {
@@ -76,14 +76,21 @@ fn gpu_trial(
     variant: String,
     run: impl FnOnce(&Gpu, &Registry, &Kernel) -> Result<String, String> + Send + 'static,
 ) -> Trial {
+    gpu_test(name, move |gpu, registry| {
+        let kernel = registry.kernel(&variant).map_err(|err| err.to_string())?;
+        run(gpu, registry, &kernel)
+    })
+}
+
+/// A trial on the GPU and the registry (a plug-in's, as well as every variant's): ignored with
+/// the reason where there is no GPU, failed on any error, its summary printed.
+pub fn gpu_test(name: String, run: impl FnOnce(&Gpu, &Registry) -> Result<String, String> + Send + 'static) -> Trial {
     Trial::ignorable_test(name, move || {
         let gpu = match device::gpu() {
             Ok(gpu) => gpu,
             Err(reason) => return Ok(Completion::ignored_with(reason)),
         };
-        let registry = registry()?;
-        let kernel = registry.kernel(&variant).map_err(|err| err.to_string())?;
-        let summary = run(gpu, registry, &kernel)?;
+        let summary = run(gpu, registry()?)?;
         println!("{summary}");
         Ok(Completion::Completed)
     })

@@ -22,7 +22,7 @@ pub trait Plugin: Sync {
     /// Performance of a variant whose baseline is one of its libraries.
     fn performance(&self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String>;
     /// Trials of its own for a registry of these entries, ignored where `ignored` (no driver);
-    /// GPU trials open the registry with [`crate::harness::registry`].
+    /// GPU trials are made with [`crate::harness::gpu_test`].
     fn trials(&self, entries: &[Entry], ignored: bool) -> Vec<Trial>;
 }
 

@@ -32,23 +32,13 @@ pub fn readme_is_a_guide(root: &Path) -> Vec<String> {
 /// Measurement records under docs/ (`*.log`, `*.json`) live in docs/records.tar.xz, so that a
 /// clone stays small; only docs/perf/bench.json, which `bench --replot` reads, stays loose.
 pub fn records_are_compressed(root: &Path) -> Vec<String> {
-    let mut broken = Vec::new();
-    let mut stack = vec![root.join("docs")];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-        for path in entries.flatten().map(|e| e.path()) {
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "log" || e == "json") && path != root.join("docs/perf/bench.json") {
-                broken.push(format!(
-                    "records: {} lies loose; add it to docs/records.tar.xz (tar -rf after -xJf) and remove it",
-                    relative(root, &path)
-                ));
-            }
-        }
-    }
-    broken.sort();
-    broken
+    let loose = |path: &Path| path.extension().is_some_and(|e| e == "log" || e == "json") && path != root.join("docs/perf/bench.json");
+    files_under(&root.join("docs"), loose)
+        .into_iter()
+        .map(|path| {
+            format!("records: {} lies loose; add it to docs/records.tar.xz (tar -rf after -xJf) and remove it", relative(root, &path))
+        })
+        .collect()
 }
 
 /// The crates every family goes through: they know families only as data, so that adding one
@@ -128,6 +118,11 @@ pub fn code_map_names_every_module(root: &Path) -> Vec<String> {
 
 /// The `.rs` files under `dir`, in a stable order.
 pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir, |path| path.extension().is_some_and(|e| e == "rs"))
+}
+
+/// The files under `dir` that `keep` takes, in a stable order.
+fn files_under(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -136,7 +131,7 @@ pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if keep(&path) {
                 found.push(path);
             }
         }

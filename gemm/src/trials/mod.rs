@@ -11,12 +11,12 @@ mod types;
 
 use crate::{with_inputs, with_output, Activation, GemmShape};
 use host::Operands;
-use libtest_mimic::{Completion, Trial};
+use libtest_mimic::Trial;
 use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
 use tilesmith_spec::Entry;
+use tilesmith_trials::harness;
 use tilesmith_trials::report::Record;
 use tilesmith_trials::trials::Plugin;
-use tilesmith_trials::{device, harness};
 
 /// The plug-in: `cargo test` here and `tilesmith test` pass it to the harness.
 pub static PLUGIN: GemmTrials = GemmTrials;
@@ -110,16 +110,10 @@ fn dispatch_trials(ignored: bool) -> Vec<Trial> {
             };
             let aligned = move |s: &GemmShape| !eight_bit || k_major_aligned(s);
             for (label, shape, activation) in plain.chain(fused).filter(|(_, s, _)| aligned(s)) {
-                let trial = Trial::ignorable_test(format!("dispatch::{inputs}_{layout}::{prefix}{label}"), move || {
-                    let gpu = match device::gpu() {
-                        Ok(gpu) => gpu,
-                        Err(reason) => return Ok(Completion::ignored_with(reason)),
-                    };
-                    let registry = harness::registry()?;
-                    let summary = with_inputs!(dtype, b, T, TB => with_output!(out, TC => checks::dispatch_correctness::<T, TC, TB>(gpu, registry, shape, activation)))?;
-                    println!("{summary}");
-                    Ok(Completion::Completed)
-                });
+                let trial = harness::gpu_test(
+                    format!("dispatch::{inputs}_{layout}::{prefix}{label}"),
+                    move |gpu, registry| with_inputs!(dtype, b, T, TB => with_output!(out, TC => checks::dispatch_correctness::<T, TC, TB>(gpu, registry, shape, activation))),
+                );
                 trials.push(trial.with_ignored_flag(ignored));
             }
         }
