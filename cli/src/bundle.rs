@@ -7,7 +7,7 @@ use tilesmith_build::compile::Options;
 use tilesmith_build::{compile, gen, Project, Selection};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
-use tilesmith_spec::tuning::{self, TUNING_DIR};
+use tilesmith_spec::tuning::TUNING_DIR;
 
 /// What every script starts with: the bundled registry, and cuBLAS on the library path.
 const PRELUDE: &str = r#"#!/usr/bin/env bash
@@ -35,10 +35,11 @@ exit "$status"
 "#;
 
 const TUNE_SCRIPT: &str = r#"# Tunes the dispatcher on this machine's GPU: times every variant on a set of GEMM problems
-# beside cuBLAS and writes this GPU's tuning table; interrupt and run again to resume.
-# Arguments go to `tilesmith tune` (--shapes LIST, --shapes-file FILE, --dtypes, --layouts, --fresh).
-# Results: $TILESMITH_TUNING_DIR (default tuning/ here): <GPU>-<SMs>sm.json. Commit it to the
-# project's tuning/ folder; the next build carries it into the registry.
+# beside cuBLAS (or, with --family NAME, any family's problems beside its baseline) and writes
+# this GPU's tuning table; interrupt and run again to resume.
+# Arguments go to `tilesmith tune` (--family, --shapes LIST, --shapes-file FILE, --dtypes, --layouts, --fresh).
+# Results: $TILESMITH_TUNING_DIR (default tuning/ here): <family>/<GPU>-<SMs>sm.json. Commit it to
+# the project's tuning/ folder; the next build carries it into the registry.
 export TILESMITH_TUNING_DIR="${TILESMITH_TUNING_DIR:-$here/tuning}"
 exec "$here/bin/tilesmith" tune "$@"
 "#;
@@ -90,10 +91,7 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
         }
     }
     let tuning = registry_dir.join(TUNING_DIR);
-    let mut tables: Vec<(String, PathBuf)> =
-        tuning::paths(&tuning)?.into_iter().map(|path| (path.file_name().expect("a file").to_string_lossy().into_owned(), path)).collect();
-    tables.extend(FamilyTable::paths(&tuning)?);
-    for (name, path) in tables {
+    for (name, path) in FamilyTable::paths(&tuning)? {
         let target = registry.join(TUNING_DIR).join(name);
         std::fs::create_dir_all(target.parent().expect("inside the tuning folder"))?;
         std::fs::copy(&path, target)?;

@@ -28,7 +28,7 @@ use tilesmith_trials::trials::Plugin;
 const PLUGINS: &[&dyn Plugin] = &[&tilesmith_gemm::trials::PLUGIN];
 
 /// The plug-ins' checks of their tables, which every build here runs: GEMM's.
-const TABLE_CHECKS: &[compile::TableCheck] = &[tilesmith_gemm::table::check_plugin_table];
+const TABLE_CHECKS: &[compile::TableCheck] = &[tilesmith_gemm::table::check_table];
 
 #[derive(Parser)]
 #[command(name = "tilesmith", version, about = "tilesmith: GPU kernel variants from templates to a tested fatbin registry")]
@@ -108,8 +108,8 @@ enum Command {
         args: bench::Args,
     },
     /// Tune the GEMM dispatcher on this machine's GPUs: time every variant on a set of problems
-    /// beside cuBLAS and write tuning/<GPU>-<SMs>sm.json, which the next build carries into the
-    /// registry; with --family NAME, any family's chooser, into tuning/<NAME>/. Resumable.
+    /// beside cuBLAS and write tuning/gemm/<GPU>-<SMs>sm.json, which the next build carries into
+    /// the registry; with --family NAME, any family's chooser, into tuning/<NAME>/. Resumable.
     Tune {
         #[command(flatten)]
         registry: RegistryArg,
@@ -320,9 +320,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             done(message(bench::run(args, &target.open()?, target.output("tilesmith-bench"))))
         }
         Command::Tune { registry, args } => {
+            let tuning_dir = |project: Option<&Project>| project.map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
+            if args.upgrade {
+                // Before any build, which refuses tables of the earlier format.
+                return done(message(tune::upgrade(&args, tuning_dir(project(&cli.root).ok().as_ref()))));
+            }
             let target = Target::resolve(&cli.root, &registry)?;
-            let out = target.project.as_ref().map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
-            done(message(tune::run(args, &target.open()?, out)))
+            done(message(tune::run(args, &target.open()?, tuning_dir(target.project.as_ref()))))
         }
         Command::Replay { registry, args } => {
             let target = Target::resolve(&cli.root, &registry)?;

@@ -11,12 +11,13 @@ use tilesmith_gemm::dispatch::{self, GemmCall};
 use tilesmith_gemm::table::{self, Alignment, TuningEntry, TuningTable};
 use tilesmith_gemm::{EpilogueArgs, GemmShape};
 use tilesmith_runtime::{Buffer, Registry};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::tuning::{Clocks, Device};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The measured table to replay: GEMM's (`tuning/<GPU>-<SMs>sm.json`) or another family's
-    /// (`tuning/<family>/<GPU>-<SMs>sm.json`, replayed against the family's chooser).
+    /// The measured table to replay (`tuning/<family>/<GPU>-<SMs>sm.json`): GEMM's against its
+    /// dispatcher, another family's against the family's chooser.
     table: PathBuf,
     /// For a family's table: the shared memory a block may use on the measured GPU (an H100's
     /// and an H200's by default).
@@ -96,13 +97,11 @@ fn call_shape(entry: &TuningEntry) -> GemmShape {
 }
 
 pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
-    // A family's table lies in a folder named for its family.
-    let folder = args.table.parent().and_then(|p| p.file_name()).map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    if registry.family(&folder).is_ok() {
-        let table = tilesmith_spec::family_table::FamilyTable::read(&args.table)?;
+    let table = FamilyTable::read(&args.table)?;
+    if table.family != table::FAMILY {
         return crate::replay_family::run(&table, registry, args.smem_per_block, args.verbose);
     }
-    let table = TuningTable::read(&args.table)?;
+    let table = TuningTable::from_family(&table).map_err(|rule| format!("{}: {rule}", args.table.display()))?;
     let borrowed = args.borrow.as_deref().map(TuningTable::read).transpose()?;
     let device = Device { clocks: table.device.clocks.or(args.clocks), ..table.device.clone() };
     let kernels: Vec<_> = registry.kernels().collect();

@@ -10,11 +10,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tilesmith_gemm::table::{self, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_gemm::table::{self, Candidate, Key, Strategy, TuningEntry, TuningTable};
 use tilesmith_gemm::trials::checks as trials;
 use tilesmith_gemm::trials::timing::GemmCase;
 use tilesmith_gemm::{dispatch, Activation, Choice, EpilogueArgs, GemmShape, Workspace};
 use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::tuning::{self, Device};
 use tilesmith_trials::with_element;
 
@@ -57,12 +58,17 @@ pub struct Args {
     /// A file of problems, one or more per line in --shapes' form; `#` starts a comment.
     #[arg(long, value_name = "FILE")]
     shapes_file: Option<PathBuf>,
-    /// Tune the chooser of this family instead of GEMM's dispatcher: its declared `trials.tune`
-    /// problems (else `trials.bench`), or --shapes given as its quantities joined by `x`, into
-    /// tuning/<family>/<GPU>-<SMs>sm.json. --layouts, --epilogue, --shapes-file and --log are
-    /// GEMM's.
+    /// Tune the chooser of this family instead of GEMM's dispatcher (`gemm`, the default): its
+    /// declared `trials.tune` problems (else `trials.bench`), or --shapes given as its
+    /// quantities joined by `x`, into tuning/<family>/<GPU>-<SMs>sm.json. --layouts,
+    /// --epilogue, --shapes-file and --log are GEMM's.
     #[arg(long, value_name = "NAME")]
     family: Option<String>,
+    /// Convert GEMM tables of the earlier format (`<GPU>-<SMs>sm.json` in the tuning folder
+    /// itself) into tuning/gemm/, keeping each old file as `<name>.json.earlier`; measures
+    /// nothing.
+    #[arg(long)]
+    pub(crate) upgrade: bool,
     /// Dtypes to tune, comma-separated (default: bf16 for GEMM, every dtype of the family with
     /// --family). A dtype's entries stand for another of the same width where that has none
     /// (f16 runs bf16's picks), so one of each width does.
@@ -77,8 +83,8 @@ pub struct Args {
     /// without entries of its own).
     #[arg(long, value_name = "WORD")]
     epilogue: Option<String>,
-    /// Folder of the tables; a GPU's is `<name>-<SMs>sm.json` there (default: the project's
-    /// tuning/, else tuning/ here).
+    /// Folder of the tables; a family's table for a GPU is `<family>/<name>-<SMs>sm.json` there
+    /// (default: the project's tuning/, else tuning/ here).
     #[arg(long, env = "TILESMITH_TUNING_DIR")]
     out: Option<PathBuf>,
     /// Measure again the problems of the set that the table already holds (their entries are
@@ -233,7 +239,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     if !(args.minutes > 0.0 && args.minutes.is_finite()) {
         return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
     }
-    if let Some(family) = &args.family {
+    if let Some(family) = args.family.as_ref().filter(|f| f.as_str() != table::FAMILY) {
         let gemm_only =
             [("--epilogue", args.epilogue.is_some()), ("--shapes-file", args.shapes_file.is_some()), ("--log", args.log.is_some())];
         if let Some((flag, _)) = gemm_only.iter().find(|(_, given)| *given) {
@@ -264,17 +270,18 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     let devices: Vec<Device> =
         ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
-    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let folder = out.join(table::FAMILY);
+    std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
 
     let mut kinds: Vec<GemmKind> = Vec::new();
     for device in &devices {
         if kinds.iter().any(|k| k.device.is(device)) {
             continue;
         }
-        let path = out.join(tuning::file_name(device));
+        let path = FamilyTable::path(&out, table::FAMILY, device);
         let mut table = match path.exists() {
             true => TuningTable::read(&path)?,
-            false => TuningTable { format: TUNING_FORMAT, device: device.clone(), compiler: compiler.clone(), entries: Vec::new() },
+            false => TuningTable::new(device.clone(), compiler.clone()),
         };
         if !table.device.is(device) {
             return Err(format!(
@@ -340,6 +347,43 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     bar.finish_and_clear();
     finish(&kinds, |table| table.entries.len())?;
     results.into_iter().collect()
+}
+
+/// `--upgrade`: converts each GEMM table of the earlier format in the tuning folder `dir`
+/// itself into `dir/gemm/`, keeping the old file beside as `<name>.json.earlier`. A GPU that
+/// already has a table there is left alone, saying so: merging two measurements is not ours to
+/// decide.
+pub(crate) fn upgrade(args: &Args, default_out: PathBuf) -> Result<(), String> {
+    let dir = args.out.clone().unwrap_or(default_out);
+    let earlier = tuning::paths(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    if earlier.is_empty() {
+        println!("no table of the earlier format in {}", dir.display());
+    }
+    for path in earlier {
+        let table = TuningTable::read_earlier_format(&path)?;
+        let target = FamilyTable::path(&dir, table::FAMILY, &table.device);
+        if target.exists() {
+            return Err(format!(
+                "{} and {} are both GEMM tables for {}: keep one (move the other out of the tuning folder)",
+                path.display(),
+                target.display(),
+                table.device
+            ));
+        }
+        let folder = target.parent().expect("inside the tuning folder");
+        std::fs::create_dir_all(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+        write(&target, &table)?;
+        let kept = path.with_extension("json.earlier");
+        std::fs::rename(&path, &kept).map_err(|e| format!("cannot rename {} to {}: {e}", path.display(), kept.display()))?;
+        println!(
+            "{} entries of {} into {} (the earlier file is {})",
+            table.entries.len(),
+            path.display(),
+            target.display(),
+            kept.display()
+        );
+    }
+    Ok(())
 }
 
 /// The GPUs `--gpus` names, each once (two workers on one GPU would time each other's
@@ -513,6 +557,10 @@ fn measure<T: tilesmith_runtime::Element>(
         best = best.min(ms);
         measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
     }
+    if measured.is_empty() {
+        // Nothing to rank: the problem stays unmeasured, for the heuristic.
+        return Ok((None, counts));
+    }
     let entry = TuningEntry {
         key,
         shape: [shape.m, shape.n, shape.k].map(|d| d as u64),
@@ -524,7 +572,6 @@ fn measure<T: tilesmith_runtime::Element>(
     Ok((Some(entry), counts))
 }
 
-/// Writes the table through a temporary file, so that an interrupt leaves the old one whole.
 /// Writes a table through a temporary file, so that an interrupted write leaves the old one.
 pub(crate) fn write<T: serde::Serialize + ?Sized>(path: &std::path::Path, table: &T) -> Result<(), String> {
     let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
@@ -564,6 +611,7 @@ mod tests {
             shapes: None,
             shapes_file: None,
             family: None,
+            upgrade: false,
             dtypes: None,
             layouts: "nn,nt,tn,tt".into(),
             epilogue: None,

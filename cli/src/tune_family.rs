@@ -35,9 +35,9 @@ type Kind = crate::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
 pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let chooser = registry.family(options.family).map_err(|e| e.to_string())?;
     let family = chooser.declaration();
-    if family.baseline != Baseline::Copy {
+    if let Baseline::Library(library) = &family.baseline {
         return Err(format!(
-            "family {} declares baseline = \"cublas_gemm\"; `tune --family` measures families compared with a device copy (`baseline = \"copy\"`), and GEMM is tuned by `tilesmith tune` without --family",
+            "family {} declares baseline = \"{library}\"; `tune --family` measures families compared with a device copy (`baseline = \"copy\"`), and only GEMM's plug-in tunes beside a library (`--family gemm`)",
             options.family
         ));
     }
@@ -181,7 +181,7 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
                     baseline_ms / worst.ms
                 );
                 let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
-                table.insert(FamilyEntry { dtype, problem, baseline_ms, ranked });
+                table.insert(FamilyEntry { dtype, class: Default::default(), problem, batch: 1, baseline_ms, ranked });
                 crate::tune::write(&kind.path, &*table)?;
             }
             None => println!("GPU {ordinal} {what}: no variant takes it"),
@@ -212,7 +212,7 @@ fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shap
         };
         // A variant refusing the launch (shared memory past this GPU's) is left out.
         match cases[index].1.time_kernel(gpu, registry, kernel) {
-            Ok(ms) => timed.push(Timed { variant: kernel.name().to_string(), ms }),
+            Ok(ms) => timed.push(Timed { variant: kernel.name().to_string(), strategy: None, ms }),
             Err(why) if why.contains("refused") => {}
             Err(why) => return Err(format!("{}: {why}", kernel.name())),
         }

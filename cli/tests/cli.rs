@@ -758,30 +758,70 @@ fn static_shared_memory_counts_against_the_limit() {
     assert!(!project.path().join("registry/transpose_64x64.fatbin").exists());
 }
 
+/// A transpose table of GPU (132 SMs) as text, whose one entry ranks `transpose_64x64` at `ms`
+/// on `problem`.
+fn transpose_table(device: &str, ms: &str, problem: &str) -> String {
+    format!(
+        r#"{{"format": 1, "family": "transpose", "device": {{"name": "{device}", "capability": [9, 0], "sms": 132}}, "compiler": "",
+        "quantities": ["m", "n"], "entries": [{{"dtype": "f32", "problem": {problem}, "baseline_ms": 1.0,
+        "ranked": [{{"variant": "transpose_64x64", "ms": {ms}}}]}}]}}"#
+    )
+}
+
 #[test]
 fn tuning_tables_are_checked_then_carried_into_the_registry() {
     let project = generated(TRANSPOSE_ONLY);
     let root = Some(project.path());
-    let tables = project.path().join("tuning");
+    let tables = project.path().join("tuning/transpose");
     std::fs::create_dir_all(&tables).unwrap();
-    let table = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "", "entries": []}"#;
-    std::fs::write(tables.join("GPU-132sm.json"), table).unwrap();
+    let table = transpose_table("GPU", "0.5", "[4096, 4096]");
+    std::fs::write(tables.join("GPU-132sm.json"), &table).unwrap();
     succeeds(root, &["build"]);
-    let carried = project.path().join("registry/tuning/GPU-132sm.json");
+    let carried = project.path().join("registry/tuning/transpose/GPU-132sm.json");
     assert_eq!(std::fs::read_to_string(&carried).unwrap(), table);
 
     // A table that does not read stops the build before anything is compiled.
     std::fs::write(tables.join("Other-8sm.json"), "{ not json").unwrap();
     std::fs::remove_file(project.path().join("registry/transpose_64x64.fatbin")).unwrap();
     let out = fails(root, &["build"]);
-    assert!(out.contains("tuning table") && out.contains("Other-8sm.json: not a tuning table"), "{out}");
+    assert!(out.contains("tuning table") && out.contains("Other-8sm.json: not a family tuning table"), "{out}");
     assert!(!project.path().join("registry/transpose_64x64.fatbin").exists());
-    assert!(!project.path().join("registry/tuning/Other-8sm.json").exists());
+    assert!(!project.path().join("registry/tuning/transpose/Other-8sm.json").exists());
 
     // A table removed from the project leaves the registry with the next build.
-    std::fs::remove_dir_all(&tables).unwrap();
+    std::fs::remove_dir_all(project.path().join("tuning")).unwrap();
     succeeds(root, &["build"]);
     assert!(!carried.exists());
+}
+
+/// A GEMM table of the format before tables lay in a folder per family.
+const EARLIER_GEMM_TABLE: &str = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
+    "entries": [{"key": {"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [12, 12, 12]}, "shape": [4096, 4096, 4096],
+    "cublas_ms": 1.0, "ranked": [{"variant": "gemm_tn_128x128x32", "strategy": "direct", "ms": 0.9},
+    {"variant": "gemm_nt_128x128x32", "strategy": "padded", "ms": 1.2}]}]}"#;
+
+#[test]
+fn a_table_of_the_earlier_format_is_refused_and_tune_upgrade_converts_it() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    let tuning = project.path().join("tuning");
+    std::fs::create_dir_all(&tuning).unwrap();
+    std::fs::write(tuning.join("GPU-132sm.json"), EARLIER_GEMM_TABLE).unwrap();
+    let out = fails(root, &["build"]);
+    assert!(out.contains("tuning table tuning/GPU-132sm.json: tables now lie in a folder per family"), "{out}");
+    assert!(out.contains("`tilesmith tune --upgrade` converts"), "{out}");
+    let out = succeeds(root, &["tune", "--upgrade"]);
+    assert!(out.contains("1 entries of") && out.contains("gemm/GPU-132sm.json"), "{out}");
+    let converted: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(tuning.join("gemm/GPU-132sm.json")).unwrap()).unwrap();
+    assert_eq!(converted["family"], "gemm");
+    assert_eq!(converted["entries"][0]["class"], serde_json::json!({"layout": "tn", "alignment": "aligned"}));
+    assert_eq!(converted["entries"][0]["ranked"][1]["strategy"], "padded");
+    assert_eq!(std::fs::read_to_string(tuning.join("GPU-132sm.json.earlier")).unwrap(), EARLIER_GEMM_TABLE, "the old file is kept");
+    // A second table of the earlier format for the same GPU is not merged into the first.
+    std::fs::write(tuning.join("GPU-132sm.json"), EARLIER_GEMM_TABLE).unwrap();
+    let out = fails(root, &["tune", "--upgrade"]);
+    assert!(out.contains("are both GEMM tables for GPU (132 SMs"), "{out}");
+    assert!(tuning.join("GPU-132sm.json").exists());
 }
 
 /// Runs xtask with `--root` and extra environment variables.
@@ -949,44 +989,47 @@ fn a_launcher_that_cannot_start_deletes_no_build() {
 fn tuning_as_a_file_or_tables_with_nonsense_are_refused() {
     let project = generated(TRANSPOSE_ONLY);
     let root = project.path();
-    let tables = root.join("tuning");
-    std::fs::write(&tables, "not a folder").unwrap();
+    let tuning = root.join("tuning");
+    std::fs::write(&tuning, "not a folder").unwrap();
     let out = fails(Some(root), &["build"]);
     assert!(out.contains("is not a folder of tuning tables"), "{out}");
     assert!(!root.join("registry/manifest.json").exists(), "nothing was built");
-    std::fs::remove_file(&tables).unwrap();
-    std::fs::create_dir(&tables).unwrap();
-    let table = |name: &str, device: &str, ms: &str, shape: &str| {
-        let json = format!(
-            r#"{{"format": 1, "device": {{"name": "{device}", "capability": [9, 0], "sms": 132}}, "compiler": "",
-            "entries": [{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [12, 12, 12]}},
-            "shape": {shape}, "cublas_ms": 1.0, "ranked": [{{"variant": "transpose_64x64", "strategy": "direct", "ms": {ms}}}]}}]}}"#
-        );
-        std::fs::write(tables.join(name), json).unwrap();
+    std::fs::remove_file(&tuning).unwrap();
+    let tables = tuning.join("transpose");
+    std::fs::create_dir_all(&tables).unwrap();
+    let table = |name: &str, device: &str, ms: &str, problem: &str| {
+        std::fs::write(tables.join(name), transpose_table(device, ms, problem)).unwrap();
     };
-    for (ms, shape, rule) in [
-        ("-1.0", "[4096, 4096, 4096]", "has time -1 ms"),
-        ("0.0", "[4096, 4096, 4096]", "has time 0 ms"),
-        ("1.0", "[0, 4096, 4096]", "no zero dimension"),
+    for (ms, problem, rule) in [
+        ("-1.0", "[4096, 4096]", "has time -1 ms"),
+        ("0.0", "[4096, 4096]", "has time 0 ms"),
+        ("1.0", "[0, 4096]", "needs a value above 0 for each of"),
+        ("1.0", "[4096]", "needs a value above 0 for each of"),
     ] {
-        table("GPU-132sm.json", "GPU", ms, shape);
+        table("GPU-132sm.json", "GPU", ms, problem);
         let out = fails(Some(root), &["build"]);
         assert!(out.contains("GPU-132sm.json") && out.contains(rule), "{rule}: {out}");
     }
-    table("GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
+    table("GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096]");
     let out = fails(Some(root), &["build"]);
-    assert!(out.contains("whose table is named Other_GPU-132sm.json"), "{out}");
+    assert!(out.contains("which goes in transpose/Other_GPU-132sm.json"), "{out}");
     std::fs::remove_file(tables.join("GPU-132sm.json")).unwrap();
-    table("Other_GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
-    std::fs::copy(tables.join("Other_GPU-132sm.json"), tables.join("Other_GPU-132sm-copy.json")).unwrap();
-    let out = fails(Some(root), &["build"]);
-    assert!(out.contains("whose table is named") || out.contains("are both tables for"), "{out}");
-    std::fs::remove_file(tables.join("Other_GPU-132sm-copy.json")).unwrap();
-    table("Other_GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096, 4096]");
-    let json = std::fs::read_to_string(tables.join("Other_GPU-132sm.json")).unwrap().replace("transpose_64x64", "gemm_gone_128x128x32");
+    table("Other_GPU-132sm.json", "Other GPU", "1.0", "[4096, 4096]");
+    let json = std::fs::read_to_string(tables.join("Other_GPU-132sm.json")).unwrap().replace("transpose_64x64", "transpose_gone_64x64");
     std::fs::write(tables.join("Other_GPU-132sm.json"), json).unwrap();
-    let out = succeeds(Some(root), &["build"]);
-    assert!(out.contains("ranks 1 variant(s) that variants.toml does not declare") && out.contains("gemm_gone_128x128x32"), "{out}");
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("ranks 1 variant(s) that variants.toml does not declare as transpose variants, transpose_gone_64x64"), "{out}");
+    std::fs::remove_dir_all(&tables).unwrap();
+    // GEMM's table is checked by its plug-in too: a class without a layout.
+    let gemm = tuning.join("gemm");
+    std::fs::create_dir_all(&gemm).unwrap();
+    let classless = r#"{"format": 1, "family": "gemm", "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
+        "quantities": ["m", "n", "k"], "entries": [{"dtype": "bf16", "class": {"alignment": "aligned"}, "problem": [64, 64, 64],
+        "baseline_ms": 1.0, "ranked": [{"variant": "gemm_tn_128x128x32", "ms": 1.0}]}]}"#;
+    std::fs::write(gemm.join("GPU-132sm.json"), classless).unwrap();
+    let out = fails(Some(root), &["build"]);
+    assert!(out.contains("tuning table tuning/gemm/GPU-132sm.json: entry 1") && out.contains("needs a layout"), "{out}");
+    assert!(!root.join("registry/manifest.json").exists(), "nothing was built");
 }
 
 // Issue 13, item 7: records and index agree, and repairs keep every set-aside file.
@@ -1038,8 +1081,8 @@ fn later_errors_never_hide_the_compile_errors() {
     succeeds(Some(root), &["build"]);
     with_broken_f16(root);
     // The registry cannot take tuning tables, and the f16 record cannot be removed.
-    std::fs::create_dir_all(root.join("tuning")).unwrap();
-    std::fs::copy(workspace().join("tuning/NVIDIA_H200-132sm.json"), root.join("tuning/NVIDIA_H200-132sm.json")).unwrap();
+    std::fs::create_dir_all(root.join("tuning/transpose")).unwrap();
+    std::fs::write(root.join("tuning/transpose/GPU-132sm.json"), transpose_table("GPU", "0.5", "[4096, 4096]")).unwrap();
     std::fs::remove_dir_all(root.join("registry/tuning")).ok();
     std::fs::write(root.join("registry/tuning"), "in the way").unwrap();
     std::fs::remove_file(root.join("registry/transpose_64x64_f16.json")).unwrap();
@@ -1432,8 +1475,9 @@ fn families_with_no_rust_get_a_chooser() {
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(dir.path().join("generated/manifest.json")).unwrap()).unwrap();
     let device = Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None };
     let mut table = FamilyTable::new("scale", device.clone(), "test".into(), vec!["n".into()]);
-    let ranked = vec![Timed { variant: "scale_w8".into(), ms: 0.1 }, Timed { variant: "scale".into(), ms: 0.2 }];
-    table.insert(FamilyEntry { dtype: Dtype::F32, problem: vec![1 << 24], baseline_ms: 0.1, ranked });
+    let ranked =
+        vec![Timed { variant: "scale_w8".into(), strategy: None, ms: 0.1 }, Timed { variant: "scale".into(), strategy: None, ms: 0.2 }];
+    table.insert(FamilyEntry { dtype: Dtype::F32, class: Default::default(), problem: vec![1 << 24], batch: 1, baseline_ms: 0.1, ranked });
     let registry =
         tilesmith_runtime::Registry::new(dir.path(), manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect())
             .with_family_tables(vec![table])
@@ -1497,8 +1541,9 @@ fn tune_of_a_family_refuses_bad_arguments_without_a_gpu() {
     };
     let out = tune(&["--family", "softmx"]);
     assert!(out.contains("unknown family `softmx`; the registry has gemm, rmsnorm, softmax, transpose"), "{out}");
-    let out = tune(&["--family", "gemm"]);
-    assert!(out.contains("family gemm declares baseline = \"cublas_gemm\""), "{out}");
+    // GEMM's family is its dispatcher's tuner, which takes GEMM's problems.
+    let out = tune(&["--family", "gemm", "--shapes", "4096"]);
+    assert!(out.contains("problem `4096` must be MxNxK"), "{out}");
     let out = tune(&["--family", "softmax", "--shapes", "4096"]);
     assert!(out.contains("--shapes `4096`: family softmax takes 2 sizes (rowsxcols)"), "{out}");
     let out = tune(&["--family", "softmax", "--dtypes", "e4m3"]);

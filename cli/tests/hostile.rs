@@ -179,8 +179,8 @@ fn special_files_are_refused_not_read_forever() {
     assert!(message.contains("scale.cu.tera") && message.contains("not a regular file"), "{message}");
 
     let project = crate::project();
-    std::fs::create_dir(project.path().join("tuning")).unwrap();
-    std::os::unix::fs::symlink("/dev/zero", project.path().join("tuning").join("NVIDIA_H100-132sm.json")).unwrap();
+    std::fs::create_dir_all(project.path().join("tuning/gemm")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", project.path().join("tuning/gemm/NVIDIA_H100-132sm.json")).unwrap();
     let message = refused(Some(project.path()), &["build"]);
     assert!(message.contains("NVIDIA_H100-132sm.json") && message.contains("not a regular file"), "{message}");
 

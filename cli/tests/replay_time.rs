@@ -9,7 +9,7 @@ use std::path::Path;
 fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
     use tilesmith_gemm::table::{Key, TuningTable};
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let path = workspace.join("tuning/NVIDIA_H100_80GB_HBM3-132sm.json");
+    let path = workspace.join("tuning/gemm/NVIDIA_H100_80GB_HBM3-132sm.json");
     let mut table = TuningTable::read(&path).unwrap();
     // Twelve copies of every entry at slightly other problems: 8,448 entries.
     let shipped = table.entries.clone();
@@ -22,7 +22,8 @@ fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join(path.file_name().unwrap());
+    std::fs::create_dir(dir.path().join("gemm")).unwrap();
+    let file = dir.path().join("gemm").join(path.file_name().unwrap());
     std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
     let registry = common::shipped_registry();
     let args = ["replay", file.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()];

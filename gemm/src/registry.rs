@@ -1,13 +1,15 @@
 //! A registry's `gemm` call: the dispatcher's pick for each call shape, from GEMM's tuning
-//! tables (the registry's plug-in tables) read on first use, kept beside the registry.
+//! tables (the registry's tables of family `gemm`) read on first use, kept beside the registry.
 
 use crate::args::GemmArgs;
 use crate::dispatch::{self, Choice, GemmCall, Workspace};
 use crate::shape::{Activation, GemmShape};
-use crate::table::TuningTable;
+use crate::table::{TuningTable, FAMILY};
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tilesmith_runtime::{Element, Error, Gpu, Registry, Result};
+use tilesmith_spec::tuning::{file_name, TUNING_DIR};
 use tilesmith_spec::Dtype;
 
 /// GEMM's dispatch on a [`Registry`].
@@ -25,9 +27,9 @@ pub trait GemmRegistry {
     /// What [`GemmRegistry::gemm`] would pick for this call, and why, without launching anything.
     fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice>;
 
-    /// GEMM's tuning tables among the registry's plug-in tables, each read and checked on first
-    /// use (format, file name, entries, one table per device); one that is not is an error
-    /// naming the file.
+    /// GEMM's tuning tables, the registry's tables of family `gemm`, each read as GEMM's on
+    /// first use ([`TuningTable::from_family`]); one that does not read is an error naming the
+    /// file.
     fn gemm_tables(&self) -> Result<Arc<Dispatcher>>;
 }
 
@@ -50,12 +52,13 @@ impl Dispatcher {
 type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
 
 /// The registry with these GEMM tables in place of its own, for choosing against a table not
-/// yet built into it (replay, tests).
-pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> Registry {
-    let registry = registry.with_plugin_tables(Vec::new());
-    // A fresh registry's extensions are empty, so the tables given are the ones kept.
+/// yet built into it; a table that does not fit the registry (variants it lacks) is refused as
+/// [`Registry::with_family_tables`] refuses it.
+pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> std::result::Result<Registry, String> {
+    let registry = registry.with_family_tables(tables.iter().map(TuningTable::to_family).collect())?;
+    // Its extensions are fresh, so the tables given are the ones kept, none included.
     let _ = registry.extension(|| Ok::<_, Error>(Dispatcher::new(tables)));
-    registry
+    Ok(registry)
 }
 
 fn choose(registry: &Registry, dispatcher: &Dispatcher, gpu: &Gpu, call: &GemmCall<'_>) -> Result<Choice> {
@@ -65,16 +68,15 @@ fn choose(registry: &Registry, dispatcher: &Dispatcher, gpu: &Gpu, call: &GemmCa
 impl GemmRegistry for Registry {
     fn gemm_tables(&self) -> Result<Arc<Dispatcher>> {
         self.extension(|| {
-            let mut tables: Vec<TuningTable> = Vec::new();
-            for table in self.plugin_tables() {
-                let unreadable = |reason: String| Error::RegistryUnreadable { path: table.path.clone(), reason };
-                let parsed = TuningTable::parse(&table.text, &table.path).map_err(unreadable)?;
-                if let Some(other) = tables.iter().find(|t| t.device.is(&parsed.device)) {
-                    return Err(unreadable(format!("a second table for {}; keep one", other.device)));
-                }
-                tables.push(parsed);
-            }
-            Ok(Dispatcher::new(tables))
+            // A registry without GEMM variants has no GEMM tables either.
+            let family = self.family(FAMILY).map(|chooser| chooser.tables()).unwrap_or_default();
+            let tables = family.iter().map(|table| {
+                TuningTable::from_family(table).map_err(|reason| {
+                    let path = self.dir().unwrap_or(Path::new("registry")).join(TUNING_DIR).join(FAMILY).join(file_name(&table.device));
+                    Error::RegistryUnreadable { path, reason }
+                })
+            });
+            Ok(Dispatcher::new(tables.collect::<Result<_>>()?))
         })
     }
 

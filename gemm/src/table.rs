@@ -1,19 +1,26 @@
 //! GEMM's tuning table: for one GPU, per GEMM problem class, the ways to compute it (variant
-//! and strategy) ranked by measured time, beside cuBLAS. `tilesmith tune` writes it into the
-//! tuning folder itself (`tuning/<GPU>-<SMs>sm.json`), the build carries it into the registry
-//! as a plug-in table, and the dispatcher reads it.
+//! and strategy) ranked by measured time, beside cuBLAS. It is stored as any family's table
+//! (`tuning/gemm/<GPU>-<SMs>sm.json`, [`FamilyTable`]), each entry's class stating its layout,
+//! alignment and, for entries of their own, epilogue, and each padded candidate its strategy;
+//! this is the dispatcher's typed view of it. `tilesmith tune` writes it, the build carries it
+//! into the registry, and the dispatcher reads it from the registry's `gemm` tables.
 
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
-use tilesmith_spec::tuning::{self, show_ms, valid_ms, valid_ms_words, Device, NEAR_TIE};
+use std::collections::BTreeMap;
+use std::path::Path;
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
+use tilesmith_spec::tuning::Device;
 use tilesmith_spec::{Dtype, Layout};
 
-/// The table format this tilesmith writes and reads.
-pub const TUNING_FORMAT: u32 = 1;
+/// The family whose tables these are.
+pub const FAMILY: &str = "gemm";
+/// Its quantities, in declared order: what an entry's problem lists.
+const QUANTITIES: [&str; 3] = ["m", "n", "k"];
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// GEMM's tables, as the dispatcher reads them; written as a [`FamilyTable`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(into = "FamilyTable")]
 pub struct TuningTable {
-    pub format: u32,
     pub device: Device,
     /// The compiler the registry was built with when the table was measured.
     pub compiler: String,
@@ -144,30 +151,20 @@ pub fn describe([batch, m, n, k]: [u64; 4]) -> String {
     format!("{problems}{m}x{n}x{k}")
 }
 
-/// Orders measured candidates by the table's rule: by time, except that candidates within
-/// [`NEAR_TIE`] of the fastest are ranked among themselves by strategy and name, and so on
-/// down the list from the next one left. A time outside [`tuning::MIN_MS`]..=[`tuning::MAX_MS`] is refused,
+/// Orders measured candidates by the table's rule ([`family_table::rank`]): by time, except
+/// that candidates within [`NEAR_TIE`](tilesmith_spec::tuning::NEAR_TIE) of the fastest are ranked among
+/// themselves by strategy (direct first) and name. A time outside the valid range is refused,
 /// naming its candidate.
-pub fn rank(mut candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
-    if let Some(bad) = candidates.iter().find(|c| !valid_ms(c.ms)) {
-        return Err(format!(
-            "candidate {} ({:?}) has time {} ms; times are {}",
-            bad.variant,
-            bad.strategy,
-            show_ms(bad.ms),
-            valid_ms_words()
-        ));
-    }
-    candidates.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant))));
-    let mut ranked = Vec::with_capacity(candidates.len());
-    while !candidates.is_empty() {
-        let limit = candidates[0].ms * (1.0 + NEAR_TIE);
-        let tied = candidates.iter().take_while(|c| c.ms <= limit).count().max(1);
-        let mut group: Vec<Candidate> = candidates.drain(..tied).collect();
-        group.sort_by(|a, b| (a.strategy, &a.variant).cmp(&(b.strategy, &b.variant)));
-        ranked.extend(group);
-    }
-    Ok(ranked)
+pub fn rank(candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
+    let timed = candidates.into_iter().map(|c| Timed { strategy: c.strategy.word(), variant: c.variant, ms: c.ms }).collect();
+    let ranked = family_table::rank(timed)?;
+    Ok(ranked
+        .into_iter()
+        .map(|t| {
+            let strategy = if t.is_direct() { Strategy::Direct } else { Strategy::Padded };
+            Candidate { variant: t.variant, strategy, ms: t.ms }
+        })
+        .collect())
 }
 
 /// Log-space distance between two problems [problems, M, N, K]: the sum over the four of
@@ -176,13 +173,31 @@ pub fn distance(a: [u64; 4], b: [u64; 4]) -> f64 {
     a.iter().zip(b).map(|(&x, y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
 }
 
-/// The build's check of a plug-in table (`compile::Options::table_checks`): GEMM's are the
-/// plug-in tables this crate reads, so every one must read as a [`TuningTable`].
-pub fn check_plugin_table(table: &tuning::PluginTable) -> Result<(), String> {
-    TuningTable::parse(&table.text, &table.path).map(drop)
+/// The build's check of a table (`compile::Options::table_checks`): GEMM's must read as a
+/// [`TuningTable`]; other families' pass.
+pub fn check_table(table: &FamilyTable) -> Result<(), String> {
+    if table.family != FAMILY {
+        return Ok(());
+    }
+    TuningTable::from_family(table).map(drop)
+}
+
+impl Strategy {
+    /// How a family table states it: none for a direct run.
+    fn word(self) -> Option<String> {
+        match self {
+            Strategy::Direct => None,
+            Strategy::Padded => Some("padded".into()),
+        }
+    }
 }
 
 impl TuningTable {
+    /// An empty table of `device`.
+    pub fn new(device: Device, compiler: String) -> TuningTable {
+        TuningTable { device, compiler, entries: Vec::new() }
+    }
+
     /// The entries for this dtype, layout, alignment and epilogue (`None`: plain), nearest to
     /// `problem` ([problems, M, N, K]) first (log-space distance; equal distances by problem),
     /// so that a caller can fall back to the next.
@@ -218,73 +233,131 @@ impl TuningTable {
         self.entries.sort_by(|a, b| a.identity().cmp(&b.identity()));
     }
 
-    /// Reads a table, checking its format, the file name its device goes by and every entry
-    /// ([`TuningTable::check`]).
+    /// Reads a table ([`FamilyTable::read`], then [`TuningTable::from_family`]).
     pub fn read(path: &Path) -> Result<TuningTable, String> {
-        let text = tilesmith_spec::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        TuningTable::parse(&text, path)
+        let table = FamilyTable::read(path)?;
+        TuningTable::from_family(&table).map_err(|rule| format!("{}: {rule}", path.display()))
     }
 
-    /// Parses a table's text as [`TuningTable::read`] does; `path` is the file it came from.
-    pub fn parse(text: &str, path: &Path) -> Result<TuningTable, String> {
-        let table: TuningTable = serde_json::from_str(text).map_err(|err| format!("{}: not a tuning table ({err})", path.display()))?;
-        if table.format != TUNING_FORMAT {
+    /// The typed view of a family table of GEMM, checked: problems of `m`, `n` and `k`, each
+    /// entry's class a layout and an alignment (and an epilogue of the `epilogue` axis, for
+    /// entries of their own), and its strategies direct (none stated) or `padded`. The rest
+    /// (times, rank order, one entry per problem) is [`FamilyTable::check`]'s.
+    pub fn from_family(table: &FamilyTable) -> Result<TuningTable, String> {
+        if table.family != FAMILY || table.quantities != QUANTITIES {
             return Err(format!(
-                "{}: tuning table format {}, this tilesmith reads {TUNING_FORMAT}: run `tilesmith tune` again",
-                path.display(),
-                table.format
+                "a table of family `{}` over {:?} is not GEMM's (family `{FAMILY}` over {QUANTITIES:?})",
+                table.family, table.quantities
             ));
         }
-        let expected = tuning::file_name(&table.device);
-        if path.file_name().is_some_and(|name| name.to_string_lossy() != expected) {
-            return Err(format!(
-                "{}: the table is for {} ({} SMs), whose table is named {expected}; rename it or measure it again",
-                path.display(),
-                table.device.name,
-                table.device.sms
-            ));
+        let mut entries = Vec::with_capacity(table.entries.len());
+        for (index, entry) in table.entries.iter().enumerate() {
+            let at = || format!("entry {} ({} x {:?} {})", index + 1, entry.batch, entry.problem, entry.dtype);
+            let class = |name: &str| entry.class.get(name).map(String::as_str);
+            let layout = class("layout").and_then(Layout::parse);
+            let alignment = match class("alignment") {
+                Some("aligned") => Some(Alignment::Aligned),
+                Some("unaligned") => Some(Alignment::Unaligned),
+                _ => None,
+            };
+            let (Some(layout), Some(alignment)) = (layout, alignment) else {
+                return Err(format!(
+                    "{}: its class {:?} needs a layout (nn, nt, tn or tt) and an alignment (aligned or unaligned)",
+                    at(),
+                    entry.class
+                ));
+            };
+            if let Some(other) = entry.class.keys().find(|k| !["layout", "alignment", "epilogue"].contains(&k.as_str())) {
+                return Err(format!("{}: its class names `{other}`; GEMM's entries state a layout, an alignment and an epilogue", at()));
+            }
+            let epilogue = class("epilogue").map(str::to_string);
+            if let Some(word) = &epilogue {
+                if crate::Activation::of_epilogue(word).is_none() {
+                    return Err(format!("{}: epilogue `{word}` is not a value of GEMM's `epilogue` axis", at()));
+                }
+            }
+            let mut ranked = Vec::with_capacity(entry.ranked.len());
+            for timed in &entry.ranked {
+                let strategy = match timed.strategy.as_deref() {
+                    None => Strategy::Direct,
+                    Some("padded") => Strategy::Padded,
+                    Some(other) => {
+                        return Err(format!(
+                            "{}: {} has strategy `{other}`; GEMM's are direct (none stated) and `padded`",
+                            at(),
+                            timed.variant
+                        ))
+                    }
+                };
+                ranked.push(Candidate { variant: timed.variant.clone(), strategy, ms: timed.ms });
+            }
+            let &[m, n, k] = entry.problem.as_slice() else {
+                return Err(format!("{}: a problem states M, N and K", at()));
+            };
+            entries.push(TuningEntry {
+                key: Key::new(entry.dtype, layout, alignment, [entry.batch, m, n, k]),
+                shape: [m, n, k],
+                batch: entry.batch,
+                epilogue,
+                cublas_ms: entry.baseline_ms,
+                ranked,
+            });
         }
-        table.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
+        Ok(TuningTable { device: table.device.clone(), compiler: table.compiler.clone(), entries })
+    }
+
+    /// It as a family table, as it is written.
+    pub fn to_family(&self) -> FamilyTable {
+        let mut family =
+            FamilyTable::new(FAMILY, self.device.clone(), self.compiler.clone(), QUANTITIES.iter().map(|q| q.to_string()).collect());
+        for entry in &self.entries {
+            let mut class = BTreeMap::from([
+                ("layout".to_string(), entry.key.layout.as_str().to_string()),
+                ("alignment".to_string(), entry.key.alignment.to_string()),
+            ]);
+            if let Some(epilogue) = &entry.epilogue {
+                class.insert("epilogue".into(), epilogue.clone());
+            }
+            family.insert(FamilyEntry {
+                dtype: entry.key.dtype,
+                class,
+                problem: entry.shape.to_vec(),
+                batch: entry.batch,
+                baseline_ms: entry.cublas_ms,
+                ranked: entry.ranked.iter().map(|c| Timed { variant: c.variant.clone(), strategy: c.strategy.word(), ms: c.ms }).collect(),
+            });
+        }
+        family
+    }
+
+    /// Reads a table of the format before tables lay in a folder per family
+    /// (`tuning/<GPU>-<SMs>sm.json`), for `tilesmith tune --upgrade`; its buckets are computed
+    /// again from its problems, and the result is checked as a family table.
+    pub fn read_earlier_format(path: &Path) -> Result<TuningTable, String> {
+        #[derive(Deserialize)]
+        struct Earlier {
+            format: u32,
+            device: Device,
+            compiler: String,
+            entries: Vec<TuningEntry>,
+        }
+        let text = tilesmith_spec::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+        let earlier: Earlier = serde_json::from_str(&text)
+            .map_err(|err| format!("{}: not a GEMM tuning table of the earlier format ({err})", path.display()))?;
+        if earlier.format != 1 {
+            return Err(format!("{}: GEMM tuning table format {}; the earlier format is 1", path.display(), earlier.format));
+        }
+        let mut table = TuningTable::new(earlier.device, earlier.compiler);
+        for mut entry in earlier.entries {
+            entry.key = Key::new(entry.key.dtype, entry.key.layout, entry.key.alignment, entry.problem());
+            table.insert(entry);
+        }
+        let family = table.to_family();
+        family.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
         Ok(table)
     }
 
-    /// The rules every table meets: a device with SMs, and entries whose problems have no zero,
-    /// whose key holds the buckets of their problem, and whose times (cuBLAS's and every
-    /// candidate's) are [`valid_ms`], candidates in rank order; clocks above 0 where recorded,
-    /// and no two entries for one problem.
-    pub fn check(&self) -> Result<(), String> {
-        self.device.check()?;
-        let mut seen = std::collections::BTreeMap::new();
-        for (index, entry) in self.entries.iter().enumerate() {
-            let problem = describe(entry.problem());
-            let with = entry.epilogue.as_deref().map(|e| format!(" with epilogue {e}")).unwrap_or_default();
-            let at = format!("entry {} ({problem} {} {} {}{with})", index + 1, entry.key.dtype, entry.key.layout, entry.key.alignment);
-            if let Some(first) = seen.insert(entry.identity(), index + 1) {
-                return Err(format!("{at}: measures the same problem as entry {first}; keep one"));
-            }
-            if entry.problem().contains(&0) {
-                return Err(format!("{at}: a problem has no zero dimension and a batch at least one problem"));
-            }
-            let expected = Key::new(entry.key.dtype, entry.key.layout, entry.key.alignment, entry.problem());
-            if (entry.key.bucket, entry.key.batch) != (expected.bucket, expected.batch) {
-                return Err(format!(
-                    "{at}: buckets {:?} and batch {} are not its problem's ({:?} and {})",
-                    entry.key.bucket, entry.key.batch, expected.bucket, expected.batch
-                ));
-            }
-            if !valid_ms(entry.cublas_ms) {
-                return Err(format!("{at}: cuBLAS's time {} ms is not {}", show_ms(entry.cublas_ms), valid_ms_words()));
-            }
-            let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
-            if ranked != entry.ranked {
-                return Err(format!("{at}: its candidates are not in rank order (by time, near ties by strategy and name)"));
-            }
-        }
-        Ok(())
-    }
-
-    /// The variants the entries rank that `known` does not hold: the dispatcher skips them, so
-    /// a table naming them was measured with another registry.
+    /// The variants the entries rank that `known` does not hold.
     pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
         let mut unknown: Vec<String> =
             self.entries.iter().flat_map(|e| &e.ranked).filter(|c| !known(&c.variant)).map(|c| c.variant.clone()).collect();
@@ -292,20 +365,11 @@ impl TuningTable {
         unknown.dedup();
         unknown
     }
+}
 
-    /// Reads every table of a tuning folder ([`TuningTable::paths`]), refusing two that claim
-    /// one device.
-    pub fn read_all(dir: &Path) -> Result<Vec<(PathBuf, TuningTable)>, String> {
-        let paths = tuning::paths(dir).map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
-        let mut tables: Vec<(PathBuf, TuningTable)> = Vec::new();
-        for path in paths {
-            let table = TuningTable::read(&path)?;
-            if let Some((other, _)) = tables.iter().find(|(_, t)| t.device.is(&table.device)) {
-                return Err(format!("{} and {} are both tables for {}; keep one", other.display(), path.display(), table.device));
-            }
-            tables.push((path, table));
-        }
-        Ok(tables)
+impl From<TuningTable> for FamilyTable {
+    fn from(table: TuningTable) -> FamilyTable {
+        table.to_family()
     }
 }
 
@@ -317,39 +381,70 @@ mod tests {
         Candidate { variant: variant.into(), strategy, ms }
     }
 
-    /// A table of one device with these clocks and entries (`(shape, cuBLAS ms, candidate ms)`).
-    fn table_text(clocks: &str, entries: &[([u64; 3], &str, &str)]) -> String {
-        let entries: Vec<String> = entries
-            .iter()
-            .map(|(shape, cublas, ms)| {
-                let bucket = shape.map(|d| (d as f64).log2().round() as u64);
-                format!(
-                    r#"{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": {bucket:?}}}, "shape": {shape:?},
-                    "cublas_ms": {cublas}, "ranked": [{{"variant": "gemm_tn_128x128x32", "strategy": "direct", "ms": {ms}}}]}}"#
-                )
-            })
-            .collect();
+    /// A GEMM table of one entry (4096³ bf16) with this class and strategy, as text.
+    fn family_text(class: &str, strategy: &str) -> String {
         format!(
-            r#"{{"format": 1, "device": {{"name": "GPU", "capability": [9, 0], "sms": 132{clocks}}}, "compiler": "", "entries": [{}]}}"#,
-            entries.join(", ")
+            r#"{{"format": 1, "family": "gemm", "device": {{"name": "GPU", "capability": [9, 0], "sms": 132}}, "compiler": "",
+            "quantities": ["m", "n", "k"], "entries": [{{"dtype": "bf16", "class": {class}, "problem": [4096, 4096, 4096],
+            "baseline_ms": 1.0, "ranked": [{{"variant": "gemm_tn_128x128x32"{strategy}, "ms": 0.9}}]}}]}}"#
         )
     }
 
     #[test]
     fn nonsense_tables_are_refused_in_words() {
-        let path = Path::new("GPU-132sm.json");
-        let read = |text: &str| TuningTable::parse(text, path).map(drop);
-        assert_eq!(read(&table_text("", &[([4096; 3], "1.0", "0.9")])), Ok(()));
-        let zero = read(&table_text(r#", "clocks": {"sm_mhz": 0, "memory_gbps": 0}"#, &[])).unwrap_err();
-        assert!(zero.contains("device GPU (132 SMs, compute capability 9.0): clocks of 0 MHz"), "{zero}");
-        let twice = read(&table_text("", &[([4096; 3], "1.0", "0.9"), ([4096; 3], "1.0", "0.8")])).unwrap_err();
-        assert!(twice.contains("entry 2 (4096x4096x4096 bf16 tn aligned): measures the same problem as entry 1"), "{twice}");
-        for tiny in [("1e-300", "0.9"), ("1.0", "1e-300")] {
-            let message = read(&table_text("", &[([4096; 3], tiny.0, tiny.1)])).unwrap_err();
-            assert!(message.contains(" 1e-300 ms") && message.contains("between 1e-6 and 1e7 ms"), "{message}");
+        let path = Path::new("tuning/gemm/GPU-132sm.json");
+        let read = |text: String| FamilyTable::parse(&text, path).and_then(|t| check_table(&t));
+        let class = r#"{"layout": "tn", "alignment": "aligned"}"#;
+        assert_eq!(read(family_text(class, "")), Ok(()));
+        assert_eq!(read(family_text(class, r#", "strategy": "padded""#)), Ok(()));
+        let strategy = read(family_text(class, r#", "strategy": "sideways""#)).unwrap_err();
+        assert!(
+            strategy.contains("gemm_tn_128x128x32 has strategy `sideways`; GEMM's are direct (none stated) and `padded`"),
+            "{strategy}"
+        );
+        let no_layout = read(family_text(r#"{"alignment": "aligned"}"#, "")).unwrap_err();
+        assert!(
+            no_layout.contains("entry 1 (1 x [4096, 4096, 4096] bf16): its class") && no_layout.contains("needs a layout"),
+            "{no_layout}"
+        );
+        let extra = read(family_text(r#"{"layout": "tn", "alignment": "aligned", "swizzle": "x"}"#, "")).unwrap_err();
+        assert!(extra.contains("its class names `swizzle`"), "{extra}");
+        let epilogue = read(family_text(r#"{"layout": "tn", "alignment": "aligned", "epilogue": "tanh"}"#, "")).unwrap_err();
+        assert!(epilogue.contains("epilogue `tanh` is not a value of GEMM's `epilogue` axis"), "{epilogue}");
+        let mut other = FamilyTable::parse(&family_text(class, ""), path).unwrap();
+        other.quantities = vec!["m".into(), "n".into()];
+        assert!(TuningTable::from_family(&other).unwrap_err().contains("is not GEMM's (family `gemm` over [\"m\", \"n\", \"k\"])"));
+        other.family = "softmax".into();
+        assert_eq!(check_table(&other), Ok(()), "other families' tables are not GEMM's to check");
+    }
+
+    #[test]
+    fn a_table_reads_back_as_written_and_the_earlier_format_converts() {
+        let mut table = table();
+        table.insert(entry([1, 16, 4096, 4096], Alignment::Aligned));
+        table.insert(TuningEntry { epilogue: Some("gelu_tanh".into()), ..entry([64, 512, 512, 64], Alignment::Unaligned) });
+        for entry in &mut table.entries {
+            entry.ranked =
+                rank(vec![candidate("gemm_tn_128x128x32", Strategy::Direct, 1.0), candidate("gemm_nt_128x128x32", Strategy::Padded, 0.5)])
+                    .unwrap();
         }
-        let no_sms = TuningTable::parse(&table_text("", &[]).replace("\"sms\": 132", "\"sms\": 0"), Path::new("GPU-0sm.json")).unwrap_err();
-        assert!(no_sms.contains("device `GPU (0 SMs, compute capability 9.0)`"), "{no_sms}");
+        let text = serde_json::to_string_pretty(&table).unwrap();
+        assert!(text.contains(r#""family": "gemm""#) && text.contains(r#""strategy": "padded""#), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gemm").join("GPU-132sm.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(TuningTable::read(&path).unwrap(), table);
+        // The earlier format: GEMM's own fields, buckets stated (and here wrong: computed again).
+        let earlier = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "", "entries": [
+            {"key": {"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [0, 0, 0]}, "shape": [16, 4096, 4096],
+             "cublas_ms": 1.0, "ranked": [{"variant": "gemm_tn_128x128x32", "strategy": "direct", "ms": 0.9}]}]}"#;
+        let old = dir.path().join("GPU-132sm.json");
+        std::fs::write(&old, earlier).unwrap();
+        let converted = TuningTable::read_earlier_format(&old).unwrap();
+        assert_eq!(converted.entries[0].key, Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [1, 16, 4096, 4096]));
+        std::fs::write(&old, earlier.replace("0.9", "-1")).unwrap();
+        assert!(TuningTable::read_earlier_format(&old).unwrap_err().contains("variant gemm_tn_128x128x32 has time -1 ms"));
     }
 
     #[test]
@@ -380,17 +475,12 @@ mod tests {
             batch,
             epilogue: None,
             cublas_ms: 1.0,
-            ranked: vec![],
+            ranked: vec![candidate("gemm_tn_128x128x32", Strategy::Direct, 1.0)],
         }
     }
 
     fn table() -> TuningTable {
-        TuningTable {
-            format: TUNING_FORMAT,
-            device: Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None },
-            compiler: String::new(),
-            entries: vec![],
-        }
+        TuningTable::new(Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None }, String::new())
     }
 
     #[test]
@@ -405,7 +495,7 @@ mod tests {
         assert_eq!(near.len(), 3);
         assert_eq!(table.nearest(Dtype::Bf16, Layout::Tn, Alignment::Aligned, None, [1, 32, 4000, 4000])[0].shape, [16, 4096, 4096]);
         assert!(table.nearest(Dtype::F16, Layout::Tn, Alignment::Aligned, None, [1, 32, 32, 32]).is_empty());
-        assert_eq!(tuning::file_name(&table.device), "GPU-132sm.json");
+        assert_eq!(tilesmith_spec::tuning::file_name(&table.device), "GPU-132sm.json");
     }
 
     #[test]
@@ -423,7 +513,7 @@ mod tests {
         assert!(table
             .entry(&Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [60, 512, 512, 64]), None, [60, 512, 512, 64])
             .is_none());
-        table.check().unwrap();
+        table.to_family().check().unwrap();
     }
 
     #[test]
@@ -443,7 +533,8 @@ mod tests {
         assert!(text.contains(r#""epilogue":"gelu_tanh""#), "{text}");
         assert!(!serde_json::to_string(&plain).unwrap().contains("epilogue"));
         table.entries[1].cublas_ms = f64::NAN;
-        assert!(table.check().unwrap_err().contains("16x14336x4096 bf16 tn aligned with epilogue gelu_tanh"));
+        let err = table.to_family().check().unwrap_err();
+        assert!(err.contains("(m=16 n=14336 k=4096 bf16 alignment=aligned epilogue=gelu_tanh layout=tn): baseline time NaN ms"), "{err}");
     }
 
     #[test]
@@ -459,16 +550,11 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_whose_batch_is_not_its_bucket_is_refused() {
+    fn an_empty_batch_is_refused() {
         let mut table = table();
-        let mut wrong = entry([64, 512, 512, 64], Alignment::Aligned);
-        wrong.key.batch = 0;
-        table.insert(wrong);
-        let err = table.check().unwrap_err();
-        assert!(err.contains("64 x 512x512x64") && err.contains("batch 0") && err.contains("6)"), "{err}");
         let mut empty = entry([1, 512, 512, 64], Alignment::Aligned);
         empty.batch = 0;
         table.entries = vec![empty];
-        assert!(table.check().unwrap_err().contains("at least one problem"));
+        assert!(table.to_family().check().unwrap_err().contains("a batch holds at least one problem"));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use tilesmith_gemm::dispatch::{choose, Choice, GemmCall};
-use tilesmith_gemm::table::{self as tuning, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable, TUNING_FORMAT};
+use tilesmith_gemm::table::{self as tuning, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable};
 use tilesmith_gemm::{plan_gemm_with, Activation, Batch, EpilogueArgs, GemmKernel, GemmRegistry, GemmShape};
 use tilesmith_runtime::{Buffer, Dtype, Layout, Registry};
 use tilesmith_spec::tuning::Device;
@@ -34,7 +34,6 @@ fn registry() -> Registry {
     let built = manifest.variants.into_iter().map(Built::unbuilt).collect();
     let direct = Strategy::Direct;
     let table = TuningTable {
-        format: TUNING_FORMAT,
         device: h200(),
         compiler: "test".into(),
         entries: vec![
@@ -83,7 +82,7 @@ fn registry() -> Registry {
             },
         ],
     };
-    tilesmith_gemm::with_tables(Registry::new(Path::new("registry"), built), vec![table])
+    tilesmith_gemm::with_tables(Registry::new(Path::new("registry"), built), vec![table]).unwrap()
 }
 
 fn buffers(shape: &GemmShape) -> [Buffer; 3] {

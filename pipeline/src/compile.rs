@@ -19,7 +19,7 @@ use std::time::Instant;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
-use tilesmith_spec::tuning::{self, Device, PluginTable, TUNING_DIR};
+use tilesmith_spec::tuning::{self, TUNING_DIR};
 use tilesmith_spec::{arch, Built, Config, Entry, Manifest, Registry, Resources};
 
 /// nvcc's flags for one variant, without input and output.
@@ -119,15 +119,15 @@ pub struct Options {
     pub repair: bool,
     /// A folder of fatbins by content hash ([`Cache`]), looked in before compiling.
     pub cache: Option<PathBuf>,
-    /// The checks of the plug-ins linked (the CLI passes its plug-in's), run on every plug-in
-    /// table before anything is built; none (a crate's build.rs) checks only what every format
-    /// states, and the plug-in checks the rest when it reads the table.
+    /// The checks of the plug-ins linked (the CLI passes its plug-in's), run on every table
+    /// before anything is built; none (a crate's build.rs) checks what every table states, and
+    /// a plug-in checks the rest of its own (its classes and strategies) when it reads them.
     pub table_checks: Vec<TableCheck>,
 }
 
-/// A plug-in's check of the tables of its own format (format, entries, times), naming the file
-/// and the rule in its error.
-pub type TableCheck = fn(&PluginTable) -> Result<(), String>;
+/// A plug-in's check of the tables it reads (GEMM's of its classes and strategies), passed every
+/// table and naming the rule in its error; it passes the tables of other families.
+pub type TableCheck = fn(&FamilyTable) -> Result<(), String>;
 
 impl Options {
     /// A job per core, the launcher and the cache from the environment, no repair.
@@ -777,56 +777,37 @@ fn indent(text: &str) -> String {
     text.lines().map(|line| format!("  {line}")).collect::<Vec<_>>().join("\n")
 }
 
-/// The project's tuning tables, each checked, by their paths in the tuning folder: the
-/// families' (`tuning/<family>/*.json`, [`FamilyTable`]: format, file name, entries, one per
-/// device), which may rank only declared variants of their own family; and plug-ins' tables in
-/// the folder itself ([`PluginTable`]: device, file name, one per device, and the `checks` of
-/// the plug-ins linked), whose variants that the project does not declare are reported.
+/// The project's tuning tables (`tuning/<family>/*.json`, [`FamilyTable`]: format, file name,
+/// entries), each checked, by their paths in the tuning folder: each may rank only declared
+/// variants of its own family, and passes the `checks` of the plug-ins linked. A table in the
+/// tuning folder itself is of an earlier format, and refused with the way to convert it.
 fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>, checks: &[TableCheck]) -> Result<Vec<(String, PathBuf)>> {
     let dir = project.tuning_dir();
     let fix = "fix it, remove it or run `tilesmith tune` again";
-    let plugin_tables = PluginTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+    if let Some(old) = tuning::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?.first() {
+        bail!(
+            "tuning table {}: tables now lie in a folder per family (tuning/<family>/<GPU>-<SMs>sm.json); \
+             `tilesmith tune --upgrade` converts one of the earlier format and moves it there",
+            project.relative(old)
+        );
+    }
     let family_tables = FamilyTable::read_all(&dir).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
-    let mut devices: Vec<(Device, &Path)> = Vec::new();
-    for table in &plugin_tables {
-        let (device, variants) = table.outline().map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+    for (name, table) in &family_tables {
         for check in checks {
-            check(table).map_err(|err| anyhow!("tuning table {err}; {fix}"))?;
+            check(table).map_err(|err| anyhow!("tuning table tuning/{name}: {err}; {fix}"))?;
         }
-        if let Some((_, other)) = devices.iter().find(|(d, _)| d.is(&device)) {
-            bail!("{} and {} are both tables for {device}; keep one", project.relative(other), project.relative(&table.path));
-        }
-        devices.push((device, &table.path));
-        let unknown: Vec<&String> = variants.iter().filter(|v| declared.is_some_and(|d| !d.contains_key(*v))).collect();
-        if !unknown.is_empty() {
-            let more = if unknown.len() > 5 { format!(" and {} more", unknown.len() - 5) } else { String::new() };
-            let first: Vec<&str> = unknown.iter().take(5).map(|v| v.as_str()).collect();
-            eprintln!(
-                "warning: {} ranks {} variant(s) that variants.toml does not declare; its dispatcher skips them (tune again to refresh): {}{more}",
-                project.relative(&table.path),
+        let Some(declared) = declared else { continue };
+        let unknown = table.unknown_variants(|variant| declared.get(variant) == Some(&table.family));
+        if let Some(first) = unknown.first() {
+            bail!(
+                "tuning table tuning/{name} ranks {} variant(s) that variants.toml does not declare as {} variants, {first} the first; run `tilesmith tune --family {}` again or remove it",
                 unknown.len(),
-                first.join(", ")
+                table.family,
+                table.family
             );
         }
     }
-    if let Some(declared) = declared {
-        for (name, table) in &family_tables {
-            let unknown = table.unknown_variants(|variant| declared.get(variant) == Some(&table.family));
-            if let Some(first) = unknown.first() {
-                bail!(
-                    "tuning table tuning/{name} ranks {} variant(s) that variants.toml does not declare as {} variants, {first} the first; run `tilesmith tune --family {}` again or remove it",
-                    unknown.len(),
-                    table.family,
-                    table.family
-                );
-            }
-        }
-    }
-    let named = |path: &PathBuf| path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut out: Vec<(String, PathBuf)> = plugin_tables.iter().map(|t| (named(&t.path), t.path.clone())).collect();
-    let paths = FamilyTable::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    out.extend(paths);
-    Ok(out)
+    FamilyTable::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))
 }
 
 /// Copies the tuning tables into the registry, each at its path in the tuning folder, and

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
-use tilesmith_spec::tuning::{self, TUNING_DIR};
+use tilesmith_spec::tuning::TUNING_DIR;
 
 /// The environment variable the build script sets for the crate: the registry's folder.
 pub const REGISTRY_DIR_VAR: &str = "TILESMITH_REGISTRY_DIR";
@@ -114,10 +114,6 @@ fn embedding(project: &Project, registry: &Path) -> Result<String> {
     }
     writeln!(text, "    ],\n    tuning: &[")?;
     let tuning = registry.join(TUNING_DIR);
-    for path in tuning::paths(&tuning)? {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        writeln!(text, "        ({name:?}, {}),", bytes(&path))?;
-    }
     for (name, path) in FamilyTable::paths(&tuning)? {
         writeln!(text, "        ({name:?}, {}),", bytes(&path))?;
     }

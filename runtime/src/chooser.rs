@@ -7,7 +7,7 @@ use crate::gpu::static_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
 use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::{Family, ELEM};
 use tilesmith_spec::family_table::{self, FamilyTable};
@@ -224,6 +224,7 @@ impl Chooser {
             return Err(self.none_takes(device, &refusals));
         }
         let problem: Vec<u64> = self.inner.declaration.quantities.iter().map(|q| quantity(call, q).unwrap_or(0)).collect();
+        let batch = self.inner.declaration.batch.as_deref().and_then(|b| quantity(call, b)).unwrap_or(1);
         let dtype = takers[0].0.variant().dtype;
         let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
         // A dtype without entries reads those of another as wide, whose variants move as many
@@ -231,7 +232,10 @@ impl Chooser {
         let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
         if let Some(table) = table {
-            let of_dtype = dtypes.iter().map(|&d| table.nearest(d, &problem)).find(|entries| !entries.is_empty()).unwrap_or_default();
+            // Entries of a class are a plug-in dispatcher's, which it reads itself.
+            let plain = BTreeMap::new();
+            let of_dtype =
+                dtypes.iter().map(|&d| table.nearest(d, &plain, batch, &problem)).find(|entries| !entries.is_empty()).unwrap_or_default();
             // The variant of the call's dtype with a ranked one's other axes.
             let same = |k: &Kernel, ranked: &str| {
                 self.inner.kernels.iter().find(|r| r.name() == ranked).is_some_and(|r| {
@@ -242,13 +246,14 @@ impl Chooser {
             // An entry stands for the call only where it ranks every variant that takes the call:
             // a nearer problem that some of them refused (rows past their shared memory) would
             // pick among the others only.
-            let covers = |entry: &&family_table::FamilyEntry| takers.iter().all(|(k, _)| entry.ranked.iter().any(|t| same(k, &t.variant)));
-            let mut near = of_dtype.into_iter().take_while(|e| family_table::distance(&e.problem, &problem) <= NEAR_ENOUGH);
+            // Only direct runs count: another strategy is a plug-in's, which this call does not take.
+            fn direct(entry: &family_table::FamilyEntry) -> impl Iterator<Item = (usize, &family_table::Timed)> {
+                entry.ranked.iter().enumerate().filter(|(_, t)| t.is_direct())
+            }
+            let covers = |entry: &&family_table::FamilyEntry| takers.iter().all(|(k, _)| direct(entry).any(|(_, t)| same(k, &t.variant)));
+            let mut near = of_dtype.into_iter().take_while(|e| e.distance(batch, &problem) <= NEAR_ENOUGH);
             if let Some(entry) = near.find(covers) {
-                let (rank, timed, kernel) = entry
-                    .ranked
-                    .iter()
-                    .enumerate()
+                let (rank, timed, kernel) = direct(entry)
                     .find_map(|(rank, t)| takers.iter().find(|(k, _)| same(k, &t.variant)).map(|(k, _)| (rank, t, *k)))
                     .expect("the entry ranks every variant that takes the call");
                 let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };

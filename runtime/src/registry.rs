@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::{self, MANIFEST_FILE};
-use tilesmith_spec::tuning::{self, PluginTable, TUNING_DIR};
+use tilesmith_spec::tuning::{self, TUNING_DIR};
 
 /// Environment variable naming the registry folder.
 pub const REGISTRY_VAR: &str = "TILESMITH_REGISTRY";
@@ -26,8 +26,7 @@ pub struct Embedded {
     pub manifest: &'static [u8],
     /// Each fatbin by file name.
     pub fatbins: &'static [(&'static str, &'static [u8])],
-    /// Each tuning table by its path in the tuning folder (`<family>/<GPU>-<SMs>sm.json`, or
-    /// `<GPU>-<SMs>sm.json` for a plug-in's own format).
+    /// Each tuning table by its path in the tuning folder (`<family>/<GPU>-<SMs>sm.json`).
     pub tuning: &'static [(&'static str, &'static [u8])],
 }
 
@@ -37,10 +36,7 @@ pub struct Registry {
     /// The folder it was opened from; none for an embedded one.
     dir: Option<PathBuf>,
     kernels: BTreeMap<String, Kernel>,
-    /// The tables in the tuning folder itself, in a plug-in's own format, as text for the
-    /// plug-in to read ([`PluginTable`]).
-    plugin_tables: Arc<Vec<PluginTable>>,
-    /// Each family's chooser, with its tables, for [`Registry::family`].
+    /// Each family's chooser, with its tables (which plug-ins read too), for [`Registry::family`].
     families: BTreeMap<String, Chooser>,
     /// What plug-ins keep beside it (their parsed tables, their picks), shared by the clones.
     extensions: Arc<Extensions>,
@@ -80,12 +76,8 @@ impl Registry {
         let registry: tilesmith_spec::Registry =
             manifest::read(&path).map_err(|err| Error::RegistryUnreadable { path: path.clone(), reason: err.reason })?;
         let unreadable = |reason: String| Error::RegistryUnreadable { path: dir.join(TUNING_DIR), reason };
-        let plugin_tables = PluginTable::read_all(&dir.join(TUNING_DIR)).map_err(unreadable)?;
         let family_tables = FamilyTable::read_all(&dir.join(TUNING_DIR)).map_err(unreadable)?;
-        Registry::new(dir, registry.variants)
-            .with_plugin_tables(plugin_tables)
-            .with_family_tables(family_tables.into_iter().map(|(_, t)| t).collect())
-            .map_err(unreadable)
+        Registry::new(dir, registry.variants).with_family_tables(family_tables.into_iter().map(|(_, t)| t).collect()).map_err(unreadable)
     }
 
     /// The registry built into this program (see [`Embedded`]); it needs no file at run time.
@@ -97,16 +89,11 @@ impl Registry {
         let text = std::str::from_utf8(embedded.manifest).map_err(|err| unreadable(origin.join(MANIFEST_FILE), err.to_string()))?;
         let registry: tilesmith_spec::Registry =
             manifest::parse(text, &origin.join(MANIFEST_FILE)).map_err(|err| unreadable(err.path, err.reason))?;
-        let (mut plugin_tables, mut family_tables) = (Vec::new(), Vec::new());
+        let mut family_tables = Vec::new();
         for (name, bytes) in embedded.tuning {
             let path = origin.join(TUNING_DIR).join(name);
             let text = std::str::from_utf8(bytes).map_err(|err| unreadable(path.clone(), err.to_string()))?;
-            // Family tables lie in a folder each, plug-ins' in the tuning folder itself.
-            if name.contains('/') {
-                family_tables.push(FamilyTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
-            } else {
-                plugin_tables.push(PluginTable { path, text: text.into() });
-            }
+            family_tables.push(FamilyTable::parse(text, &path).map_err(|reason| unreadable(path.clone(), reason))?);
         }
         let mut kernels = BTreeMap::new();
         for built in registry.variants {
@@ -117,11 +104,8 @@ impl Registry {
             kernels.insert(built.entry.variant.name.clone(), Kernel::new(Arc::new(built), fatbin));
         }
         let families = choosers(&kernels);
-        let registry = Registry { dir: None, kernels, plugin_tables: Arc::default(), families, extensions: Arc::default() };
-        registry
-            .with_plugin_tables(plugin_tables)
-            .with_family_tables(family_tables)
-            .map_err(|reason| unreadable(origin.join(TUNING_DIR), reason))
+        let registry = Registry { dir: None, kernels, families, extensions: Arc::default() };
+        registry.with_family_tables(family_tables).map_err(|reason| unreadable(origin.join(TUNING_DIR), reason))
     }
 
     /// A registry of these built variants, whose fatbins are in `dir`, without tables.
@@ -134,19 +118,7 @@ impl Registry {
             })
             .collect();
         let families = choosers(&kernels);
-        Registry { dir: Some(dir.to_path_buf()), kernels, plugin_tables: Arc::default(), families, extensions: Arc::default() }
-    }
-
-    /// The same registry with these tables of plug-ins' own formats, and nothing kept by
-    /// plug-ins from the tables it had.
-    pub fn with_plugin_tables(self, tables: Vec<PluginTable>) -> Registry {
-        Registry { plugin_tables: Arc::new(tables), extensions: Arc::default(), ..self }
-    }
-
-    /// The tables in the tuning folder itself, in a plug-in's own format (a plug-in's
-    /// dispatcher reads its own there).
-    pub fn plugin_tables(&self) -> &[PluginTable] {
-        &self.plugin_tables
+        Registry { dir: Some(dir.to_path_buf()), kernels, families, extensions: Arc::default() }
     }
 
     /// The value of type `T` that a plug-in keeps beside this registry, made by `init` on first
@@ -158,9 +130,11 @@ impl Registry {
         self.extensions.get_or_try_init(init)
     }
 
-    /// The same registry with these family tuning tables, each checked against its family: one
-    /// the registry has variants of, the same quantities, variants it has; one table per GPU.
+    /// The same registry with these tuning tables in place of its own for their families, each
+    /// checked against its family: one the registry has variants of, the same quantities,
+    /// variants it has; one table per GPU. What plug-ins kept from the tables it had is dropped.
     pub fn with_family_tables(mut self, tables: Vec<FamilyTable>) -> std::result::Result<Registry, String> {
+        self.extensions = Arc::default();
         let mut by_family: BTreeMap<String, Vec<FamilyTable>> = BTreeMap::new();
         for table in tables {
             if !self.families.contains_key(&table.family) {

@@ -21,8 +21,15 @@ fn shipped() -> Vec<Built> {
 }
 
 fn entry(dtype: Dtype, problem: [u64; 2], ranked: &[(&str, f64)]) -> FamilyEntry {
-    let ranked = ranked.iter().map(|&(v, ms)| Timed { variant: v.into(), ms }).collect();
-    FamilyEntry { dtype, problem: problem.to_vec(), baseline_ms: 0.1, ranked: tilesmith_spec::family_table::rank(ranked).unwrap() }
+    let ranked = ranked.iter().map(|&(v, ms)| Timed { variant: v.into(), strategy: None, ms }).collect();
+    FamilyEntry {
+        dtype,
+        class: Default::default(),
+        problem: problem.to_vec(),
+        batch: 1,
+        baseline_ms: 0.1,
+        ranked: tilesmith_spec::family_table::rank(ranked).unwrap(),
+    }
 }
 
 /// A softmax table for the H100: at 1024 columns the warp variant first, at 8192 the block one
@@ -93,6 +100,37 @@ fn a_call_runs_the_first_variant_of_the_nearest_measured_problem_that_takes_it()
     let h200 = Device { name: "NVIDIA H200".into(), ..h100() };
     let borrowed = softmax.pick(&h200, H100_SMEM, &softmax_call(Dtype::Bf16, 8192, 8192)).unwrap();
     assert!(borrowed.reason.contains("(measured on NVIDIA H100 80GB HBM3"), "{}", borrowed.reason);
+}
+
+#[test]
+fn entries_of_a_class_and_runs_of_a_strategy_are_a_plug_ins_not_the_choosers() {
+    // Every f32 variant, the block one of 16 warps first.
+    let ranked: Vec<(&str, f64)> = [
+        "softmax_f32_w16",
+        "softmax_f32_w16_unchecked",
+        "softmax_f32",
+        "softmax_f32_unchecked",
+        "softmax_f32_w4",
+        "softmax_f32_w4_unchecked",
+        "softmax_f32_warp_w4",
+        "softmax_f32_warp_w4_unchecked",
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, v)| (v, 0.2 + i as f64 * 0.1))
+    .collect();
+    let mut table = FamilyTable::new("softmax", h100(), "test".into(), vec!["rows".into(), "cols".into()]);
+    table.insert(entry(Dtype::F32, [8192, 8192], &ranked));
+    // A nearer entry of a class, ranking the block variant of 4 warps first: not read.
+    let mut classed = entry(Dtype::F32, [8000, 8000], &[("softmax_f32_w4", 0.1)]);
+    classed.class.insert("layout".into(), "tn".into());
+    table.insert(classed);
+    // A padded run ranked first is skipped: the call runs what was measured directly.
+    table.entries[0].ranked.insert(0, Timed { variant: "softmax_f32_w4".into(), strategy: Some("padded".into()), ms: 0.05 });
+    let registry = registry(vec![table]).unwrap();
+    let pick = registry.family("softmax").unwrap().pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 8000, 8000)).unwrap();
+    assert_eq!(pick.kernel.name(), "softmax_f32_w16", "{}", pick.reason);
+    assert!(pick.reason.contains("rows=8192 cols=8192 f32, rank 2 of 9"), "{}", pick.reason);
 }
 
 #[test]

@@ -1,11 +1,14 @@
 //! The tuning table of any family: for one GPU and one family, each measured problem (a value
 //! per declared quantity) and its variants ranked by median time, beside the family's baseline.
-//! `tilesmith tune --family` writes it into `tuning/<family>/<GPU>-<SMs>sm.json`, the build
-//! carries it into the registry, and the runtime's chooser reads it.
+//! `tilesmith tune` writes it into `tuning/<family>/<GPU>-<SMs>sm.json`, the build carries it
+//! into the registry, and the runtime's chooser reads it. A plug-in's dispatcher (GEMM's) keeps
+//! its tables in the same format: its entries state a `class` (what else tells its calls apart)
+//! and its candidates a `strategy` (how it ran them), both absent for the family's chooser.
 
 use crate::axes::Dtype;
 use crate::tuning::{self, show_ms, valid_ms, Device, NEAR_TIE};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The format this tilesmith writes and reads.
@@ -29,12 +32,30 @@ pub struct FamilyTable {
 #[serde(deny_unknown_fields)]
 pub struct FamilyEntry {
     pub dtype: Dtype,
+    /// What else tells calls apart than their dtype and quantities, for a plug-in's dispatcher
+    /// (GEMM's: `layout`, `alignment`, and `epilogue` for entries of their own); empty (left out
+    /// of the file) for the family's chooser, which reads only entries without one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub class: BTreeMap<String, String>,
     /// A value per quantity of the table, in its order.
     pub problem: Vec<u64>,
-    /// The family's declared baseline on the same problem (a device copy of the bytes moved).
+    /// Problems in the batch measured (the family's declared `batch`), each after the one
+    /// before; 1 (left out of the file) for a single problem.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub batch: u64,
+    /// The family's declared baseline on the same problem (a device copy of the bytes moved,
+    /// or the library the family names).
     pub baseline_ms: f64,
     /// Every variant that took the problem, fastest first ([`rank`]).
     pub ranked: Vec<Timed>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(value: &u64) -> bool {
+    *value == 1
 }
 
 /// A variant's median time on an entry's problem.
@@ -42,22 +63,36 @@ pub struct FamilyEntry {
 #[serde(deny_unknown_fields)]
 pub struct Timed {
     pub variant: String,
+    /// How a plug-in's dispatcher ran it other than directly on the call's buffers (GEMM's
+    /// `padded`); absent (left out of the file) for a direct run, the only kind the family's
+    /// chooser reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
     pub ms: f64,
 }
 
+impl Timed {
+    /// Whether it ran the variant on the call's own buffers.
+    pub fn is_direct(&self) -> bool {
+        self.strategy.is_none()
+    }
+}
+
 /// Orders timed variants: by time, except that those within [`NEAR_TIE`] of the fastest left
-/// are ranked among themselves by name, so that noise does not reorder ties.
+/// are ranked among themselves by strategy (direct first) and name, so that noise does not
+/// reorder ties.
 pub fn rank(mut timed: Vec<Timed>) -> Result<Vec<Timed>, String> {
     if let Some(bad) = timed.iter().find(|t| !valid_ms(t.ms)) {
         return Err(format!("variant {} has time {} ms; times are {}", bad.variant, show_ms(bad.ms), crate::tuning::valid_ms_words()));
     }
-    timed.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| a.variant.cmp(&b.variant)));
+    let order = |a: &Timed, b: &Timed| (&a.strategy, &a.variant).cmp(&(&b.strategy, &b.variant));
+    timed.sort_by(|a, b| a.ms.total_cmp(&b.ms).then_with(|| order(a, b)));
     let mut ranked = Vec::with_capacity(timed.len());
     while !timed.is_empty() {
         let limit = timed[0].ms * (1.0 + NEAR_TIE);
         let tied = timed.iter().take_while(|t| t.ms <= limit).count().max(1);
         let mut group: Vec<Timed> = timed.drain(..tied).collect();
-        group.sort_by(|a, b| a.variant.cmp(&b.variant));
+        group.sort_by(order);
         ranked.extend(group);
     }
     Ok(ranked)
@@ -79,6 +114,25 @@ impl FamilyEntry {
     pub fn ratio(&self, timed: &Timed) -> f64 {
         self.baseline_ms / timed.ms
     }
+
+    /// Its distance from a call of `batch` problems of `problem`: [`distance`] over the
+    /// quantities and the batch, so that a batch of 2 is as far from one problem as twice the
+    /// rows are.
+    pub fn distance(&self, batch: u64, problem: &[u64]) -> f64 {
+        distance(&self.problem, problem) + distance(&[self.batch], &[batch])
+    }
+
+    /// What tells it apart from the table's other entries, in the table's order.
+    fn identity(&self) -> (Dtype, &BTreeMap<String, String>, u64, &[u64]) {
+        (self.dtype, &self.class, self.batch, &self.problem)
+    }
+
+    /// It as messages name it: `entry 3 (rows=4096 cols=4096 bf16)`, with its batch and class.
+    fn describe(&self, index: usize, quantities: &[String]) -> String {
+        let batch = if self.batch == 1 { String::new() } else { format!("batch={} ", self.batch) };
+        let class: String = self.class.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+        format!("entry {index} ({batch}{} {}{class})", describe(quantities, &self.problem), self.dtype)
+    }
 }
 
 impl FamilyTable {
@@ -87,18 +141,22 @@ impl FamilyTable {
         FamilyTable { format: FAMILY_TABLE_FORMAT, family: family.to_string(), device, compiler, quantities, entries: Vec::new() }
     }
 
-    /// The entries of `dtype`, nearest to `problem` first (equal distances by problem).
-    pub fn nearest(&self, dtype: Dtype, problem: &[u64]) -> Vec<&FamilyEntry> {
-        let mut entries: Vec<&FamilyEntry> = self.entries.iter().filter(|e| e.dtype == dtype).collect();
-        entries.sort_by(|a, b| distance(&a.problem, problem).total_cmp(&distance(&b.problem, problem)).then(a.problem.cmp(&b.problem)));
+    /// The entries of `dtype` and `class`, nearest to `batch` problems of `problem` first
+    /// ([`FamilyEntry::distance`]; equal distances by batch and problem).
+    pub fn nearest(&self, dtype: Dtype, class: &BTreeMap<String, String>, batch: u64, problem: &[u64]) -> Vec<&FamilyEntry> {
+        let mut entries: Vec<&FamilyEntry> = self.entries.iter().filter(|e| e.dtype == dtype && &e.class == class).collect();
+        entries.sort_by(|a, b| {
+            a.distance(batch, problem).total_cmp(&b.distance(batch, problem)).then((a.batch, &a.problem).cmp(&(b.batch, &b.problem)))
+        });
         entries
     }
 
-    /// Adds or replaces the entry of its dtype and problem, keeping entries in order.
+    /// Adds or replaces the entry of its dtype, class, batch and problem, keeping entries in
+    /// order.
     pub fn insert(&mut self, entry: FamilyEntry) {
-        self.entries.retain(|e| (e.dtype, &e.problem) != (entry.dtype, &entry.problem));
+        self.entries.retain(|e| e.identity() != entry.identity());
         self.entries.push(entry);
-        self.entries.sort_by(|a, b| (a.dtype, &a.problem).cmp(&(b.dtype, &b.problem)));
+        self.entries.sort_by(|a, b| a.identity().cmp(&b.identity()));
     }
 
     /// Where the table of `family` on `device` lives under a tuning folder.
@@ -142,8 +200,9 @@ impl FamilyTable {
     }
 
     /// The rules every table meets: a family and quantities that are identifiers, a device as
-    /// [`Device::check`] has it, entries with a value above 0 for each quantity, valid times, variants in rank order,
-    /// and no two entries for one dtype and problem.
+    /// [`Device::check`] has it, entries with a value above 0 for each quantity and the batch,
+    /// classes and strategies that are names, valid times, variants in rank order, and no two
+    /// entries for one dtype, class, batch and problem.
     pub fn check(&self) -> Result<(), String> {
         if !crate::config::is_identifier(&self.family) {
             return Err(format!("family `{}` is not a name (letters, digits and _, not starting with a digit)", self.family));
@@ -154,9 +213,16 @@ impl FamilyTable {
         }
         let mut seen = std::collections::BTreeMap::new();
         for (index, entry) in self.entries.iter().enumerate() {
-            let at = format!("entry {} ({} {})", index + 1, describe(&self.quantities, &entry.problem), entry.dtype);
+            let at = entry.describe(index + 1, &self.quantities);
             if entry.problem.len() != self.quantities.len() || entry.problem.contains(&0) {
                 return Err(format!("{at}: its problem {:?} needs a value above 0 for each of {:?}", entry.problem, self.quantities));
+            }
+            if entry.batch == 0 {
+                return Err(format!("{at}: a batch holds at least one problem"));
+            }
+            let names = entry.class.iter().flat_map(|(k, v)| [k, v]).chain(entry.ranked.iter().filter_map(|t| t.strategy.as_ref()));
+            if let Some(bad) = names.into_iter().find(|name| !crate::config::is_identifier(name)) {
+                return Err(format!("{at}: `{bad}` in its class or a strategy is not a name (letters, digits and _)"));
             }
             if !valid_ms(entry.baseline_ms) {
                 return Err(format!(
@@ -170,9 +236,9 @@ impl FamilyTable {
             }
             let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
             if ranked != entry.ranked {
-                return Err(format!("{at}: its variants are not in rank order (fastest first, near ties by name)"));
+                return Err(format!("{at}: its variants are not in rank order (fastest first, near ties direct first, then by name)"));
             }
-            if let Some(first) = seen.insert((entry.dtype, entry.problem.clone()), index + 1) {
+            if let Some(first) = seen.insert(entry.identity(), index + 1) {
                 return Err(format!("{at}: measures the same problem as entry {first}"));
             }
         }
@@ -238,9 +304,11 @@ mod tests {
             .iter()
             .map(|(problem, ranked)| FamilyEntry {
                 dtype: Dtype::Bf16,
+                class: BTreeMap::new(),
                 problem: problem.to_vec(),
+                batch: 1,
                 baseline_ms: 1.0,
-                ranked: ranked.iter().map(|(v, ms)| Timed { variant: v.to_string(), ms: *ms }).collect(),
+                ranked: ranked.iter().map(|(v, ms)| Timed { variant: v.to_string(), strategy: None, ms: *ms }).collect(),
             })
             .collect();
         table
@@ -249,9 +317,10 @@ mod tests {
     #[test]
     fn nearest_is_by_log_distance_over_the_quantities() {
         let t = table(&[(&[1024, 1024], &[("a", 1.0)]), (&[8192, 8192], &[("b", 1.0)]), (&[65536, 1024], &[("c", 1.0)])]);
-        let order: Vec<&str> = t.nearest(Dtype::Bf16, &[60000, 1000]).iter().map(|e| e.ranked[0].variant.as_str()).collect();
+        let plain = BTreeMap::new();
+        let order: Vec<&str> = t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000]).iter().map(|e| e.ranked[0].variant.as_str()).collect();
         assert_eq!(order, ["c", "a", "b"]);
-        assert!(t.nearest(Dtype::F32, &[1024, 1024]).is_empty());
+        assert!(t.nearest(Dtype::F32, &plain, 1, &[1024, 1024]).is_empty());
         assert_eq!(distance(&[2048, 1024], &[1024, 2048]), 2.0);
     }
 
@@ -279,8 +348,40 @@ mod tests {
     }
 
     #[test]
-    fn near_ties_rank_by_name() {
-        let ranked = rank(vec![Timed { variant: "z".into(), ms: 1.0 }, Timed { variant: "a".into(), ms: 1.01 }]).unwrap();
+    fn near_ties_rank_direct_first_then_by_name() {
+        let timed = |variant: &str, strategy: Option<&str>, ms| Timed { variant: variant.into(), strategy: strategy.map(Into::into), ms };
+        let ranked = rank(vec![timed("z", None, 1.0), timed("a", None, 1.01)]).unwrap();
         assert_eq!(ranked[0].variant, "a");
+        let ranked = rank(vec![timed("b", None, 1.0), timed("a", None, 1.015), timed("c", Some("padded"), 0.99), timed("d", None, 1.5)]);
+        let names: Vec<String> = ranked.unwrap().into_iter().map(|t| t.variant).collect();
+        assert_eq!(names, ["b", "c", "a", "d"], "c is fastest but ties with b, which runs directly");
+    }
+
+    #[test]
+    fn a_class_and_a_batch_are_entries_of_their_own() {
+        let mut t = table(&[(&[512, 512], &[("a", 1.0)])]);
+        let mut batched = t.entries[0].clone();
+        batched.batch = 64;
+        batched.ranked[0].variant = "batched".into();
+        let mut classed = t.entries[0].clone();
+        classed.class.insert("layout".into(), "tn".into());
+        classed.ranked[0].variant = "classed".into();
+        t.insert(batched.clone());
+        t.insert(classed.clone());
+        assert_eq!(t.entries.len(), 3);
+        let first =
+            |class: &BTreeMap<String, String>, batch| t.nearest(Dtype::Bf16, class, batch, &[512, 512])[0].ranked[0].variant.clone();
+        assert_eq!(first(&BTreeMap::new(), 1), "a");
+        assert_eq!(first(&BTreeMap::new(), 48), "batched");
+        assert_eq!(first(&classed.class, 1), "classed");
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(text.contains(r#""class":{"layout":"tn"}"#) && text.contains(r#""batch":64"#), "{text}");
+        assert_eq!(text.matches(r#""batch":"#).count(), 1, "a single problem's batch is left out: {text}");
+        t.check().unwrap();
+        t.entries[2].class.insert("epilogue".into(), "gelu tanh".into());
+        assert!(t.check().unwrap_err().contains("`gelu tanh` in its class or a strategy is not a name"));
+        t.entries[2].class.clear();
+        t.entries[2].batch = 0;
+        assert!(t.check().unwrap_err().contains("batch=0 rows=512 cols=512 bf16): a batch holds at least one problem"));
     }
 }

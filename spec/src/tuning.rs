@@ -1,6 +1,5 @@
 //! What every tuning table shares: the GPU it was measured on ([`Device`]), the file it goes
-//! by, the times it may hold, and the tables of plug-ins' own formats ([`PluginTable`]), which
-//! the build and the registry carry as text. Any family's table format is `family_table`.
+//! by and the times it may hold. The table format itself is `family_table`.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -115,67 +114,9 @@ pub fn file_name(device: &Device) -> String {
     format!("{name}-{}sm.json", device.sms)
 }
 
-/// A table in the tuning folder itself (not in a family's folder): one of a plug-in's own
-/// format (a dispatcher plug-in's), carried by the build and the registry as text; the plug-in
-/// reads and checks it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PluginTable {
-    /// Where it came from, for messages.
-    pub path: PathBuf,
-    pub text: std::sync::Arc<str>,
-}
-
-impl PluginTable {
-    /// The plug-in tables of a tuning folder ([`paths`]), as text.
-    pub fn read_all(dir: &Path) -> Result<Vec<PluginTable>, String> {
-        let paths = paths(dir).map_err(|err| format!("cannot list {}: {err}", dir.display()))?;
-        paths
-            .into_iter()
-            .map(|path| {
-                let text = crate::files::read_to_string(&path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-                Ok(PluginTable { path, text: text.into() })
-            })
-            .collect()
-    }
-
-    /// What every table format states, read without knowing the format: the device (checked,
-    /// and named by the file), and the variants it ranks (the `variant` of every entry's
-    /// `ranked` list), so that a table naming variants a project lacks is found. A text that is
-    /// not such a table is an error naming the file.
-    pub fn outline(&self) -> Result<(Device, Vec<String>), String> {
-        #[derive(Deserialize)]
-        struct Outline {
-            device: Device,
-            entries: Vec<Entry>,
-        }
-        #[derive(Deserialize)]
-        struct Entry {
-            ranked: Vec<Ranked>,
-        }
-        #[derive(Deserialize)]
-        struct Ranked {
-            variant: String,
-        }
-        let at = self.path.display();
-        let outline: Outline = serde_json::from_str(&self.text)
-            .map_err(|err| format!("{at}: not a tuning table (a device, and entries whose `ranked` lists name variants): {err}"))?;
-        outline.device.check().map_err(|rule| format!("{at}: {rule}"))?;
-        let expected = file_name(&outline.device);
-        if self.path.file_name().is_some_and(|name| name.to_string_lossy() != expected) {
-            return Err(format!(
-                "{at}: the table is for {}, whose table is named {expected}; rename it or measure it again",
-                outline.device
-            ));
-        }
-        let mut variants: Vec<String> = outline.entries.into_iter().flat_map(|e| e.ranked).map(|r| r.variant).collect();
-        variants.sort();
-        variants.dedup();
-        Ok((outline.device, variants))
-    }
-}
-
-/// The tables in a tuning folder itself: its `*.json` files, in name order; none where the
-/// folder does not exist. Something else by that name is an error.
+/// The `*.json` files in a tuning folder itself, in name order (tables of an earlier format,
+/// which lay there; today's lie in a folder per family); none where the folder does not exist.
+/// Something else by that name is an error.
 pub fn paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     if !dir.exists() {
         return Ok(Vec::new());
@@ -209,17 +150,5 @@ mod tests {
         assert_eq!(old, h100);
         let text = serde_json::to_string(&clocked).unwrap();
         assert_eq!(serde_json::from_str::<Device>(&text).unwrap(), clocked);
-    }
-
-    #[test]
-    fn a_plugin_table_outline_is_its_device_and_ranked_variants() {
-        let text = r#"{"device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "entries": [{"ranked": [{"variant": "b"}, {"variant": "a"}]}, {"ranked": [{"variant": "a"}]}]}"#;
-        let table = PluginTable { path: PathBuf::from("GPU-132sm.json"), text: text.into() };
-        let (device, variants) = table.outline().unwrap();
-        assert_eq!((device.sms, variants), (132, vec!["a".to_string(), "b".to_string()]));
-        let misnamed = PluginTable { path: PathBuf::from("Other-1sm.json"), ..table.clone() };
-        assert!(misnamed.outline().unwrap_err().contains("whose table is named GPU-132sm.json"));
-        let shapeless = PluginTable { text: r#"{"device": 1}"#.into(), ..table };
-        assert!(shapeless.outline().unwrap_err().contains("not a tuning table"));
     }
 }

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use std::path::Path;
-use tilesmith_spec::tuning::PluginTable;
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::{Config, Expr};
 
 fn shipped() -> String {
@@ -53,13 +53,13 @@ proptest! {
             let _ = tilesmith_spec::manifest::read::<tilesmith_spec::Manifest>(&manifest);
             let _ = tilesmith_spec::manifest::read::<tilesmith_spec::Registry>(&manifest);
         }
-        let table = dir.path().join("GPU-1sm.json");
+        let table = dir.path().join("gemm").join("GPU-1sm.json");
         let body = format!(
-            r#"{{"format": 1, "device": {{"name": "GPU", "capability": [9, 0], "sms": 1}}, "compiler": "", "entries": [{{"key": {{"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [{}, 0, 0]}}, "shape": [{}, 1, 1], "cublas_ms": {}, "ranked": []}}]}}"#,
-            numbers[0].rem_euclid(64), numbers[1].unsigned_abs(), numbers[2]
+            r#"{{"format": 1, "family": "gemm", "device": {{"name": "GPU", "capability": [9, 0], "sms": 1}}, "compiler": "", "quantities": ["m", "n", "k"], "entries": [{{"dtype": "bf16", "class": {{"layout": "tn"}}, "problem": [{}, 1, 1], "batch": {}, "baseline_ms": {}, "ranked": []}}]}}"#,
+            numbers[0].unsigned_abs(), numbers[1].unsigned_abs(), numbers[2]
         );
         for body in [text, body] {
-            let _ = PluginTable { path: table.clone(), text: body.into() }.outline();
+            let _ = FamilyTable::parse(&body, &table);
         }
     }
 }

@@ -58,7 +58,7 @@ fn run(args: &[String]) -> Result<()> {
 /// The build's options from the environment, with the checks of GEMM's tables (the plug-in
 /// tables this repository commits).
 fn options() -> Options {
-    Options { table_checks: vec![tilesmith_gemm::table::check_plugin_table], ..Options::from_env() }
+    Options { table_checks: vec![tilesmith_gemm::table::check_table], ..Options::from_env() }
 }
 
 /// The checkout's root: the folder above this crate's.
