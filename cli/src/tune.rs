@@ -214,16 +214,19 @@ pub(crate) fn finish<T: serde::Serialize, P>(kinds: &[Kind<T, P>], entries: impl
     Ok(())
 }
 
-/// The epilogue `--epilogue` names: an activation's, since calls with none take the plain
-/// entries.
-fn measured(word: Option<&str>) -> Result<Measured, String> {
+/// The epilogue `--epilogue` names: an activation that variants of `epilogues` (the values
+/// the registry's GEMM variants have) apply, since calls with none take the plain entries.
+fn measured(word: Option<&str>, epilogues: &[&str]) -> Result<Measured, String> {
     let Some(word) = word else { return Ok(None) };
-    match Activation::of_epilogue(word) {
-        Some(activation) if activation != Activation::None => Ok(Some((word.to_string(), activation))),
-        _ => Err(format!(
-            "--epilogue {word}: tuning entries of their own are for relu, gelu_tanh, gelu_erf or silu; calls with none or linear take the plain entries"
-        )),
+    let activation = Activation::named(word).map_err(|rule| format!("--epilogue {word}: {rule}"))?;
+    let activations: Vec<&str> = epilogues.iter().copied().filter(|e| !matches!(*e, "none" | "linear")).collect();
+    if activation == Activation::NONE || !activations.contains(&word) {
+        return Err(format!(
+            "--epilogue {word}: tuning entries of their own are for the activations the registry's GEMM variants apply ({}); calls with none or linear take the plain entries",
+            activations.join(", ")
+        ));
     }
+    Ok(Some((word.to_string(), activation)))
 }
 
 /// Where a line per measured problem goes, if anywhere.
@@ -264,7 +267,11 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
     }
     let layouts = list(&args.layouts, "layout", Layout::parse)?;
-    let epilogue = measured(args.epilogue.as_deref())?;
+    let mut epilogues: Vec<&str> =
+        registry.kernels().filter(|k| k.variant().family == table::FAMILY).map(|k| Activation::epilogue_of(k.variant())).collect();
+    epilogues.sort();
+    epilogues.dedup();
+    let epilogue = measured(args.epilogue.as_deref(), &epilogues)?;
     let deadline = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
     let ordinals = gpus(&args)?;
     let devices: Vec<Device> =
@@ -476,7 +483,7 @@ fn candidates(
     let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
     // Plain entries rank main loops, the variants without an epilogue, and the dispatcher maps
     // a pick to its epilogue sibling; an epilogue's entries rank its own variants.
-    let (word, activation) = epilogue.as_ref().map_or(("none", Activation::None), |(word, activation)| (word.as_str(), *activation));
+    let (word, activation) = epilogue.as_ref().map_or(("none", Activation::NONE), |(word, activation)| (word.as_str(), *activation));
     let gemms: Vec<&Kernel> = registry
         .kernels()
         .filter(|k| {
@@ -598,11 +605,14 @@ mod tests {
 
     #[test]
     fn an_epilogue_of_its_own_is_an_activation() {
-        assert_eq!(measured(Some("gelu_tanh")), Ok(Some(("gelu_tanh".to_string(), Activation::GeluTanh))));
-        assert_eq!(measured(None), Ok(None));
-        for bad in ["none", "linear", "gelu"] {
-            assert!(measured(Some(bad)).unwrap_err().contains(&format!("--epilogue {bad}:")), "{bad}");
+        let epilogues = ["gelu_tanh", "linear", "none", "relu"];
+        assert_eq!(measured(Some("gelu_tanh"), &epilogues), Ok(Some(("gelu_tanh".to_string(), Activation::named("gelu_tanh").unwrap()))));
+        assert_eq!(measured(None, &epilogues), Ok(None));
+        for bad in ["none", "linear", "gelu", "gelu tanh"] {
+            assert!(measured(Some(bad), &epilogues).unwrap_err().contains(&format!("--epilogue {bad}:")), "{bad}");
         }
+        let err = measured(Some("silu"), &epilogues).unwrap_err();
+        assert!(err.contains("the registry's GEMM variants apply (gelu_tanh, relu)"), "{err}");
     }
 
     #[test]

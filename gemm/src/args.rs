@@ -27,7 +27,7 @@ pub struct Epilogue<'a, T> {
 
 impl<T> Default for Epilogue<'_, T> {
     fn default() -> Self {
-        Epilogue { activation: Activation::None, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, scale_a: 1.0, scale_b: 1.0 }
+        Epilogue { activation: Activation::NONE, alpha: 1.0, beta: 0.0, bias: None, row_bias: None, scale_a: 1.0, scale_b: 1.0 }
     }
 }
 

@@ -340,6 +340,14 @@ fn candidates<'k>(kernels: &[&'k Kernel], transpose: Option<&Kernel>, device: &D
     out
 }
 
+/// The values GEMM's declaration gives its `epilogue` axis, where `activation` is not one of them.
+fn undeclared(kernels: &[&Kernel], activation: Activation) -> Option<String> {
+    let gemm = kernels.iter().find(|k| k.variant().family == "gemm")?;
+    let axis = gemm.info().entry.declaration.axes.iter().find(|a| a.name == "epilogue")?;
+    let declared = activation == Activation::NONE || axis.values.iter().any(|v| v == activation.as_str());
+    (!declared).then(|| axis.values.join(", "))
+}
+
 /// The variant that differs from `kernel` at most in its `epilogue` axis, having `epilogue`,
 /// and in its layout where `layout` is given, having that one.
 fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: Option<Layout>) -> Option<&'k Kernel> {
@@ -408,9 +416,12 @@ pub fn choose<'k>(
                 && !k.is_reference()
                 && k.operand_dtype("b") == Some(b)
                 && k.operand_dtype("c") == Some(out)
-                && epilogue.activation.epilogues().contains(&Activation::epilogue_of(v))
+                && epilogue.activation.applied_by(Activation::epilogue_of(v))
         })
         .collect();
+    if let Some(values) = undeclared(&all, epilogue.activation) {
+        return Err(format!("activation `{}` is not a value of GEMM's `epilogue` axis, which declares {values}", epilogue.activation));
+    }
     let class = alignment(dtype, shape, &buffers);
     let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
         kernel: kernel.clone(),
@@ -427,8 +438,8 @@ pub fn choose<'k>(
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
         let near = |entry: &&TuningEntry| table::distance(entry.problem(), problem) <= NEAR_ENOUGH;
         // Entries measured with the call's activation first, then the plain ones.
-        let activated = if epilogue.activation == Activation::None { &[][..] } else { epilogue.activation.epilogues() };
-        let measured_with = activated.iter().map(|&word| Some(word)).chain([None]);
+        let activated = (epilogue.activation != Activation::NONE).then_some(epilogue.activation.as_str());
+        let measured_with = activated.into_iter().map(Some).chain([None]);
         let entries = measured_with
             .flat_map(|with| dtypes.iter().flat_map(move |&d| table.nearest(d, shape.layout, class, with, problem)))
             .filter(near);

@@ -91,12 +91,12 @@ pub(crate) fn gemm_call(
         return Err(format!("it computes layout {layout}, but the call is for layout {}", shape.layout));
     }
     let applied = Activation::epilogue_of(variant);
-    if !epilogue.activation.epilogues().contains(&applied) {
-        return Err(format!(
-            "it applies epilogue {applied}, but the call asks for activation {:?} (epilogue {})",
-            epilogue.activation,
-            epilogue.activation.epilogues().join(" or ")
-        ));
+    if !epilogue.activation.applied_by(applied) {
+        let asked = match epilogue.activation {
+            Activation::NONE => "none or linear".to_string(),
+            asked => asked.to_string(),
+        };
+        return Err(format!("it applies epilogue {applied}, but the call asks for activation {} (epilogue {asked})", epilogue.activation));
     }
     let s = shape;
     let out = epilogue.out.unwrap_or(dtype);

@@ -83,33 +83,66 @@ impl GemmShape {
     }
 }
 
-/// The activation of a GEMM epilogue, C = act(α·A·B + β·C + bias + row_bias): the values of
-/// the GEMM family's `epilogue` axis, `None` standing for both `none` (C = A·B, no α, β or
-/// bias taken) and `linear`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Activation {
-    #[default]
-    None,
-    Relu,
-    /// GELU's tanh form, cuBLASLt's `GELU`: x/2 · (1 + tanh(√(2/π)·(x + 0.044715x³))).
-    GeluTanh,
-    /// GELU's exact form: x/2 · (1 + erf(x/√2)).
-    GeluErf,
-    /// x · sigmoid(x).
-    Silu,
+/// The activation of a GEMM epilogue, C = act(α·A·B + β·C + bias + row_bias), by name: a value
+/// of the GEMM family's `epilogue` axis as variants.toml declares it (`relu`, `gelu_tanh`, ...;
+/// the variants that apply it are those with that value). [`Activation::NONE`] stands for both
+/// `none` (C = A·B, no α, β or bias taken) and `linear`, which apply none. A name the
+/// declaration lacks is refused when no variant takes the call.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Activation {
+    /// The name's bytes, inline so that an activation is `Copy` and needs no allocation; empty
+    /// for none.
+    bytes: [u8; Activation::MAX_LEN],
+    len: u8,
 }
 
 impl Activation {
-    pub const ALL: [Activation; 5] = [Activation::None, Activation::Relu, Activation::GeluTanh, Activation::GeluErf, Activation::Silu];
+    /// The longest name an activation may have.
+    pub const MAX_LEN: usize = 23;
+    /// No activation: C = A·B, or α·A·B + β·C + bias (`linear`).
+    pub const NONE: Activation = Activation { bytes: [0; Activation::MAX_LEN], len: 0 };
 
-    /// The `epilogue` axis values of the variants that apply it.
-    pub fn epilogues(self) -> &'static [&'static str] {
-        match self {
-            Activation::None => &["none", "linear"],
-            Activation::Relu => &["relu"],
-            Activation::GeluTanh => &["gelu_tanh"],
-            Activation::GeluErf => &["gelu_erf"],
-            Activation::Silu => &["silu"],
+    /// The activation named `word` (`none` and `linear` are [`Activation::NONE`]); a word that is
+    /// not a name (letters, digits and _) of at most [`Activation::MAX_LEN`] bytes is refused.
+    pub fn named(word: &str) -> Result<Activation, String> {
+        if matches!(word, "none" | "linear") {
+            return Ok(Activation::NONE);
+        }
+        let name = !word.is_empty()
+            && !word.starts_with(|c: char| c.is_ascii_digit())
+            && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name || word.len() > Activation::MAX_LEN {
+            return Err(format!(
+                "activation `{word}` is not a value of GEMM's `epilogue` axis: a name (letters, digits and _) of at most {} bytes",
+                Activation::MAX_LEN
+            ));
+        }
+        let mut bytes = [0; Activation::MAX_LEN];
+        bytes[..word.len()].copy_from_slice(word.as_bytes());
+        Ok(Activation { bytes, len: word.len() as u8 })
+    }
+
+    /// Its name: `none` for [`Activation::NONE`].
+    pub fn as_str(&self) -> &str {
+        match self.len {
+            0 => "none",
+            len => std::str::from_utf8(&self.bytes[..usize::from(len)]).expect("made from a str"),
+        }
+    }
+
+    /// The `epilogue` values of the variants that apply it: `none` and `linear` for none.
+    pub fn epilogues(&self) -> Vec<&str> {
+        match self.len {
+            0 => vec!["none", "linear"],
+            _ => vec![self.as_str()],
+        }
+    }
+
+    /// Whether a variant with this `epilogue` value applies it.
+    pub fn applied_by(&self, epilogue: &str) -> bool {
+        match self.len {
+            0 => matches!(epilogue, "none" | "linear"),
+            _ => epilogue == self.as_str(),
         }
     }
 
@@ -117,10 +150,17 @@ impl Activation {
     pub fn epilogue_of(variant: &Variant) -> &str {
         variant.word("epilogue").unwrap_or("none")
     }
+}
 
-    /// The activation a variant with this `epilogue` value applies.
-    pub fn of_epilogue(word: &str) -> Option<Activation> {
-        Activation::ALL.into_iter().find(|a| a.epilogues().contains(&word))
+impl std::fmt::Debug for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Activation({})", self.as_str())
+    }
+}
+
+impl std::fmt::Display for Activation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -149,7 +189,7 @@ impl Default for EpilogueArgs {
     /// C = A·B, in the inputs' type.
     fn default() -> EpilogueArgs {
         EpilogueArgs {
-            activation: Activation::None,
+            activation: Activation::NONE,
             alpha: 1.0,
             beta: 0.0,
             bias: None,

@@ -272,8 +272,8 @@ impl TuningTable {
             }
             let epilogue = class("epilogue").map(str::to_string);
             if let Some(word) = &epilogue {
-                if crate::Activation::of_epilogue(word).is_none() {
-                    return Err(format!("{}: epilogue `{word}` is not a value of GEMM's `epilogue` axis", at()));
+                if crate::Activation::named(word)? == crate::Activation::NONE {
+                    return Err(format!("{}: epilogue `{word}` applies no activation; its calls read the plain entries", at()));
                 }
             }
             let mut ranked = Vec::with_capacity(entry.ranked.len());
@@ -409,8 +409,8 @@ mod tests {
         );
         let extra = read(family_text(r#"{"layout": "tn", "alignment": "aligned", "swizzle": "x"}"#, "")).unwrap_err();
         assert!(extra.contains("its class names `swizzle`"), "{extra}");
-        let epilogue = read(family_text(r#"{"layout": "tn", "alignment": "aligned", "epilogue": "tanh"}"#, "")).unwrap_err();
-        assert!(epilogue.contains("epilogue `tanh` is not a value of GEMM's `epilogue` axis"), "{epilogue}");
+        let epilogue = read(family_text(r#"{"layout": "tn", "alignment": "aligned", "epilogue": "linear"}"#, "")).unwrap_err();
+        assert!(epilogue.contains("epilogue `linear` applies no activation; its calls read the plain entries"), "{epilogue}");
         let mut other = FamilyTable::parse(&family_text(class, ""), path).unwrap();
         other.quantities = vec!["m".into(), "n".into()];
         assert!(TuningTable::from_family(&other).unwrap_err().contains("is not GEMM's (family `gemm` over [\"m\", \"n\", \"k\"])"));

@@ -11,6 +11,11 @@ use tilesmith_spec::{Built, Manifest};
 
 const ALIGNED: u64 = 0x7f00_0000_0000;
 
+/// The activation of that name.
+fn act(word: &str) -> Activation {
+    Activation::named(word).unwrap()
+}
+
 fn h200() -> Device {
     Device { name: "NVIDIA H200".into(), capability: [9, 0], sms: 132, clocks: None }
 }
@@ -124,17 +129,31 @@ fn the_nearest_entry_gives_the_first_candidate_that_takes_the_call() {
 }
 
 #[test]
+fn an_activation_is_a_name_the_declaration_gives_the_epilogue_axis() {
+    let registry = registry();
+    let shape = GemmShape::packed(512, 512, 512, Layout::Tn);
+    let epilogue = EpilogueArgs { activation: act("tanh"), bias: Some(Buffer { len: 512, addr: ALIGNED }), ..EpilogueArgs::default() };
+    let err = choose_with(&registry, &h200(), &shape, buffers(&shape), &epilogue).unwrap_err();
+    let declared = "none, linear, relu, gelu_tanh, gelu_erf, silu";
+    assert!(err.contains(&format!("activation `tanh` is not a value of GEMM's `epilogue` axis, which declares {declared}")), "{err}");
+    assert!(Activation::named("gelu tanh").unwrap_err().contains("a name (letters, digits and _) of at most 23 bytes"));
+    assert!(Activation::named(&"x".repeat(24)).is_err());
+    assert_eq!((Activation::named("linear").unwrap(), Activation::named("none").unwrap()), (Activation::NONE, Activation::NONE));
+    assert_eq!((act("gelu_tanh").to_string(), Activation::NONE.to_string()), ("gelu_tanh".to_string(), "none".to_string()));
+}
+
+#[test]
 fn an_activation_measured_with_its_epilogue_takes_that_entry_first() {
     let registry = registry();
     let shape = GemmShape::packed(16, 4096, 4096, Layout::Tn);
     let bias = Buffer { len: 4096, addr: ALIGNED };
     let with = |activation| EpilogueArgs { activation, bias: Some(bias), ..EpilogueArgs::default() };
-    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(Activation::GeluTanh)).unwrap();
+    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(act("gelu_tanh"))).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh");
     assert!(choice.reason.contains("16x4096x4096 with gelu_tanh") && choice.reason.contains("rank 1 of 2"), "{}", choice.reason);
     // relu has no entries of its own: the plain entry's picks, as relu variants (split-K 2 has
     // none; the 64x128 tile has).
-    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(Activation::Relu)).unwrap();
+    let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(act("relu"))).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_64x128x64_wgmma_w8_s6_relu");
     assert!(!choice.reason.contains("with"), "{}", choice.reason);
     // A plain call never reads the gelu entry.
@@ -270,7 +289,7 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
     let registry = registry();
     let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
     let bias = Buffer { len: 4096, addr: ALIGNED };
-    let gelu = EpilogueArgs { activation: Activation::GeluTanh, bias: Some(bias), ..EpilogueArgs::default() };
+    let gelu = EpilogueArgs { activation: act("gelu_tanh"), bias: Some(bias), ..EpilogueArgs::default() };
     // The table ranks the unchecked 128x256 variant first, which has no epilogue sibling; the
     // second has one.
     let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &gelu).unwrap();
@@ -304,7 +323,7 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
 fn an_unaligned_operand_already_in_the_served_order_is_moved_twice_not_refused() {
     let registry = registry();
     let bias = Buffer { len: 4096, addr: ALIGNED };
-    let gelu = EpilogueArgs { activation: Activation::GeluTanh, bias: Some(bias), ..EpilogueArgs::default() };
+    let gelu = EpilogueArgs { activation: act("gelu_tanh"), bias: Some(bias), ..EpilogueArgs::default() };
     // Epilogues are served in tn only. nn with an odd ldb: B is column-major as tn needs, but
     // its rows are not 16-byte multiples; tt with an lda not a multiple of 8, likewise for A.
     let nn = GemmShape { ldb: 4097, ..GemmShape::packed(4096, 4096, 4096, Layout::Nn) };
@@ -332,17 +351,17 @@ fn epilogue_arguments_a_variant_cannot_apply_are_refused() {
     assert!(err.contains("passes `bias`, which this variant does not apply") && err.contains("epilogue none"), "{err}");
     let err = plan("gemm_tn_128x128x32", &EpilogueArgs { beta: 0.5, ..EpilogueArgs::default() }).unwrap_err();
     assert!(err.contains("beta = 0.5") && err.contains("computes with beta = 0"), "{err}");
-    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Silu, bias, ..EpilogueArgs::default() }).unwrap_err();
-    assert!(err.contains("applies epilogue relu, but the call asks for activation Silu"), "{err}");
+    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: act("silu"), bias, ..EpilogueArgs::default() }).unwrap_err();
+    assert!(err.contains("applies epilogue relu, but the call asks for activation silu (epilogue silu)"), "{err}");
     let short = Some(Buffer { len: 511, addr: ALIGNED });
-    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Relu, bias: short, ..EpilogueArgs::default() })
-        .unwrap_err();
+    let err =
+        plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: act("relu"), bias: short, ..EpilogueArgs::default() }).unwrap_err();
     assert!(err.contains("bias holds 511 elements, but it takes n = 512 of them"), "{err}");
-    let err = plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: Activation::Relu, alpha: f32::NAN, ..EpilogueArgs::default() })
-        .unwrap_err();
+    let err =
+        plan("gemm_tn_128x128x32_relu", &EpilogueArgs { activation: act("relu"), alpha: f32::NAN, ..EpilogueArgs::default() }).unwrap_err();
     assert!(err.contains("scalar `alpha` = NaN is not a finite number"), "{err}");
     let fine = EpilogueArgs {
-        activation: Activation::Relu,
+        activation: act("relu"),
         alpha: 0.5,
         beta: 2.0,
         bias,

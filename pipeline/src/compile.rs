@@ -125,7 +125,7 @@ pub struct Options {
     pub table_checks: Vec<TableCheck>,
 }
 
-/// A plug-in's check of the tables it reads (GEMM's of its classes and strategies), passed every
+/// A plug-in's check of the tables it reads (of their classes and strategies), passed every
 /// table and naming the rule in its error; it passes the tables of other families.
 pub type TableCheck = fn(&FamilyTable) -> Result<(), String>;
 

@@ -1,8 +1,8 @@
 //! The tuning table of any family: for one GPU and one family, each measured problem (a value
 //! per declared quantity) and its variants ranked by median time, beside the family's baseline.
 //! `tilesmith tune` writes it into `tuning/<family>/<GPU>-<SMs>sm.json`, the build carries it
-//! into the registry, and the runtime's chooser reads it. A plug-in's dispatcher (GEMM's) keeps
-//! its tables in the same format: its entries state a `class` (what else tells its calls apart)
+//! into the registry, and the runtime's chooser reads it. A plug-in's dispatcher keeps its
+//! tables in the same format: its entries state a `class` (what else tells its calls apart)
 //! and its candidates a `strategy` (how it ran them), both absent for the family's chooser.
 
 use crate::axes::Dtype;
@@ -33,8 +33,7 @@ pub struct FamilyTable {
 pub struct FamilyEntry {
     pub dtype: Dtype,
     /// What else tells calls apart than their dtype and quantities, for a plug-in's dispatcher
-    /// (GEMM's: `layout`, `alignment`, and `epilogue` for entries of their own); empty (left out
-    /// of the file) for the family's chooser, which reads only entries without one.
+    /// (a layout, an alignment, an epilogue with entries of its own); empty (left out of the file) for the family's chooser, which reads only entries without one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub class: BTreeMap<String, String>,
     /// A value per quantity of the table, in its order.
@@ -63,8 +62,8 @@ fn is_one(value: &u64) -> bool {
 #[serde(deny_unknown_fields)]
 pub struct Timed {
     pub variant: String,
-    /// How a plug-in's dispatcher ran it other than directly on the call's buffers (GEMM's
-    /// `padded`); absent (left out of the file) for a direct run, the only kind the family's
+    /// How a plug-in's dispatcher ran it other than directly on the call's buffers (`padded`:
+    /// through aligned copies); absent (left out of the file) for a direct run, the only kind the family's
     /// chooser reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,

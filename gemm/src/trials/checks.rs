@@ -88,10 +88,14 @@ fn guard(ld: usize) -> usize {
 }
 
 /// The activation a GEMM variant's epilogue applies, and whether it has one (axis `epilogue`
-/// other than `none`).
+/// other than `none`); one the float64 reference does not define is an error saying where it
+/// goes.
 pub fn epilogue_of(kernel: &Kernel) -> Result<(Activation, bool), String> {
     let word = Activation::epilogue_of(kernel.variant());
-    let activation = Activation::of_epilogue(word).ok_or(format!("epilogue `{word}` is not one the runtime knows"))?;
+    let activation = Activation::named(word)?;
+    if crate::trials::host::activation(activation).is_none() {
+        return Err(format!("epilogue `{word}` has no float64 reference: define it in gemm/src/trials/host.rs (`activation`)"));
+    }
     Ok((activation, word != "none"))
 }
 

@@ -24,11 +24,11 @@ fn data_type(dtype: Dtype) -> cudaDataType {
 
 /// cuBLASLt's epilogue for activation(A·B + bias), where it has one.
 pub fn lt_epilogue(activation: Activation) -> Option<cublasLtEpilogue_t> {
-    match activation {
-        Activation::None => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS),
-        Activation::Relu => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS),
-        Activation::GeluTanh => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS),
-        Activation::GeluErf | Activation::Silu => None,
+    match activation.as_str() {
+        "none" => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS),
+        "relu" => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS),
+        "gelu_tanh" => Some(cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS),
+        _ => None,
     }
 }
 
@@ -231,8 +231,11 @@ impl Unfused {
         let ptx = cudarc::nvrtc::compile_ptx_with_opts(BIAS_ACT_SOURCE, options).map_err(|e| format!("NVRTC: {e}"))?;
         let module = gpu.context().load_module(ptx).map_err(|e| format!("loading the bias kernel: {e}"))?;
         let function = module.load_function("bias_act16").map_err(|e| format!("loading the bias kernel: {e}"))?;
-        // The kernel's `kind` numbers the activations in `Activation::ALL`'s order.
-        let kind = Activation::ALL.iter().position(|a| *a == activation).unwrap_or(0) as i32;
+        // The kernel's `kind`, as its `act` numbers the activations.
+        let Some(kind) = ["none", "relu", "gelu_tanh", "gelu_erf", "silu"].iter().position(|a| *a == activation.as_str()) else {
+            return Err(format!("the separate bias + activation kernel has no {activation}"));
+        };
+        let kind = kind as i32;
         Ok(Unfused { cublas: Cublas::new(gpu)?, function, kind })
     }
 

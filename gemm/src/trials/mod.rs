@@ -100,7 +100,7 @@ fn dispatch_trials(ignored: bool) -> Vec<Trial> {
             let fused = [("gelu_bias_520x1024x784".to_string(), gelu), ("gelu_bias_odd_ld_520x1024x784".to_string(), odd)]
                 .into_iter()
                 .filter(move |_| !eight_bit)
-                .map(|(label, shape)| (label, shape, Some(Activation::GeluTanh)));
+                .map(|(label, shape)| (label, shape, Activation::named("gelu_tanh").ok()));
             let prefix = if out == dtype || eight_bit && out == Dtype::Bf16 { String::new() } else { format!("out{out}_") };
             let step = 16 / dtype.size_bytes() as usize;
             let k_major_aligned = move |s: &GemmShape| {
