@@ -358,8 +358,8 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 
 /// `--upgrade`: converts each GEMM table of the earlier format in the tuning folder `dir`
 /// itself into `dir/gemm/`, keeping the old file beside as `<name>.json.earlier`. A GPU that
-/// already has a table there is left alone, saying so: merging two measurements is not ours to
-/// decide.
+/// already has a table there is refused, naming both files: merging two measurements is not
+/// ours to decide.
 pub(crate) fn upgrade(args: &Args, default_out: PathBuf) -> Result<(), String> {
     let dir = args.out.clone().unwrap_or(default_out);
     let earlier = tuning::paths(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
