@@ -25,7 +25,7 @@ use tilesmith_trials::report::PERF_DIR_NAME;
 use tilesmith_trials::trials::Plugin;
 
 /// The trials plug-ins this command links: GEMM's (its cuBLAS baseline and its dispatcher).
-const PLUGINS: &[&dyn Plugin] = &[&tilesmith_gemm::trials::PLUGIN];
+pub(crate) const PLUGINS: &[&dyn Plugin] = &[&tilesmith_gemm::trials::PLUGIN];
 
 /// The plug-ins' checks of their tables, which every build here runs: GEMM's.
 const TABLE_CHECKS: &[compile::TableCheck] = &[tilesmith_gemm::table::check_table];

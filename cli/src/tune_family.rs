@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Registry};
 use tilesmith_spec::family::Baseline;
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
@@ -30,7 +30,7 @@ pub struct Options<'a> {
 }
 
 /// A family's kind of GPU: its table and the (dtype, problem) pairs left.
-type Kind = crate::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
+type Kind = tilesmith_trials::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
 
 pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let chooser = registry.family(options.family).map_err(|e| e.to_string())?;
@@ -114,7 +114,7 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
             .collect();
         workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
     });
-    crate::tune::finish(&kinds, |table| table.entries.len())?;
+    tilesmith_trials::tune::finish(&kinds, |table| table.entries.len())?;
     results.into_iter().collect()
 }
 
@@ -182,7 +182,7 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
                 );
                 let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
                 table.insert(FamilyEntry { dtype, class: Default::default(), problem, batch: 1, baseline_ms, ranked });
-                crate::tune::write(&kind.path, &*table)?;
+                tilesmith_trials::tune::write(&kind.path, &*table)?;
             }
             None => println!("GPU {ordinal} {what}: no variant takes it"),
         }
@@ -218,9 +218,4 @@ fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shap
         }
     }
     Ok(baseline_ms.filter(|_| !timed.is_empty()).map(|ms| (ms, timed)))
-}
-
-/// How long a run may start problems for.
-pub fn deadline(minutes: f64) -> Instant {
-    Instant::now() + Duration::from_secs_f64(minutes * 60.0)
 }

@@ -11,6 +11,7 @@ pub mod harness;
 pub mod host;
 pub mod report;
 pub mod trials;
+pub mod tune;
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
 /// `$dtype` is a `tilesmith_runtime::Dtype` the call site has in scope as `Dtype`.

@@ -24,6 +24,11 @@ pub trait Plugin: Sync {
     /// Trials of its own for a registry of these entries, ignored where `ignored` (no driver);
     /// GPU trials are made with [`crate::harness::gpu_test`].
     fn trials(&self, entries: &[Entry], ignored: bool) -> Vec<Trial>;
+    /// Its own tuner and replay, for a family it dispatches itself; none by default, and the
+    /// family is tuned by the generic tuner.
+    fn tuner(&self) -> Option<&dyn crate::tune::Tuner> {
+        None
+    }
 }
 
 /// The trials a manifest entry gets, `<family>::<variant>::correctness` and `::perf`; none for

@@ -1,22 +1,27 @@
 //! GEMM's trials as a plug-in of the trials harness: the `cublas_gemm` library (the reference
-//! and baseline GEMM's declaration names), and the dispatcher's own trials,
-//! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts.
+//! and baseline GEMM's declaration names), the dispatcher's own trials,
+//! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts, and
+//! the dispatcher's tuner and replay (`tune`, `replay`).
 
 pub mod checks;
 pub mod cublas;
 pub mod fused;
 pub mod host;
+pub mod replay;
 pub mod timing;
+pub mod tune;
 mod types;
 
 use crate::{with_inputs, with_output, Activation, GemmShape};
 use host::Operands;
 use libtest_mimic::Trial;
 use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::Entry;
 use tilesmith_trials::harness;
 use tilesmith_trials::report::Record;
 use tilesmith_trials::trials::Plugin;
+use tilesmith_trials::tune::{ReplayRequest, TuneRequest, Tuner};
 
 /// The plug-in: `cargo test` here and `tilesmith test` pass it to the harness.
 pub static PLUGIN: GemmTrials = GemmTrials;
@@ -26,7 +31,25 @@ pub struct GemmTrials;
 /// The library name GEMM's declaration gives its baseline and reference.
 pub const GEMM_LIBRARY: &str = "cublas_gemm";
 
+impl Tuner for GemmTrials {
+    fn family(&self) -> &'static str {
+        crate::table::FAMILY
+    }
+
+    fn tune(&self, registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String> {
+        tune::run(registry, request)
+    }
+
+    fn replay(&self, registry: &Registry, table: &FamilyTable, request: &ReplayRequest<'_>) -> Result<(), String> {
+        replay::run(registry, table, request)
+    }
+}
+
 impl Plugin for GemmTrials {
+    fn tuner(&self) -> Option<&dyn Tuner> {
+        Some(self)
+    }
+
     fn libraries(&self) -> &'static [&'static str] {
         &[GEMM_LIBRARY]
     }

@@ -1,0 +1,513 @@
+//! Tunes the dispatcher for this machine's GPU: for each dtype, layout and shape of a tuning
+//! set, times every variant that takes the problem (directly, or padded where the operands are
+//! not aligned) side by side with cuBLAS, ranks them and writes the device's tuning table.
+//! The table is written after every problem, so an interrupted run loses at most one, and a
+//! second run skips what the table already holds. `tilesmith tune` (`--family gemm`, the
+//! default) runs it through the plug-in's [`Tuner`](tilesmith_trials::tune::Tuner); so does
+//! a bundle.
+
+use crate::table::{self, Candidate, Key, Strategy, TuningEntry, TuningTable};
+use crate::trials::checks as trials;
+use crate::trials::timing::GemmCase;
+use crate::{dispatch, Activation, Choice, EpilogueArgs, GemmShape, Workspace};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::{HashSet, VecDeque};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::family_table::FamilyTable;
+use tilesmith_spec::tuning::{self, Device};
+use tilesmith_trials::tune::{deadline, finish, gpus, write, Kind, TuneRequest};
+use tilesmith_trials::with_element;
+
+/// The default tuning set, most wanted first (a run out of time keeps what it measured):
+/// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
+/// 14336), the bench's, skinny ones and odd leading dimensions (`!`), strided batches
+/// (attention's many small products, a few large ones), then a grid of 16, 256 and 4096 in M,
+/// N and K: 73 problems in 4 layouts, 282 once buckets repeat: about 9 minutes on an H100 and
+/// 8 on an H200, summing the runs that measured its parts.
+const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x14336,\
+16x4096x4096,16x11008x4096,16x4096x11008,16x14336x4096,16x4096x14336,\
+128x4096x4096,128x11008x4096,128x4096x11008,128x14336x4096,128x4096x14336,\
+4096x4096x4096,4096x11008x4096,4096x4096x11008,4096x14336x4096,4096x4096x14336";
+const EXTRA: &str = "1024x1024x1024,2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
+128x8192x8192,96x5120x5120,96x4096x4096,96x11008x4096,96x4096x11008,12288x64x4096,64x64x65536,128x128x128,1024x128x8192,\
+4095x4097x4099!,1023x1025x1027!,513x1025x2047!,1000x1001x1003!,127x4097x4099!,2047x2049x2051!";
+const BATCHES: &str = "64x512x512x64,8x4096x4096x4096,32x1024x1024x128,128x256x256x64,16x2048x2048x2048,4x4096x11008x4096";
+const GRID: [usize; 3] = [16, 256, 4096];
+/// Timed launches: a first look (the median of LOOK), then the median of RUNS after WARMUP for
+/// candidates within PRUNE times the fastest so far. A first look of one launch pruned the
+/// right pick where that launch was slow (H100, 1x4096x4096 tn: 46 µs, 14 µs on the next run).
+const WARMUP: usize = 2;
+const LOOK: usize = 3;
+const RUNS: usize = 7;
+const PRUNE: f64 = 2.0;
+/// Candidates the heuristic puts at more than SKIP times the fastest measured so far are not
+/// launched: CUDA-core kernels on large problems (estimated 20 to 25 times slower), whose first
+/// looks took minutes of the default set.
+const SKIP: f64 = 6.0;
+/// cuBLAS launches on a 4096³ bf16 problem before the first problem is measured, so that the
+/// GPU has left its idle clocks.
+const WARM_GPU: usize = 200;
+
+/// A problem of the tuning set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Problems in a strided batch, each matrix right after the previous problem's; 1 for one.
+    pub batch: usize,
+    pub shape: [usize; 3],
+    pub odd_ld: bool,
+}
+
+fn parse_problems(text: &str) -> Result<Vec<Problem>, String> {
+    let mut problems = Vec::new();
+    for item in text.split([',', '\n', ' ']).map(str::trim).filter(|s| !s.is_empty()) {
+        let (dims, odd_ld) = match item.strip_suffix('!') {
+            Some(dims) => (dims, true),
+            None => (item, false),
+        };
+        let sizes: Vec<usize> =
+            dims.split('x').map(|d| d.parse().map_err(|_| format!("problem `{item}`: `{d}` is not a size"))).collect::<Result<_, _>>()?;
+        match sizes[..] {
+            [m, n, k] if m > 0 && n > 0 && k > 0 => problems.push(Problem { batch: 1, shape: [m, n, k], odd_ld }),
+            [batch, m, n, k] if batch > 0 && m > 0 && n > 0 && k > 0 => problems.push(Problem { batch, shape: [m, n, k], odd_ld }),
+            _ => {
+                return Err(format!(
+                    "problem `{item}` must be MxNxK, or BxMxNxK for a batch of B problems, with every size at least 1, `!` after it for odd leading dimensions"
+                ))
+            }
+        }
+    }
+    Ok(problems)
+}
+
+fn problems(shapes: Option<&str>, shapes_file: Option<&Path>) -> Result<Vec<Problem>, String> {
+    let mut problems = Vec::new();
+    if let Some(text) = shapes {
+        problems.extend(parse_problems(text)?);
+    }
+    if let Some(path) = shapes_file {
+        let text = tilesmith_spec::files::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let lines: Vec<&str> = text.lines().map(|line| line.split('#').next().unwrap_or("")).collect();
+        problems.extend(parse_problems(&lines.join(",")).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    if problems.is_empty() {
+        problems.extend(parse_problems(LLM)?);
+        problems.extend(parse_problems(EXTRA)?);
+        problems.extend(parse_problems(BATCHES)?);
+        for m in GRID {
+            for n in GRID {
+                for k in GRID {
+                    problems.push(Problem { batch: 1, shape: [m, n, k], odd_ld: false });
+                }
+            }
+        }
+    }
+    let mut unique = Vec::new();
+    for problem in problems {
+        if !unique.contains(&problem) {
+            unique.push(problem);
+        }
+    }
+    Ok(unique)
+}
+
+fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T>, String> {
+    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| parse(s).ok_or(format!("unknown {what} `{s}`"))).collect()
+}
+
+/// The shape of a problem in a layout: packed, or with odd leading dimensions (one more where
+/// the packed one is even); a batch's problems one after another.
+pub fn shape(problem: Problem, layout: Layout) -> GemmShape {
+    let [m, n, k] = problem.shape;
+    let packed = GemmShape::packed(m, n, k, layout);
+    let one = if problem.odd_ld {
+        let odd = |ld: usize| if ld.is_multiple_of(2) { ld + 1 } else { ld };
+        GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
+    } else {
+        packed
+    };
+    if problem.batch == 1 {
+        one
+    } else {
+        one.batched(problem.batch)
+    }
+}
+
+/// GEMM's kind: its table and problems in the three layouts' dtypes.
+type GemmKind = Kind<TuningTable, (Problem, Dtype, Layout)>;
+
+/// The epilogue `--epilogue` names: an activation that variants of `epilogues` (the values
+/// the registry's GEMM variants have) apply, since calls with none take the plain entries.
+fn measured(word: Option<&str>, epilogues: &[&str]) -> Result<Measured, String> {
+    let Some(word) = word else { return Ok(None) };
+    let activation = Activation::named(word).map_err(|rule| format!("--epilogue {word}: {rule}"))?;
+    let activations: Vec<&str> = epilogues.iter().copied().filter(|e| !matches!(*e, "none" | "linear")).collect();
+    if activation == Activation::NONE || !activations.contains(&word) {
+        return Err(format!(
+            "--epilogue {word}: tuning entries of their own are for the activations the registry's GEMM variants apply ({}); calls with none or linear take the plain entries",
+            activations.join(", ")
+        ));
+    }
+    Ok(Some((word.to_string(), activation)))
+}
+
+/// Where a line per measured problem goes, if anywhere.
+type Log = Option<Mutex<std::fs::File>>;
+
+/// The epilogue whose variants a run ranks, its `epilogue` value and activation; `None`: the
+/// plain GEMMs.
+type Measured = Option<(String, Activation)>;
+
+/// Tunes GEMM's dispatcher on the kernels of `registry`, writing each GPU's table into
+/// `request.out` (`gemm/<GPU>-<SMs>sm.json`). Its own flags: `layouts` (default all four),
+/// `epilogue` (an activation whose variants get entries of their own).
+pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String> {
+    if !(request.minutes > 0.0 && request.minutes.is_finite()) {
+        return Err(format!("--minutes {} must be a number of minutes above 0", request.minutes));
+    }
+    let out = request.out;
+    let problems = problems(request.shapes, request.shapes_file)?;
+    let dtypes = list(request.dtypes.unwrap_or("bf16"), "dtype", Dtype::parse)?;
+    if let Some(eight_bit) = dtypes.iter().find(|d| d.size_bytes() == 1) {
+        return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
+    }
+    let layouts = list(request.flag("layouts").unwrap_or("nn,nt,tn,tt"), "layout", Layout::parse)?;
+    let mut epilogues: Vec<&str> =
+        registry.kernels().filter(|k| k.variant().family == table::FAMILY).map(|k| Activation::epilogue_of(k.variant())).collect();
+    epilogues.sort();
+    epilogues.dedup();
+    let epilogue = measured(request.flag("epilogue"), &epilogues)?;
+    let deadline = deadline(request.minutes);
+    let ordinals = gpus(request.gpus)?;
+    let devices: Vec<Device> =
+        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
+    let folder = out.join(table::FAMILY);
+    std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+
+    let mut kinds: Vec<GemmKind> = Vec::new();
+    for device in &devices {
+        if kinds.iter().any(|k| k.device.is(device)) {
+            continue;
+        }
+        let path = FamilyTable::path(out, table::FAMILY, device);
+        let mut table = match path.exists() {
+            true => TuningTable::read(&path)?,
+            false => TuningTable::new(device.clone(), compiler.clone()),
+        };
+        if !table.device.is(device) {
+            return Err(format!(
+                "{} was measured on {:?}, this is {:?}: move it aside or pass another --out",
+                path.display(),
+                table.device,
+                device
+            ));
+        }
+        table.compiler = compiler.clone();
+        table.device.clocks = device.clocks;
+        let mut queue = VecDeque::new();
+        let mut queued = HashSet::new();
+        let mut skipped = 0;
+        for &problem in &problems {
+            for &dtype in &dtypes {
+                for &layout in &layouts {
+                    let (key, dims) = key(problem, dtype, layout);
+                    if !request.fresh && table.entry(&key, epilogue.as_ref().map(|(word, _)| word.as_str()), dims).is_some() {
+                        skipped += 1;
+                    } else if queued.insert((key, dims)) {
+                        queue.push_back((problem, dtype, layout));
+                    }
+                }
+            }
+        }
+        let gpus = devices.iter().filter(|d| d.is(device)).count();
+        println!(
+            "tuning {} of {} problems ({} dtypes x {} layouts each; {skipped} already measured) on {gpus} {} ({} SMs) into {}",
+            queue.len(),
+            problems.len() * dtypes.len() * layouts.len(),
+            dtypes.len(),
+            layouts.len(),
+            device.name,
+            device.sms,
+            path.display()
+        );
+        kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
+    }
+    let log: Log = match request.log {
+        Some(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
+    let total: usize = kinds.iter().map(|k| k.queue.lock().map_or(0, |q| q.len())).sum();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
+    );
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = ordinals
+            .iter()
+            .zip(&devices)
+            .map(|(&ordinal, device)| {
+                let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
+                let (bar, log, epilogue) = (&bar, &log, &epilogue);
+                scope.spawn(move || work(ordinal, kind, registry, bar, log, epilogue, deadline))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
+    });
+    bar.finish_and_clear();
+    finish(&kinds, |table| table.entries.len())?;
+    results.into_iter().collect()
+}
+
+/// `--upgrade`: converts each GEMM table of the earlier format in the tuning folder `dir`
+/// itself into `dir/gemm/`, keeping the old file beside as `<name>.json.earlier`. A GPU that
+/// already has a table there is refused, naming both files: merging two measurements is not
+/// ours to decide.
+pub fn upgrade(dir: &Path) -> Result<(), String> {
+    let earlier = tuning::paths(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    if earlier.is_empty() {
+        println!("no table of the earlier format in {}", dir.display());
+    }
+    for path in earlier {
+        let table = TuningTable::read_earlier_format(&path)?;
+        let target = FamilyTable::path(dir, table::FAMILY, &table.device);
+        if target.exists() {
+            return Err(format!(
+                "{} and {} are both GEMM tables for {}: keep one (move the other out of the tuning folder)",
+                path.display(),
+                target.display(),
+                table.device
+            ));
+        }
+        let folder = target.parent().expect("inside the tuning folder");
+        std::fs::create_dir_all(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+        write(&target, &table)?;
+        let kept = path.with_extension("json.earlier");
+        std::fs::rename(&path, &kept).map_err(|e| format!("cannot rename {} to {}: {e}", path.display(), kept.display()))?;
+        println!(
+            "{} entries of {} into {} (the earlier file is {})",
+            table.entries.len(),
+            path.display(),
+            target.display(),
+            kept.display()
+        );
+    }
+    Ok(())
+}
+
+/// The entry a problem makes: as the dispatcher sees the call ([`dispatch::canonical`]), so a
+/// matrix-vector product in nn is the tn entry.
+fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 4]) {
+    let shape = dispatch::canonical(dtype, &shape(problem, layout));
+    // Packed odd sizes are unaligned too, `!` or not.
+    let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
+    let dims = dims(&shape);
+    (Key::new(dtype, shape.layout, class, dims), dims)
+}
+
+/// [problems, M, N, K] of a shape, as tables hold problems.
+fn dims(shape: &GemmShape) -> [u64; 4] {
+    [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64)
+}
+
+/// One GPU's share: takes its kind's problems one by one until none are left or time is up,
+/// writing the table after each.
+fn work(
+    ordinal: usize,
+    kind: &GemmKind,
+    registry: &Registry,
+    bar: &ProgressBar,
+    log: &Log,
+    epilogue: &Measured,
+    deadline: Instant,
+) -> Result<(), String> {
+    let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
+    GemmCase::<half::bf16>::new(&gpu, GemmShape::packed(4096, 4096, 4096, Layout::Tn), 0.0)?.time_cublas_runs(&gpu, WARM_GPU, 1)?;
+    loop {
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
+        let shape = shape(problem, layout);
+        let (key, dims) = key(problem, dtype, layout);
+        let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
+        let name = format!("{dtype} {layout} {}{}{with}", table::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
+        bar.set_message(name.clone());
+        let start = Instant::now();
+        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key, epilogue))?;
+        bar.inc(1);
+        if let Some(log) = log {
+            let pick = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ratio(e)));
+            let line = format!(
+                "GPU {ordinal}\t{name}\t{:.2} s\t{} timed\t{} not launched\t{}\n",
+                start.elapsed().as_secs_f64(),
+                counts.timed,
+                counts.skipped,
+                pick.map_or("no candidate".into(), |r| format!("pick {r:.3}x cuBLAS")),
+            );
+            log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))?;
+        }
+        if let Some(entry) = entry {
+            let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
+            table.insert(entry);
+            write(&kind.path, &*table)?;
+        }
+    }
+}
+
+/// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
+fn candidates(
+    registry: &Registry,
+    gpu: &Gpu,
+    dtype: Dtype,
+    shape: &GemmShape,
+    epilogue: &Measured,
+) -> (Vec<(f64, Kernel, Strategy)>, Option<Kernel>) {
+    let buffers = Buffer::unallocated(shape.spans());
+    let device = gpu.device();
+    let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
+    // Plain entries rank main loops, the variants without an epilogue, and the dispatcher maps
+    // a pick to its epilogue sibling; an epilogue's entries rank its own variants.
+    let (word, activation) = epilogue.as_ref().map_or(("none", Activation::NONE), |(word, activation)| (word.as_str(), *activation));
+    let gemms: Vec<&Kernel> = registry
+        .kernels()
+        .filter(|k| {
+            let v = k.variant();
+            v.dtype == dtype && v.family == "gemm" && !k.is_reference() && Activation::epilogue_of(v) == word
+        })
+        .collect();
+    let args = EpilogueArgs { activation, ..EpilogueArgs::default() };
+    let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &args };
+    let ranked = dispatch::by_estimate(&gemms, transpose, &device, &call);
+    (ranked.into_iter().map(|(seconds, kernel, strategy)| (seconds, kernel.clone(), strategy)).collect(), transpose.cloned())
+}
+
+/// How many of a problem's candidates were timed, and how many not launched (see SKIP).
+#[derive(Default)]
+struct Counts {
+    timed: usize,
+    skipped: usize,
+}
+
+fn measure<T: tilesmith_runtime::Element>(
+    gpu: &Gpu,
+    registry: &Registry,
+    bar: &ProgressBar,
+    dtype: Dtype,
+    shape: GemmShape,
+    key: Key,
+    epilogue: &Measured,
+) -> Result<(Option<TuningEntry>, Counts), String> {
+    let (candidates, transpose) = candidates(registry, gpu, dtype, &shape, epilogue);
+    let mut counts = Counts::default();
+    if candidates.is_empty() {
+        return Ok((None, counts));
+    }
+    let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
+    // cuBLAS's plain GEMM stays the ratio's baseline; the candidates add a bias and activate.
+    let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
+    if let Some((_, activation)) = epilogue {
+        case = case.with_bias_activation(gpu, *activation)?;
+    }
+    let problem = format!("{} {dtype} {}", table::describe(dims(&shape)), shape.layout);
+    if !tuning::valid_ms(cublas_ms) {
+        return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
+    }
+    let mut workspace = Workspace::new();
+    let mut measured: Vec<Candidate> = Vec::new();
+    let mut best = f64::INFINITY;
+    for (estimate, kernel, strategy) in candidates {
+        if estimate * 1e3 > SKIP * best {
+            counts.skipped += 1;
+            continue;
+        }
+        counts.timed += 1;
+        let choice = Choice::forced(kernel, strategy, transpose.clone());
+        let warn = |what: String| bar.println(format!("warning: {} on {problem}: {what}", choice.label()));
+        let first = match case.time_choice(gpu, &choice, &mut workspace, 1, LOOK) {
+            Ok(ms) => ms,
+            Err(err) => {
+                warn(err);
+                continue;
+            }
+        };
+        let ms = if first > PRUNE * best {
+            first
+        } else {
+            match case.time_choice(gpu, &choice, &mut workspace, WARMUP, RUNS) {
+                Ok(ms) => ms,
+                Err(err) => {
+                    warn(err);
+                    continue;
+                }
+            }
+        };
+        if !tuning::valid_ms(ms) {
+            warn(format!("timed {ms} ms; left out"));
+            continue;
+        }
+        best = best.min(ms);
+        measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
+    }
+    if measured.is_empty() {
+        // Nothing to rank: the problem stays unmeasured, for the heuristic.
+        return Ok((None, counts));
+    }
+    let entry = TuningEntry {
+        key,
+        shape: [shape.m, shape.n, shape.k].map(|d| d as u64),
+        batch: shape.batch.count as u64,
+        epilogue: epilogue.as_ref().map(|(word, _)| word.clone()),
+        cublas_ms,
+        ranked: table::rank(measured)?,
+    };
+    Ok((Some(entry), counts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn four_sizes_are_a_batch_and_bad_problems_are_refused() {
+        let problems = parse_problems("64x512x512x64, 4095x4097x4099!").unwrap();
+        assert_eq!(problems[0], Problem { batch: 64, shape: [512, 512, 64], odd_ld: false });
+        assert_eq!(problems[1], Problem { batch: 1, shape: [4095, 4097, 4099], odd_ld: true });
+        let batch = shape(problems[0], Layout::Tn);
+        assert_eq!((batch.batch.count, batch.batch.strides), (64, [512 * 64, 512 * 64, 512 * 512]));
+        for bad in ["0x512x512x64", "512x512", "1x2x3x4x5", "8x8xk"] {
+            assert!(parse_problems(bad).unwrap_err().contains(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_epilogue_of_its_own_is_an_activation() {
+        let epilogues = ["gelu_tanh", "linear", "none", "relu"];
+        assert_eq!(measured(Some("gelu_tanh"), &epilogues), Ok(Some(("gelu_tanh".to_string(), Activation::named("gelu_tanh").unwrap()))));
+        assert_eq!(measured(None, &epilogues), Ok(None));
+        for bad in ["none", "linear", "gelu", "gelu tanh"] {
+            assert!(measured(Some(bad), &epilogues).unwrap_err().contains(&format!("--epilogue {bad}:")), "{bad}");
+        }
+        let err = measured(Some("silu"), &epilogues).unwrap_err();
+        assert!(err.contains("the registry's GEMM variants apply (gelu_tanh, relu)"), "{err}");
+    }
+
+    #[test]
+    fn the_default_set_holds_the_batches_and_counts_as_its_comment_says() {
+        let set = problems(None, None).unwrap();
+        assert_eq!(set.len(), 73);
+        assert!(set.contains(&Problem { batch: 8, shape: [4096, 4096, 4096], odd_ld: false }));
+        let mut keys = HashSet::new();
+        for &problem in &set {
+            for layout in Layout::ALL {
+                keys.insert(key(problem, Dtype::Bf16, *layout));
+            }
+        }
+        assert_eq!(keys.len(), 282);
+    }
+}

@@ -1,0 +1,123 @@
+//! What every tuner shares (the generic family tuner in the CLI and a plug-in's own): a kind
+//! of GPU with its table and the problems left, the GPUs asked for, writing a table so that an
+//! interrupt leaves the old one, and the requests the CLI passes a plug-in's tuner and replay.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tilesmith_runtime::Gpu;
+use tilesmith_spec::tuning::{Clocks, Device};
+
+/// One kind of GPU being tuned: its table (`T`), where it goes, and the problems (`P`) left;
+/// its GPUs' workers share them.
+pub struct Kind<T, P> {
+    pub device: Device,
+    pub path: PathBuf,
+    pub table: Mutex<T>,
+    pub queue: Mutex<VecDeque<P>>,
+}
+
+/// Writes each kind's table once the workers are done, saying how many entries it holds
+/// (`entries`) and how many problems are left for the next run.
+pub fn finish<T: serde::Serialize, P>(kinds: &[Kind<T, P>], entries: impl Fn(&T) -> usize) -> Result<(), String> {
+    for kind in kinds {
+        let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
+        write(&kind.path, &*table)?;
+        let left = kind.queue.lock().map_or(0, |q| q.len());
+        let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
+        println!("{} entries in {}{more}", entries(&table), kind.path.display());
+    }
+    Ok(())
+}
+
+/// Writes a table through a temporary file, so that an interrupted write leaves the old one.
+pub fn write<T: serde::Serialize + ?Sized>(path: &Path, table: &T) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
+    std::fs::rename(&temporary, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
+
+/// The GPUs `--gpus` names (comma-separated ordinals), each once (two workers on one GPU
+/// would time each other's kernels), else every GPU.
+pub fn gpus(list: Option<&str>) -> Result<Vec<usize>, String> {
+    let count = Gpu::count().map_err(|e| e.to_string())?;
+    let ordinals: Vec<usize> = match list {
+        Some(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| format!("--gpus: `{s}` is not a GPU ordinal")))
+            .collect::<Result<_, _>>()?,
+        None => (0..count).collect(),
+    };
+    if let Some(bad) = ordinals.iter().find(|&&o| o >= count) {
+        return Err(format!("--gpus names GPU {bad}, the driver sees {count}"));
+    }
+    if ordinals.is_empty() || (1..ordinals.len()).any(|i| ordinals[..i].contains(&ordinals[i])) {
+        return Err(format!("--gpus must name each GPU once and at least one; got {:?}", list.unwrap_or("")));
+    }
+    Ok(ordinals)
+}
+
+/// How long a run may start problems for.
+pub fn deadline(minutes: f64) -> Instant {
+    Instant::now() + Duration::from_secs_f64(minutes * 60.0)
+}
+
+/// What `tilesmith tune` passes a plug-in's tuner.
+pub struct TuneRequest<'a> {
+    /// Problems as the plug-in writes them, comma-separated.
+    pub shapes: Option<&'a str>,
+    /// A file of problems in `shapes`' form, one or more per line, `#` starting a comment.
+    pub shapes_file: Option<&'a Path>,
+    /// Dtypes, comma-separated; none: the plug-in's default.
+    pub dtypes: Option<&'a str>,
+    /// Flags only a plug-in's tuner takes, by name without the dashes, as given
+    /// (`layouts`, `epilogue`).
+    pub flags: &'a [(&'a str, &'a str)],
+    /// The tuning folder; a family's table for a GPU is `<family>/<GPU>-<SMs>sm.json` there.
+    pub out: &'a Path,
+    /// Measure again the problems the table holds.
+    pub fresh: bool,
+    /// `--gpus` as given ([`gpus`]).
+    pub gpus: Option<&'a str>,
+    pub minutes: f64,
+    /// A file to append a line per problem measured to.
+    pub log: Option<&'a Path>,
+}
+
+impl TuneRequest<'_> {
+    /// The value of plug-in flag `name`, if given.
+    pub fn flag(&self, name: &str) -> Option<&str> {
+        self.flags.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+}
+
+/// What `tilesmith replay` passes a plug-in's replay.
+pub struct ReplayRequest<'a> {
+    /// Another GPU's table to pick from too, as the plug-in does where a GPU has none.
+    pub borrow: Option<&'a Path>,
+    /// The measured GPU's clocks where the table does not record them.
+    pub clocks: Option<Clocks>,
+    /// Print every problem, not only the summary.
+    pub verbose: bool,
+}
+
+/// A plug-in's own tuner and replay for its family, which `tilesmith tune --family` and
+/// `tilesmith replay` run in place of the generic ones: one that times a library beside,
+/// strategies, classes of its own.
+pub trait Tuner: Sync {
+    /// The family it tunes.
+    fn family(&self) -> &'static str;
+    /// Tunes the family on this machine's GPUs, writing its tables into `request.out`.
+    fn tune(&self, registry: &tilesmith_runtime::Registry, request: &TuneRequest<'_>) -> Result<(), String>;
+    /// Replays a measured table of the family against its dispatcher, on the CPU.
+    fn replay(
+        &self,
+        registry: &tilesmith_runtime::Registry,
+        table: &tilesmith_spec::family_table::FamilyTable,
+        request: &ReplayRequest<'_>,
+    ) -> Result<(), String>;
+}
