@@ -130,11 +130,13 @@ impl Registry {
         self.extensions.get_or_try_init(init)
     }
 
-    /// The same registry with these tuning tables in place of its own for their families, each
-    /// checked against its family: one the registry has variants of, the same quantities,
-    /// variants it has; one table per GPU. What plug-ins kept from the tables it had is dropped.
+    /// The same registry with these tuning tables in place of all its own (a family none of
+    /// them is of has none), each checked against its family: one the registry has variants
+    /// of, the same quantities, variants it has; one table per GPU. What plug-ins kept from the
+    /// tables it had is dropped.
     pub fn with_family_tables(mut self, tables: Vec<FamilyTable>) -> std::result::Result<Registry, String> {
         self.extensions = Arc::default();
+        self.families = choosers(&self.kernels);
         let mut by_family: BTreeMap<String, Vec<FamilyTable>> = BTreeMap::new();
         for table in tables {
             if !self.families.contains_key(&table.family) {

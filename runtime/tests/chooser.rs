@@ -79,6 +79,28 @@ fn softmax_call(dtype: Dtype, rows: u64, cols: u64) -> Call {
 }
 
 #[test]
+fn an_unchecked_sibling_tied_with_the_first_runs_where_it_takes_the_call() {
+    let mut table = FamilyTable::new("softmax", h100(), "test".into(), vec!["rows".into(), "cols".into()]);
+    let mut ranked = vec![("softmax_w4", 0.100), ("softmax_w4_unchecked", 0.101)];
+    ranked.extend(
+        ["softmax", "softmax_unchecked", "softmax_w16", "softmax_w16_unchecked", "softmax_warp_w4", "softmax_warp_w4_unchecked"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (v, 0.2 + i as f64 * 0.01)),
+    );
+    table.insert(entry(Dtype::Bf16, [4096, 4096], &ranked));
+    assert_eq!(table.entries[0].ranked[0].variant, "softmax_w4", "near ties rank by name");
+    let registry = registry(vec![table]).unwrap();
+    let softmax = registry.family("softmax").unwrap();
+    let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4096)).unwrap();
+    assert_eq!(pick.kernel.name(), "softmax_w4_unchecked", "{}", pick.reason);
+    assert!(pick.reason.contains("rank 2 of 8"), "{}", pick.reason);
+    // 4095 columns are off the unchecked variants' multiple: the checked one runs.
+    let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4095)).unwrap();
+    assert_eq!(pick.kernel.name(), "softmax_w4", "{}", pick.reason);
+}
+
+#[test]
 fn a_call_runs_the_first_variant_of_the_nearest_measured_problem_that_takes_it() {
     let registry = registry(vec![softmax_table()]).unwrap();
     let softmax = registry.family("softmax").unwrap();
@@ -261,9 +283,11 @@ fn the_committed_tables_open_with_the_shipped_variants_and_are_read() {
             .scalar("eps", 1e-6)
     });
     let pick = pick.unwrap();
+    // `rmsnorm` ranks first, `rmsnorm_unchecked` second within a near tie: the unchecked one runs.
+    assert_eq!(pick.kernel.name(), "rmsnorm_unchecked", "{}", pick.reason);
     assert!(
         pick.reason
-            .contains("tuning table rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json: nearest measured problem rows=8192 cols=8192 bf16, rank 1"),
+            .contains("tuning table rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json: nearest measured problem rows=8192 cols=8192 bf16, rank 2"),
         "{}",
         pick.reason
     );
