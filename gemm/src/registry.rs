@@ -51,9 +51,10 @@ impl Dispatcher {
 
 type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, bool, bool, bool, Option<Dtype>, Option<Dtype>, bool));
 
-/// The registry with these GEMM tables in place of its own, for choosing against a table not
-/// yet built into it; a table that does not fit the registry (variants it lacks) is refused as
-/// [`Registry::with_family_tables`] refuses it.
+/// The registry with these GEMM tables in place of all its tables (other families' too, as
+/// [`Registry::with_family_tables`] replaces them), for choosing against a table not yet built
+/// into it; a table that does not fit the registry (variants it lacks) is refused as that
+/// refuses it.
 pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> std::result::Result<Registry, String> {
     let registry = registry.with_family_tables(tables.iter().map(TuningTable::to_family).collect())?;
     // Its extensions are fresh, so the tables given are the ones kept, none included.
