@@ -103,19 +103,11 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     }
     let folder = options.out.join(options.family);
     std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = ordinals
-            .iter()
-            .zip(&devices)
-            .map(|(&ordinal, device)| {
-                let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
-                scope.spawn(move || work(ordinal, kind, registry, chooser, options.deadline))
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
+    let worked = tilesmith_trials::tune::run_on_gpus(&ordinals, &devices, &kinds, |ordinal, kind| {
+        work(ordinal, kind, registry, chooser, options.deadline)
     });
     tilesmith_trials::tune::finish(&kinds, |table| table.entries.len())?;
-    results.into_iter().collect()
+    worked
 }
 
 /// The problems to measure: `--shapes`, else the declared `trials.tune`, else `trials.bench`.

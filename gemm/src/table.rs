@@ -170,7 +170,7 @@ pub fn rank(candidates: Vec<Candidate>) -> Result<Vec<Candidate>, String> {
 /// Log-space distance between two problems [problems, M, N, K]: the sum over the four of
 /// |log2(a) - log2(b)|. A batch of 2 is as far from one problem as twice the M is.
 pub fn distance(a: [u64; 4], b: [u64; 4]) -> f64 {
-    a.iter().zip(b).map(|(&x, y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
+    family_table::distance(&a, &b)
 }
 
 /// The build's check of a table (`compile::Options::table_checks`): GEMM's must read as a
@@ -355,15 +355,6 @@ impl TuningTable {
         let family = table.to_family();
         family.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
         Ok(table)
-    }
-
-    /// The variants the entries rank that `known` does not hold.
-    pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
-        let mut unknown: Vec<String> =
-            self.entries.iter().flat_map(|e| &e.ranked).filter(|c| !known(&c.variant)).map(|c| c.variant.clone()).collect();
-        unknown.sort();
-        unknown.dedup();
-        unknown
     }
 }
 

@@ -31,6 +31,29 @@ pub fn finish<T: serde::Serialize, P>(kinds: &[Kind<T, P>], entries: impl Fn(&T)
     Ok(())
 }
 
+/// Runs `work` on each GPU of `ordinals` (whose devices are `devices`, in order), a thread each,
+/// with the kind of its device; the first error of any, once all have stopped.
+pub fn run_on_gpus<T: Send, P: Send>(
+    ordinals: &[usize],
+    devices: &[Device],
+    kinds: &[Kind<T, P>],
+    work: impl Fn(usize, &Kind<T, P>) -> Result<(), String> + Sync,
+) -> Result<(), String> {
+    let work = &work;
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = ordinals
+            .iter()
+            .zip(devices)
+            .map(|(&ordinal, device)| {
+                let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
+                scope.spawn(move || work(ordinal, kind))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
+    });
+    results.into_iter().collect()
+}
+
 /// Writes a table through a temporary file, so that an interrupted write leaves the old one.
 pub fn write<T: serde::Serialize + ?Sized>(path: &Path, table: &T) -> Result<(), String> {
     let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";

@@ -67,12 +67,12 @@ fn call_shape(entry: &TuningEntry) -> GemmShape {
 
 /// Replays GEMM's table (read as a family table) against the dispatcher: the summary, and with
 /// `request.verbose` every problem.
-pub fn run(registry: &Registry, table: &FamilyTable, request: &ReplayRequest<'_>) -> Result<(), String> {
-    let table = TuningTable::from_family(table).map_err(|rule| format!("the GEMM table of {}: {rule}", table.device))?;
+pub fn run(registry: &Registry, family: &FamilyTable, request: &ReplayRequest<'_>) -> Result<(), String> {
+    let table = TuningTable::from_family(family).map_err(|rule| format!("the GEMM table of {}: {rule}", family.device))?;
     let borrowed = request.borrow.map(TuningTable::read).transpose()?;
     let device = Device { clocks: table.device.clocks.or(request.clocks), ..table.device.clone() };
     let kernels: Vec<_> = registry.kernels().collect();
-    let unknown = table.unknown_variants(|name| registry.kernel(name).is_ok());
+    let unknown = family.unknown_variants(|name| registry.kernel(name).is_ok());
     if !unknown.is_empty() {
         println!("note: {} variants the table ranks are not in this registry (e.g. {})", unknown.len(), unknown[0]);
     }

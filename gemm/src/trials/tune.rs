@@ -19,7 +19,7 @@ use std::time::Instant;
 use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::tuning::{self, Device};
-use tilesmith_trials::tune::{deadline, finish, gpus, write, Kind, TuneRequest};
+use tilesmith_trials::tune::{deadline, finish, gpus, run_on_gpus, write, Kind, TuneRequest};
 use tilesmith_trials::with_element;
 
 /// The default tuning set, most wanted first (a run out of time keeps what it measured):
@@ -247,21 +247,10 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
     );
-    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = ordinals
-            .iter()
-            .zip(&devices)
-            .map(|(&ordinal, device)| {
-                let kind = kinds.iter().find(|k| k.device.is(device)).expect("a kind per device");
-                let (bar, log, epilogue) = (&bar, &log, &epilogue);
-                scope.spawn(move || work(ordinal, kind, registry, bar, log, epilogue, deadline))
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("a tuning thread panicked".into()))).collect()
-    });
+    let worked = run_on_gpus(&ordinals, &devices, &kinds, |ordinal, kind| work(ordinal, kind, registry, &bar, &log, &epilogue, deadline));
     bar.finish_and_clear();
     finish(&kinds, |table| table.entries.len())?;
-    results.into_iter().collect()
+    worked
 }
 
 /// `--upgrade`: converts each GEMM table of the earlier format in the tuning folder `dir`
