@@ -434,7 +434,10 @@ pub fn choose<'k>(
     if let Some((table, scale)) = found {
         let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
         let problem = [shape.batch.count as u64, scaled(shape.m), scaled(shape.n), shape.k as u64];
-        let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
+        let widths = Dtype::ALL
+            .iter()
+            .copied()
+            .filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes() && d.is_integer() == dtype.is_integer());
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
         let near = |entry: &&TuningEntry| table::distance(entry.problem(), problem) <= NEAR_ENOUGH;
         // Entries measured with the call's activation first, then the plain ones.

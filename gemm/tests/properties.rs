@@ -39,7 +39,7 @@ fn layout() -> impl Strategy<Value = Layout> {
 }
 
 fn dtype() -> impl Strategy<Value = Dtype> {
-    prop::sample::select(Dtype::ALL.to_vec())
+    prop::sample::select(Dtype::ALL.iter().copied().filter(|d| !d.is_integer()).collect::<Vec<_>>())
 }
 
 /// One problem mostly; else a batch of any count and strides.

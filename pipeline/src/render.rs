@@ -165,7 +165,12 @@ impl Renderer {
                 dynamic_smem_bytes: decl.dynamic_smem_bytes,
                 params: decl.params,
             },
-            requires: Requirements { multiples, ld_multiple: decl.ld_multiple, ptr_align_bytes: decl.ptr_align_bytes },
+            requires: Requirements {
+                multiples,
+                ld_multiple: decl.ld_multiple,
+                ptr_align_bytes: decl.ptr_align_bytes,
+                operand_align_bytes: decl.align,
+            },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
             gflops_per_sm: declared.backend.gflops_per_sm,
             cost_bytes: declared.backend.cost_bytes.clone(),
@@ -197,6 +202,9 @@ struct LaunchDecl {
     ld_multiple: u32,
     /// Base pointers must be aligned to this many bytes.
     ptr_align_bytes: u32,
+    /// Bytes the starts of these operands must be aligned to, beyond `ptr_align_bytes`.
+    #[serde(default)]
+    align: BTreeMap<String, u32>,
     params: Vec<Param>,
 }
 

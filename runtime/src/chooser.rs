@@ -9,7 +9,7 @@ use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use tilesmith_spec::family::{Family, ELEM};
+use tilesmith_spec::family::Family;
 use tilesmith_spec::family_table::{self, FamilyTable};
 use tilesmith_spec::tuning::{self, Clocks, Device, NEAR_TIE};
 use tilesmith_spec::Dtype;
@@ -228,8 +228,11 @@ impl Chooser {
         let dtype = takers[0].0.variant().dtype;
         let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
         // A dtype without entries reads those of another as wide, whose variants move as many
-        // bytes (f16 calls take bf16's picks).
-        let widths = Dtype::ALL.iter().copied().filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes());
+        // bytes (f16 calls take bf16's picks); integers and floats never stand for each other.
+        let widths = Dtype::ALL
+            .iter()
+            .copied()
+            .filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes() && d.is_integer() == dtype.is_integer());
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
         if let Some(table) = table {
             // Entries of a class are a plug-in dispatcher's, which it reads itself.
@@ -358,8 +361,7 @@ const UNDECLARED_GFLOPS_PER_SM: u32 = 300;
 /// the backend's declared rate, plus a launch and a cost per wave of blocks. Only a fallback:
 /// the tuning tables rank variants by measurement.
 pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call: &Call, device: &Device) -> f64 {
-    let elem = u64::from(kernel.variant().dtype.size_bytes());
-    let env = |name: &str| if name == ELEM { Some(elem) } else { quantity(call, name) };
+    let env = |name: &str| family.work_value(kernel.variant(), name, &|q| quantity(call, q));
     let bytes = kernel.info().entry.cost_bytes.as_ref().unwrap_or(&family.work.bytes).eval(&env).unwrap_or(0) as f64;
     let flops = family.work.flops.eval(&env).unwrap_or(0) as f64;
     let clocks = device.clocks.unwrap_or(DEFAULT_CLOCKS);

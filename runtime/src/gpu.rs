@@ -279,7 +279,10 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
         Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         Dtype::F32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         // TMA has no 8-bit float types: it moves their bytes (zero bytes are +0 in both).
-        Dtype::E4m3 | Dtype::E5m2 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        Dtype::E4m3 | Dtype::E5m2 | Dtype::U8 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        Dtype::I32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_INT32,
+        Dtype::U32 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+        Dtype::I64 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_INT64,
     };
     let swizzle = match map.swizzle_bytes {
         32 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,

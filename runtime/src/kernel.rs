@@ -14,48 +14,87 @@ use tilesmith_spec::{Built, Dtype, Variant};
 /// An element type the kernels take.
 pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + std::fmt::Debug + 'static {
     const DTYPE: Dtype;
-    /// A quiet NaN, to poison outputs with.
-    const NAN: Self;
+    /// What outputs are poisoned with before a trial's launch, so that an element left
+    /// unwritten shows: a quiet NaN of its own bits (a kernel's arithmetic writes the
+    /// canonical NaN, which a family may declare as a result), or an integer type's largest
+    /// value (integers have no NaN).
+    const POISON: Self;
+    /// `x` rounded to the type; for integers, NaN gives [`Element::POISON`] and other values
+    /// are rounded to the nearest and saturate at the type's range.
     fn from_f64(x: f64) -> Self;
     fn to_f64(self) -> f64;
+    /// Whether it holds [`Element::POISON`], bit for bit.
+    fn is_poison(self) -> bool;
 }
+
+/// Integers: the poison is the type's largest value, which a trial's output then reads as
+/// unwritten (a kernel that writes it fails its trial, never passes one it should fail).
+macro_rules! integer_element {
+    ($($t:ty => $dtype:ident),+) => {$(
+        impl Element for $t {
+            const DTYPE: Dtype = Dtype::$dtype;
+            const POISON: $t = <$t>::MAX;
+            fn from_f64(x: f64) -> Self {
+                if x.is_nan() { Self::POISON } else { x.round() as $t }
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn is_poison(self) -> bool {
+                self == Self::POISON
+            }
+        }
+    )+};
+}
+
+integer_element!(i32 => I32, i64 => I64, u32 => U32, u8 => U8);
 
 impl Element for f32 {
     const DTYPE: Dtype = Dtype::F32;
-    const NAN: f32 = f32::NAN;
+    const POISON: f32 = f32::from_bits(0x7fc0_0bad);
     fn from_f64(x: f64) -> Self {
         x as f32
     }
     fn to_f64(self) -> f64 {
         f64::from(self)
     }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
 }
 
 impl Element for half::f16 {
     const DTYPE: Dtype = Dtype::F16;
-    const NAN: half::f16 = half::f16::NAN;
+    const POISON: half::f16 = half::f16::from_bits(0x7e5a);
     fn from_f64(x: f64) -> Self {
         half::f16::from_f64(x)
     }
     fn to_f64(self) -> f64 {
         half::f16::to_f64(self)
     }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
 }
 
 impl Element for half::bf16 {
     const DTYPE: Dtype = Dtype::Bf16;
-    const NAN: half::bf16 = half::bf16::NAN;
+    const POISON: half::bf16 = half::bf16::from_bits(0x7fda);
     fn from_f64(x: f64) -> Self {
         half::bf16::from_f64(x)
     }
     fn to_f64(self) -> f64 {
         half::bf16::to_f64(self)
     }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
 }
 
 impl Element for float8::F8E4M3 {
     const DTYPE: Dtype = Dtype::E4m3;
-    const NAN: float8::F8E4M3 = float8::F8E4M3::from_bits(0x7f);
+    /// e4m3 has two NaNs; conversions give 0x7f, so the poison is the other.
+    const POISON: float8::F8E4M3 = float8::F8E4M3::from_bits(0xff);
     /// Rounded to nearest; beyond ±448, e4m3 saturates to NaN (it has no infinity).
     fn from_f64(x: f64) -> Self {
         float8::F8E4M3::from_f64(x)
@@ -63,16 +102,22 @@ impl Element for float8::F8E4M3 {
     fn to_f64(self) -> f64 {
         float8::F8E4M3::to_f64(&self)
     }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
+    }
 }
 
 impl Element for float8::F8E5M2 {
     const DTYPE: Dtype = Dtype::E5m2;
-    const NAN: float8::F8E5M2 = float8::F8E5M2::from_bits(0x7f);
+    const POISON: float8::F8E5M2 = float8::F8E5M2::from_bits(0xfe);
     fn from_f64(x: f64) -> Self {
         float8::F8E5M2::from_f64(x)
     }
     fn to_f64(self) -> f64 {
         float8::F8E5M2::to_f64(&self)
+    }
+    fn is_poison(self) -> bool {
+        self.to_bits() == Self::POISON.to_bits()
     }
 }
 

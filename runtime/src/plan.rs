@@ -389,7 +389,7 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
         check_stored(&op)?;
         if let (Some(name), true) = (decl.batch_stride.as_deref(), problems > 1) {
             let one = op.span().unwrap_or(usize::MAX);
-            if decl.access == Access::Write && stride < one && one > 0 {
+            if decl.access.writes() && stride < one && one > 0 {
                 return Err(format!(
                     "{name} = {stride}: the {problems} problems' {} would overlap, each spanning {one} elements; {name} must be at least {one}",
                     decl.name
@@ -402,7 +402,8 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
                 op.ld_name, requires.ld_multiple, variant.bounds
             ));
         }
-        let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()).max(decl.align.unwrap_or(1)));
+        let own = requires.operand_align_bytes.get(&decl.name).copied().unwrap_or(1);
+        let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()).max(decl.align.unwrap_or(1)).max(own));
         if buffer.addr % align != 0 {
             return Err(format!("{} starts at {:#x}, which is not {align}-byte aligned", decl.name, buffer.addr));
         }
@@ -416,14 +417,17 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
         }
         stored.insert(&decl.name, op);
     }
-    // A kernel reads its inputs while it writes its outputs: they may not share memory.
-    for written in stored.values().filter(|o| family.operand(&o.name).is_some_and(|d| d.access == Access::Write)) {
-        for read in stored.values().filter(|o| family.operand(&o.name).is_some_and(|d| d.access == Access::Read)) {
-            let ((ws, we), (rs, re)) = (written.bytes(), read.bytes());
-            if ws < we && rs < re && ws < re && rs < we {
+    // A kernel reads its inputs while it writes its outputs: what it writes shares memory with
+    // no other operand (an operand updated in place is one operand, passed once).
+    let access = |o: &Stored| family.operand(&o.name).map_or(Access::Read, |d| d.access);
+    for (index, written) in stored.values().enumerate().filter(|(_, o)| access(o).writes()) {
+        for other in stored.values().enumerate().filter(|&(i, o)| i != index && (i > index || !access(o).writes())).map(|(_, o)| o) {
+            let ((ws, we), (os, oe)) = (written.bytes(), other.bytes());
+            if ws < we && os < oe && ws < oe && os < we {
+                let does = if access(other).writes() { "also writes" } else { "reads" };
                 return Err(format!(
-                    "{} (bytes {rs:#x}..{re:#x}) overlaps {} (bytes {ws:#x}..{we:#x}), which the kernel writes while it reads {}",
-                    read.name, written.name, read.name
+                    "{} (bytes {os:#x}..{oe:#x}) overlaps {} (bytes {ws:#x}..{we:#x}), which the kernel writes while it {does} {}",
+                    other.name, written.name, other.name
                 ));
             }
         }
@@ -479,10 +483,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .collect::<Result<Vec<Arg>, String>>()?;
 
     let writes_nothing = problems == 0
-        || stored
-            .values()
-            .filter(|s| family.operand(&s.name).is_some_and(|o| o.access == Access::Write))
-            .all(|s| s.rows == 0 || s.cols == 0);
+        || stored.values().filter(|s| family.operand(&s.name).is_some_and(|o| o.access.writes())).all(|s| s.rows == 0 || s.cols == 0);
     if writes_nothing {
         return Ok(None);
     }

@@ -156,3 +156,50 @@ fn an_embedded_registry_needs_no_files_and_refuses_what_is_missing() {
     let err = Registry::embedded(garbage).unwrap_err().to_string();
     assert!(err.contains("the registry embedded from /somewhere/my-kernels/manifest.json") && err.contains("does not parse"), "{err}");
 }
+
+/// An operand updated in place (`readwrite`) is one buffer that shares memory with no other
+/// operand, read or written; a template's alignment of one operand holds for it alone.
+#[test]
+fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
+    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_spec::{Access, ParamKind};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // rmsnorm's x made a residual updated in place, and its w made to want 16-byte starts.
+    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    entry.declaration.operands.iter_mut().find(|o| o.name == "x").unwrap().access = Access::ReadWrite;
+    for param in &mut entry.launch.params {
+        if let ParamKind::Pointer { operand, access } = &mut param.kind {
+            if operand == "x" {
+                *access = Access::ReadWrite;
+            }
+        }
+    }
+    entry.requires.operand_align_bytes.insert("w".into(), 16);
+    entry.check().unwrap();
+    let built = Built::unbuilt(entry);
+    let (rows, cols) = (64u64, 1000u64);
+    let n = (rows * cols) as usize;
+    let call = |x: Buffer, w: Buffer, y: Buffer| {
+        Call::default()
+            .operand("x", Dtype::Bf16, x)
+            .operand("w", Dtype::Bf16, w)
+            .operand("y", Dtype::Bf16, y)
+            .quantity("rows", rows)
+            .quantity("cols", cols)
+            .quantity("ldx", cols)
+            .quantity("ldy", cols)
+            .scalar("eps", 1e-5)
+    };
+    let [x, w, y] = Buffer::unallocated([n, cols as usize, n]);
+    plan_call(&built, &call(x, w, y), 132).unwrap();
+    let refused = |call: Call| plan_call(&built, &call, 132).unwrap_err();
+    let message = refused(call(x, Buffer { addr: x.addr + 2 * 512, ..w }, y));
+    assert!(message.contains("w (bytes") && message.contains("overlaps x") && message.contains("while it reads w"), "{message}");
+    let message = refused(call(x, w, Buffer { addr: x.addr + 2 * n as u64 - 2, ..y }));
+    assert!(message.contains("overlaps x") && message.contains("while it also writes"), "{message}");
+    let message = refused(call(x, Buffer { addr: w.addr + 8, ..w }, y));
+    assert!(message.contains("w starts at") && message.contains("not 16-byte aligned"), "{message}");
+    // Other operands keep the variant's rule: x at an element's alignment.
+    plan_call(&built, &call(Buffer { addr: x.addr + 2, ..x }, w, y), 132).unwrap();
+}

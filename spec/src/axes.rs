@@ -37,8 +37,9 @@ axis_enum! {
 
 axis_enum! {
     /// Element type of the inputs, and of the outputs unless an operand's `dtype_axis` says
-    /// otherwise; matrix products accumulate in f32. e4m3 and e5m2 are Hopper's 8-bit floats (OCP FP8).
-    Dtype { F16 => "f16", Bf16 => "bf16", F32 => "f32", E4m3 => "e4m3", E5m2 => "e5m2" }
+    /// otherwise; matrix products accumulate in f32. e4m3 and e5m2 are Hopper's 8-bit floats
+    /// (OCP FP8); i32, i64, u32 and u8 are integers (indices, targets, masks).
+    Dtype { F16 => "f16", Bf16 => "bf16", F32 => "f32", E4m3 => "e4m3", E5m2 => "e5m2", I32 => "i32", I64 => "i64", U32 => "u32", U8 => "u8" }
 }
 
 axis_enum! {
@@ -61,14 +62,21 @@ impl Layout {
 impl Dtype {
     pub fn size_bytes(self) -> u32 {
         match self {
-            Dtype::E4m3 | Dtype::E5m2 => 1,
+            Dtype::E4m3 | Dtype::E5m2 | Dtype::U8 => 1,
             Dtype::F16 | Dtype::Bf16 => 2,
-            Dtype::F32 => 4,
+            Dtype::F32 | Dtype::I32 | Dtype::U32 => 4,
+            Dtype::I64 => 8,
         }
     }
 
+    /// Whether it holds whole numbers only: a value of another kind is never taken for one of
+    /// these, whatever their widths.
+    pub fn is_integer(self) -> bool {
+        matches!(self, Dtype::I32 | Dtype::I64 | Dtype::U32 | Dtype::U8)
+    }
+
     /// The spacing of this type's values at `x` (a unit in the last place): 2^(e - mantissa
-    /// bits) for x's binary exponent e, no lower than the subnormals' spacing.
+    /// bits) for x's binary exponent e, no lower than the subnormals' spacing; 1 for integers.
     pub fn ulp(self, x: f64) -> f64 {
         let (mantissa_bits, min_exponent) = match self {
             Dtype::F16 => (10, -14),
@@ -76,6 +84,7 @@ impl Dtype {
             Dtype::F32 => (23, -126),
             Dtype::E4m3 => (3, -6),
             Dtype::E5m2 => (2, -14),
+            Dtype::I32 | Dtype::I64 | Dtype::U32 | Dtype::U8 => return 1.0,
         };
         let exponent = if x == 0.0 || !x.is_finite() { min_exponent } else { (x.abs().log2().floor() as i32).max(min_exponent) };
         2f64.powi(exponent - mantissa_bits)
@@ -89,6 +98,21 @@ impl Dtype {
             Dtype::F32 => "float",
             Dtype::E4m3 => "__nv_fp8_e4m3",
             Dtype::E5m2 => "__nv_fp8_e5m2",
+            Dtype::I32 => "int",
+            Dtype::I64 => "long long",
+            Dtype::U32 => "unsigned int",
+            Dtype::U8 => "unsigned char",
+        }
+    }
+
+    /// The values it holds exactly, for integers: what a trial's range must lie in.
+    pub fn integer_range(self) -> Option<(f64, f64)> {
+        match self {
+            Dtype::I32 => Some((f64::from(i32::MIN), f64::from(i32::MAX))),
+            Dtype::I64 => Some((-(2f64.powi(63)), 2f64.powi(63) - 1.0)),
+            Dtype::U32 => Some((0.0, f64::from(u32::MAX))),
+            Dtype::U8 => Some((0.0, 255.0)),
+            _ => None,
         }
     }
 }

@@ -244,7 +244,10 @@ impl Parser<'_> {
             declared.extend(self.group(family, &axes, group, &defaults, &backends, &declaration));
         }
         let tolerance = &declaration.reference.tolerance;
-        let dtypes = declared.iter().flat_map(|d| declaration.operands.iter().map(|o| declaration.operand_dtype(&d.variant, o)));
+        // Results are compared in the variant's dtype and each written operand's.
+        let written = declaration.operands.iter().filter(|o| o.access.writes());
+        let dtypes =
+            declared.iter().flat_map(|d| written.clone().map(|o| declaration.operand_dtype(&d.variant, o)).chain([d.variant.dtype]));
         if let Some(missing) = dtypes.into_iter().find(|dtype| !tolerance.contains_key(dtype)) {
             self.report(
                 declaration_offset,

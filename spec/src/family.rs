@@ -82,7 +82,7 @@ pub enum Show {
 }
 
 /// A buffer a call passes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperandDecl {
     pub name: String,
@@ -115,6 +115,109 @@ pub struct OperandDecl {
     /// it, refusing the calls that pass it: a bias, applied by epilogue variants only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// What the trials fill it with, where it is read; none: uniform in [-1, 1) for floats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Values>,
+}
+
+/// The values trials draw for an operand: one of `uniform = [lo, hi]`, `normal = [mean, std]`
+/// or `integers = [lo, hi]` (whole numbers lo ≤ v < hi, expressions of the quantities), then,
+/// optionally, a fraction of them replaced by an `ignore` value, and a fraction drawn
+/// `outside` the integers' range (below lo or at hi and past it) so that the family's stated
+/// handling of bad indices is checked against its reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Values {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uniform: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normal: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub integers: Option<[Expr; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore: Option<f64>,
+    /// The fraction of values that are `ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_fraction: Option<f64>,
+    /// The fraction of integers drawn outside their range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_fraction: Option<f64>,
+}
+
+/// One draw's law, with the call's quantities filled in: what [`Values::law`] gives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Law {
+    Uniform {
+        lo: f64,
+        hi: f64,
+    },
+    Normal {
+        mean: f64,
+        std: f64,
+    },
+    /// Whole numbers lo ≤ v < hi.
+    Integers {
+        lo: f64,
+        hi: f64,
+    },
+}
+
+impl Values {
+    /// The law of a call with these quantities, checked: a range that holds a value, within
+    /// what `dtype` holds (an integer type holds its range, and `ignore` and values drawn
+    /// outside too).
+    pub fn law(&self, dtype: Dtype, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<Law, String> {
+        self.check()?;
+        let law = match (self.uniform, self.normal, &self.integers) {
+            (Some([lo, hi]), _, _) => Law::Uniform { lo, hi },
+            (_, Some([mean, std]), _) => Law::Normal { mean, std },
+            (_, _, Some([lo, hi])) => Law::Integers { lo: lo.eval(quantity)? as f64, hi: hi.eval(quantity)? as f64 },
+            _ => return Err("give one of `uniform = [lo, hi]`, `normal = [mean, std]` or `integers = [lo, hi]`".into()),
+        };
+        match law {
+            Law::Uniform { lo, hi } | Law::Integers { lo, hi } if !(lo.is_finite() && hi.is_finite() && lo < hi) => {
+                return Err(format!("the range [{lo}, {hi}) holds no value: lo must be below hi, both finite"));
+            }
+            Law::Normal { mean, std } if !(mean.is_finite() && std.is_finite() && std > 0.0) => {
+                return Err(format!("normal = [{mean}, {std}]: the mean is finite and the deviation finite and above 0"));
+            }
+            _ => {}
+        }
+        if let Some((min, max)) = dtype.integer_range() {
+            let (lo, hi) = match law {
+                Law::Integers { lo, hi } if self.outside_fraction.is_some() => (lo - 1.0, hi),
+                Law::Integers { lo, hi } | Law::Uniform { lo, hi } => (lo, hi - 1.0),
+                Law::Normal { .. } => return Err(format!("{dtype} holds whole numbers: draw them with `integers` or `uniform`")),
+            };
+            for value in [lo.ceil(), hi.floor()].into_iter().chain(self.ignore) {
+                if !(min..=max).contains(&value) || value.fract() != 0.0 {
+                    return Err(format!("{value} is not a value of {dtype} ({min} to {max})"));
+                }
+            }
+        }
+        Ok(law)
+    }
+
+    /// The rules that need no quantities: one law, fractions in [0, 1], `ignore` with its
+    /// fraction, `outside_fraction` with `integers`.
+    pub fn check(&self) -> Result<(), String> {
+        let laws = [self.uniform.is_some(), self.normal.is_some(), self.integers.is_some()];
+        if laws.iter().filter(|given| **given).count() != 1 {
+            return Err("give one of `uniform = [lo, hi]`, `normal = [mean, std]` or `integers = [lo, hi]`".into());
+        }
+        for (what, fraction) in [("ignore_fraction", self.ignore_fraction), ("outside_fraction", self.outside_fraction)] {
+            if fraction.is_some_and(|f| !(0.0..=1.0).contains(&f)) {
+                return Err(format!("{what} must lie in [0, 1]"));
+            }
+        }
+        if self.ignore.is_some() != self.ignore_fraction.is_some() {
+            return Err("`ignore` and `ignore_fraction` go together".into());
+        }
+        if self.outside_fraction.is_some() && self.integers.is_none() {
+            return Err("`outside_fraction` draws integers outside their range: it needs `integers`".into());
+        }
+        Ok(())
+    }
 }
 
 /// A number a call passes by value.
@@ -189,8 +292,8 @@ impl ScalarDecl {
     }
 }
 
-/// Work done by one call, for performance figures: expressions of the quantities and `elem`
-/// (the variant's element size in bytes).
+/// Work done by one call, for performance figures: expressions of the quantities, `elem`
+/// (the variant's element size in bytes) and `elem_<operand>` (that operand's).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Work {
@@ -381,6 +484,24 @@ impl Family {
         decl.dtype.or_else(by_axis).unwrap_or(variant.dtype)
     }
 
+    /// `elem_<operand>` for each operand: the names work expressions use for an operand's
+    /// element size, beside `elem`.
+    pub fn elem_names(&self) -> Vec<String> {
+        self.operands.iter().map(|o| format!("{ELEM}_{}", o.name)).collect()
+    }
+
+    /// What work expressions of a call of `variant` read: `elem`, `elem_<operand>`, else the
+    /// call's quantities.
+    pub fn work_value(&self, variant: &Variant, name: &str, quantity: &dyn Fn(&str) -> Option<u64>) -> Option<u64> {
+        if name == ELEM {
+            return Some(u64::from(variant.dtype.size_bytes()));
+        }
+        match name.strip_prefix(ELEM).and_then(|n| n.strip_prefix('_')).and_then(|n| self.operand(n)) {
+            Some(decl) => Some(u64::from(self.operand_dtype(variant, decl).size_bytes())),
+            None => quantity(name),
+        }
+    }
+
     pub fn scalar(&self, name: &str) -> Option<&ScalarDecl> {
         self.scalars.iter().find(|s| s.name == name)
     }
@@ -392,8 +513,10 @@ impl Family {
         let mut name = |what: &str, name: &str, problems: &mut Vec<String>| {
             if !crate::variant::is_c_identifier(name) {
                 problems.push(format!("{what} `{name}` is not a C identifier"));
-            } else if !names.insert(name.to_string()) || name == ELEM || name == SMS {
-                problems.push(format!("{what} `{name}`: the name is taken (by another quantity, operand, scalar, `elem` or `sms`)"));
+            } else if !names.insert(name.to_string()) || name == ELEM || name == SMS || name.starts_with("elem_") {
+                problems.push(format!(
+                    "{what} `{name}`: the name is taken (by another quantity, operand, scalar, `elem`, `elem_<operand>` or `sms`)"
+                ));
             }
         };
         if self.quantities.is_empty() {
@@ -404,7 +527,7 @@ impl Family {
         }
         if let Some(batch) = &self.batch {
             name("batch", batch, &mut problems);
-            if !self.operands.iter().any(|o| o.access == Access::Write && o.batch_stride.is_some()) {
+            if !self.operands.iter().any(|o| o.access.writes() && o.batch_stride.is_some()) {
                 problems.push(format!(
                     "batch `{batch}`: every operand written needs a batch_stride, or the problems would write over each other"
                 ));
@@ -449,8 +572,8 @@ impl Family {
         if self.operands.is_empty() {
             problems.push("declares no operands".into());
         }
-        if !self.operands.iter().any(|o| o.access == Access::Write) {
-            problems.push("no operand is written (access = \"write\")".into());
+        if !self.operands.iter().any(|o| o.access.writes()) {
+            problems.push("no operand is written (access = \"write\" or \"readwrite\")".into());
         }
         for operand in &self.operands {
             let what = format!("operand `{}`", operand.name);
@@ -497,6 +620,27 @@ impl Family {
             if operand.optional && operand.access != Access::Read {
                 problems.push(format!("{what}: only operands read may be optional (a call must pass what a kernel writes)"));
             }
+            match (&operand.values, operand.access.reads()) {
+                (Some(_), false) => problems.push(format!("{what}: `values` fills what a kernel reads; a written operand is poisoned")),
+                (Some(values), true) => {
+                    let names = values.integers.iter().flatten().flat_map(|e| e.names()).collect::<Vec<_>>();
+                    if let Some(unknown) = names.iter().find(|n| !quantities.contains(n)) {
+                        problems.push(format!("{what}: values.integers names `{unknown}`, which is not a quantity"));
+                    } else if let Err(rule) = values.check() {
+                        problems.push(format!("{what}: values: {rule}"));
+                    } else if names.is_empty() {
+                        // A range of constants is checked now (against the type where it is
+                        // fixed); one of quantities with each trial's.
+                        if let Err(rule) = values.law(operand.dtype.unwrap_or(Dtype::F32), &|_| None) {
+                            problems.push(format!("{what}: values: {rule}"));
+                        }
+                    }
+                }
+                (None, true) if operand.dtype.is_some_and(Dtype::is_integer) => problems.push(format!(
+                    "{what} holds integers: declare the values trials draw for it (`values = {{ integers = [0, \"cols\"] }}`)"
+                )),
+                (None, _) => {}
+            }
         }
         for scalar in &self.scalars {
             name("scalar", &scalar.name, &mut problems);
@@ -516,7 +660,8 @@ impl Family {
                 problems.push(format!("scalar `{}`: its default {default} is outside {lo}..={hi}", scalar.name));
             }
         }
-        let with_elem: Vec<&str> = quantities.iter().copied().chain([ELEM]).collect();
+        let elems = self.elem_names();
+        let with_elem: Vec<&str> = quantities.iter().copied().chain([ELEM]).chain(elems.iter().map(String::as_str)).collect();
         for (what, expr) in [("work.bytes", &self.work.bytes), ("work.flops", &self.work.flops)] {
             if let Err(rule) = expr.check_names(&with_elem) {
                 problems.push(format!("{what}: {rule}"));

@@ -122,12 +122,27 @@ pub enum ParamKind {
     },
 }
 
-/// Whether a kernel only reads an operand or writes it.
+/// Whether a kernel only reads an operand, only writes it, or reads it and then writes it in
+/// place (`readwrite`: a residual updated as r ← r + x).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     Read,
     Write,
+    #[serde(rename = "readwrite")]
+    ReadWrite,
+}
+
+impl Access {
+    /// The kernel reads what the call passes in it.
+    pub fn reads(self) -> bool {
+        self != Access::Write
+    }
+
+    /// The kernel writes it: no other operand may share its memory.
+    pub fn writes(self) -> bool {
+        self != Access::Read
+    }
 }
 
 /// A parameter as written, every field of every kind optional, none other allowed.

@@ -132,6 +132,10 @@ pub struct Requirements {
     pub ld_multiple: u32,
     /// Base pointers must be aligned to this many bytes.
     pub ptr_align_bytes: u32,
+    /// Bytes the start of these operands must be aligned to, beyond `ptr_align_bytes`: a
+    /// template's per-operand rule (16-byte vectors of x, element loads of an index operand).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub operand_align_bytes: BTreeMap<String, u32>,
 }
 
 /// What a fatbin holds code for.
@@ -220,6 +224,14 @@ impl Requirements {
         if !self.ptr_align_bytes.is_power_of_two() {
             return Err(format!("ptr_align_bytes must be a power of two, got {}", self.ptr_align_bytes));
         }
+        for (operand, &bytes) in &self.operand_align_bytes {
+            if family.operand(operand).is_none() {
+                return Err(format!("align names `{operand}`, which is not an operand of the family"));
+            }
+            if !bytes.is_power_of_two() {
+                return Err(format!("align: `{operand}` must be aligned to a power of two of bytes, got {bytes}"));
+            }
+        }
         Ok(())
     }
 }
@@ -259,7 +271,14 @@ impl Entry {
         }
         self.requires.check(&self.declaration)?;
         if let Some(bytes) = &self.cost_bytes {
-            let known: Vec<&str> = self.declaration.all_quantities().into_iter().chain([crate::family::ELEM]).collect();
+            let elems = self.declaration.elem_names();
+            let known: Vec<&str> = self
+                .declaration
+                .all_quantities()
+                .into_iter()
+                .chain([crate::family::ELEM])
+                .chain(elems.iter().map(String::as_str))
+                .collect();
             bytes.check_names(&known).map_err(|rule| format!("its backend's cost_bytes: {rule}"))?;
         }
         self.launch.check(&self.variant, &self.declaration, &self.targets.sass)

@@ -158,7 +158,10 @@ fn unknown_value_lists_the_allowed_ones() {
     let groups = "\n[[gemm.groups]]\ndtype = [\"f16\", \"f64\"]\n";
     assert_eq!(
         error(groups),
-        format!("variants.toml:{}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2)", line_of(groups, "f64"))
+        format!(
+            "variants.toml:{}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2, i32, i64, u32, u8)",
+            line_of(groups, "f64")
+        )
     );
 }
 
@@ -284,7 +287,7 @@ fn the_shipped_variants_file_parses() {
     assert_eq!(gemm_default.variant.bounds, Bounds::Checked);
     // Every layout, bounds mode and 16- or 32-bit dtype; 8-bit ones are Hopper's, tn only.
     for layout in Layout::ALL {
-        for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1) {
+        for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1 && !d.is_integer()) {
             for bounds in Bounds::ALL {
                 assert!(
                     config.variants.iter().any(|d| d.variant.dtype == *dtype
@@ -296,7 +299,7 @@ fn the_shipped_variants_file_parses() {
             }
         }
     }
-    for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1) {
+    for dtype in Dtype::ALL.iter().filter(|d| d.size_bytes() > 1 && !d.is_integer()) {
         for bounds in Bounds::ALL {
             assert!(config
                 .variants
@@ -315,7 +318,7 @@ fn list_items_are_reported_at_their_own_line() {
     assert_eq!(
         message,
         format!(
-            "variants.toml:{f64_line}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2)\n\
+            "variants.toml:{f64_line}: axis `dtype`: unknown value `f64` (expected one of f16, bf16, f32, e4m3, e5m2, i32, i64, u32, u8)\n\
              variants.toml:{twice_line}: axis `dtype` lists `f16` twice"
         )
     );
@@ -448,7 +451,7 @@ fn bad_declarations_are_reported_at_the_family_table() {
         (
             "stride_c\", dtype_axis = \"out\"",
             "stride_c\", dtype_axis = \"epilogue\"",
-            "operand `c`: dtype_axis `epilogue` must be an axis of the family whose values are among f16, bf16, f32, e4m3, e5m2, in",
+            "operand `c`: dtype_axis `epilogue` must be an axis of the family whose values are among f16, bf16, f32, e4m3, e5m2, i32, i64, u32, u8, in",
         ),
         ("stride_c\", dtype_axis = \"out\"", "stride_c\", dtype_axis = \"outt\"", "operand `c`: dtype_axis `outt` must be an axis"),
         (
@@ -539,4 +542,72 @@ fn per_element_ulps_are_at_least_half_a_unit_and_need_a_reference_variant() {
     assert_eq!(Dtype::F16.ulp(1.0), 2f64.powi(-10));
     assert_eq!(Dtype::F16.ulp(1e-6), 2f64.powi(-24));
     assert_eq!(Dtype::F16.ulp(0.0), 2f64.powi(-24));
+}
+
+/// A family with an integer operand, one updated in place and trial values declared: what
+/// parses, and each broken rule reported at its `[<family>.family]` line.
+#[test]
+fn integer_in_place_and_drawn_operands() {
+    let family = r#"[loss.family]
+quantities = ["rows", "cols"]
+operands = [
+    { name = "x", access = "read", dims = ["rows", "cols"], ld = "ldx", values = { uniform = [-30.0, 30.0] } },
+    { name = "t", access = "read", dims = ["rows"], dtype = "i32", values = { integers = [0, "cols"], ignore = -100, ignore_fraction = 0.1, outside_fraction = 0.02 } },
+    { name = "r", access = "readwrite", dims = ["rows", "cols"], ld = "ldr" },
+    { name = "loss", access = "write", dims = ["rows"], dtype = "f32" },
+]
+work = { bytes = "rows * cols * elem + rows * (elem_t + elem_loss) + 2 * rows * cols * elem_r" }
+baseline = "copy"
+reference = { backend = "reference", tolerance = { f32 = 1e-5 } }
+
+[loss.defaults]
+dtype = "f32"
+backend = "reference"
+warps = 4
+bounds = "checked"
+
+[loss.backends.reference]
+template = "loss.cu.tera"
+sass = ["sm_90"]
+ptx = "compute_90"
+
+[[loss.groups]]
+"#;
+    let config = Config::parse(Path::new("variants.toml"), family).unwrap();
+    let declared = &config.variants[0].family;
+    assert_eq!(declared.operand("t").unwrap().dtype, Some(Dtype::I32));
+    assert!(declared.operand("r").unwrap().access.reads() && declared.operand("r").unwrap().access.writes());
+    let cases = [
+        ("integers = [0, \"cols\"]", "integers = [0, \"colz\"]", "operand `t`: values.integers names `colz`, which is not a quantity"),
+        ("uniform = [-30.0, 30.0]", "uniform = [3.0, 3.0]", "operand `x`: values: the range [3, 3) holds no value"),
+        ("uniform = [-30.0, 30.0]", "uniform = [0.0, 1.0], normal = [0.0, 1.0]", "operand `x`: values: give one of"),
+        ("ignore = -100, ", "", "operand `t`: values: `ignore` and `ignore_fraction` go together"),
+        (
+            "dtype = \"i32\", values = { integers = [0, \"cols\"], ignore = -100, ignore_fraction = 0.1, outside_fraction = 0.02 }",
+            "dtype = \"i32\"",
+            "operand `t` holds integers: declare the values trials draw for it",
+        ),
+        ("access = \"readwrite\"", "access = \"readwrite\", values = { normal = [0.0, 0.0] }", "operand `r`: values: normal = [0, 0]"),
+        (
+            "{ name = \"loss\", access = \"write\"",
+            "{ name = \"loss\", access = \"write\", values = { normal = [0.0, 1.0] }",
+            "operand `loss`: `values` fills what a kernel reads",
+        ),
+        ("elem_t", "elem_q", "work.bytes: expression"),
+    ];
+    for (from, to, rule) in cases {
+        assert!(family.contains(from), "{from}");
+        let text = family.replacen(from, to, 1);
+        let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
+        assert!(message.starts_with("variants.toml:1: [loss.family]: ") && message.contains(rule), "{rule}: {message}");
+    }
+    let message = Config::parse(Path::new("variants.toml"), &family.replace("\"readwrite\"", "\"rw\"")).unwrap_err().to_string();
+    assert!(message.contains("variants.toml:6: unknown value `rw`, expected one of `read`, `write`, `readwrite`"), "{message}");
+    // Constant ranges are checked against a fixed integer type at gen.
+    let u8_family = family.replace(
+        "dtype = \"i32\", values = { integers = [0, \"cols\"], ignore = -100, ignore_fraction = 0.1, outside_fraction = 0.02 }",
+        "dtype = \"u8\", values = { integers = [0, 300] }",
+    );
+    let message = Config::parse(Path::new("variants.toml"), &u8_family).unwrap_err().to_string();
+    assert!(message.contains("operand `t`: values: 299 is not a value of u8 (0 to 255)"), "{message}");
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use tilesmith_runtime::{
     plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
 };
-use tilesmith_spec::family::{Family, OperandDecl, ELEM};
+use tilesmith_spec::family::{Family, Law, OperandDecl, Values};
 use tilesmith_spec::{Access, Variant};
 
 /// A call's quantities, shape and leading dimensions, by name.
@@ -33,6 +33,10 @@ pub enum Buf {
     Bf16(CudaSlice<bf16>),
     E4m3(CudaSlice<F8E4M3>),
     E5m2(CudaSlice<F8E5M2>),
+    I32(CudaSlice<i32>),
+    I64(CudaSlice<i64>),
+    U32(CudaSlice<u32>),
+    U8(CudaSlice<u8>),
 }
 
 /// Runs `$body` with `$s` bound to the slice inside `$buf`, whatever its element type.
@@ -44,6 +48,10 @@ macro_rules! each {
             Buf::Bf16($s) => $body,
             Buf::E4m3($s) => $body,
             Buf::E5m2($s) => $body,
+            Buf::I32($s) => $body,
+            Buf::I64($s) => $body,
+            Buf::U32($s) => $body,
+            Buf::U8($s) => $body,
         }
     };
 }
@@ -55,7 +63,8 @@ fn to_device<T: Element>(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<T>, Stri
 
 fn to_host<T: Element>(gpu: &Gpu, slice: &CudaSlice<T>, len: usize) -> Result<Vec<f64>, String> {
     let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
-    Ok(host.into_iter().map(Element::to_f64).collect())
+    // Poison reads as NaN, whatever the type: an element left unwritten.
+    Ok(host.into_iter().map(|v| if v.is_poison() { f64::NAN } else { v.to_f64() }).collect())
 }
 
 impl Buf {
@@ -67,6 +76,10 @@ impl Buf {
             Dtype::Bf16 => Buf::Bf16(to_device(gpu, values)?),
             Dtype::E4m3 => Buf::E4m3(to_device(gpu, values)?),
             Dtype::E5m2 => Buf::E5m2(to_device(gpu, values)?),
+            Dtype::I32 => Buf::I32(to_device(gpu, values)?),
+            Dtype::I64 => Buf::I64(to_device(gpu, values)?),
+            Dtype::U32 => Buf::U32(to_device(gpu, values)?),
+            Dtype::U8 => Buf::U8(to_device(gpu, values)?),
         })
     }
 
@@ -83,13 +96,12 @@ impl Buf {
     pub fn copy(&self, gpu: &Gpu) -> Result<Buf, String> {
         let stream = gpu.stream();
         let err = |e: cudarc::driver::DriverError| format!("copying on the GPU: {e}");
-        Ok(match self {
-            Buf::F32(s) => Buf::F32(stream.clone_dtod(s).map_err(err)?),
-            Buf::F16(s) => Buf::F16(stream.clone_dtod(s).map_err(err)?),
-            Buf::Bf16(s) => Buf::Bf16(stream.clone_dtod(s).map_err(err)?),
-            Buf::E4m3(s) => Buf::E4m3(stream.clone_dtod(s).map_err(err)?),
-            Buf::E5m2(s) => Buf::E5m2(stream.clone_dtod(s).map_err(err)?),
-        })
+        macro_rules! copies {
+            ($($v:ident),+) => {
+                match self { $(Buf::$v(s) => Buf::$v(stream.clone_dtod(s).map_err(err)?)),+ }
+            };
+        }
+        Ok(copies!(F32, F16, Bf16, E4m3, E5m2, I32, I64, U32, U8))
     }
 
     fn bind<'a, T: Target>(&'a self, call: CallBuilder<'a, T>, name: &str) -> CallBuilder<'a, T> {
@@ -232,35 +244,67 @@ pub struct Buffers {
 }
 
 impl Buffers {
+    /// Read operands hold `inputs`; written ones are poisoned, with guard elements past them;
+    /// one updated in place holds its inputs, poisoned between its rows and past them.
     pub fn new(gpu: &Gpu, ops: Vec<Stored>, inputs: &BTreeMap<String, Vec<f64>>) -> Result<Buffers, String> {
         let bufs = ops
             .iter()
             .map(|op| match op.decl.access {
                 Access::Read => Buf::upload(gpu, op.dtype, &inputs[&op.decl.name]),
                 Access::Write => Buf::upload(gpu, op.dtype, &vec![f64::NAN; op.span() + op.guard()]),
+                Access::ReadWrite => {
+                    let mut values = inputs[&op.decl.name].clone();
+                    values.resize(op.span() + op.guard(), f64::NAN);
+                    Buf::upload(gpu, op.dtype, &values)
+                }
             })
             .collect::<Result<_, _>>()?;
         Ok(Buffers { ops, bufs })
     }
 
-    /// Fresh uniform(-1, 1) inputs for the read operands, as `dtype` holds them.
-    pub fn random_inputs(ops: &[Stored]) -> BTreeMap<String, Vec<f64>> {
-        Self::random_inputs_repeating(ops, usize::MAX)
+    /// Fresh inputs for the operands read, drawn as each declares (`values`; else uniform in
+    /// [-1, 1)), as its type holds them; elements between the rows of one updated in place are
+    /// NaN (poison), so that a write there shows.
+    pub fn random_inputs(ops: &[Stored], shape: &Shape) -> Result<BTreeMap<String, Vec<f64>>, String> {
+        Self::random_inputs_repeating(ops, shape, usize::MAX)
     }
 
     /// As [`Buffers::random_inputs`], each operand a fresh random block of at most `period`
     /// elements repeated: for timing, where making hundreds of millions of random numbers on
     /// the host would take longer than the timing.
-    pub fn random_inputs_repeating(ops: &[Stored], period: usize) -> BTreeMap<String, Vec<f64>> {
+    pub fn random_inputs_repeating(ops: &[Stored], shape: &Shape, period: usize) -> Result<BTreeMap<String, Vec<f64>>, String> {
         let mut rng = rand::rng();
         ops.iter()
-            .filter(|op| op.decl.access == Access::Read)
+            .filter(|op| op.decl.access.reads())
             .map(|op| {
-                let block: Vec<f64> = (0..op.span().min(period)).map(|_| round(op.dtype, rng.random_range(-1.0..1.0))).collect();
-                let values = block.iter().copied().cycle().take(op.span()).collect();
-                (op.decl.name.clone(), values)
+                let draw = draw(op, shape).map_err(|rule| format!("operand `{}`: values: {rule}", op.decl.name))?;
+                let block: Vec<f64> = (0..op.span().min(period)).map(|_| round(op.dtype, draw(&mut rng))).collect();
+                let mut values: Vec<f64> = block.iter().copied().cycle().take(op.span()).collect();
+                if op.decl.access.writes() {
+                    values.iter_mut().enumerate().filter(|(i, _)| i % op.ld >= op.cols).for_each(|(_, v)| *v = f64::NAN);
+                }
+                Ok((op.decl.name.clone(), values))
             })
             .collect()
+    }
+
+    /// Whether every operand written holds what [`Buffers::new`] put there: poison, and the
+    /// inputs of one updated in place.
+    pub fn untouched(&self, gpu: &Gpu, inputs: &BTreeMap<String, Vec<f64>>) -> Result<bool, String> {
+        let same = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
+        for (op, got) in self.ops.iter().filter(|op| op.decl.access.writes()).zip(self.outputs(gpu)?) {
+            let fine = match inputs.get(&op.decl.name) {
+                Some(initial) => {
+                    let region = initial.iter().enumerate().filter(|(i, _)| i % op.ld < op.cols).map(|(_, v)| *v);
+                    got.outside == 0 && got.region.iter().zip(region).all(|(a, b)| same(*a, b))
+                }
+                None => got.unwritten == got.region.len() && got.outside == 0,
+            };
+            if !fine {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Launches `kernel` on these buffers.
@@ -279,7 +323,7 @@ impl Buffers {
         for (op, buf) in self.ops.iter().zip(self.bufs.iter_mut()) {
             call = match op.decl.access {
                 Access::Read => buf.bind(call, &op.decl.name),
-                Access::Write => buf.bind_mut(call, &op.decl.name),
+                Access::Write | Access::ReadWrite => buf.bind_mut(call, &op.decl.name),
             };
         }
         for (q, v) in shape {
@@ -299,24 +343,53 @@ impl Buffers {
 
     /// As [`Buffers::outputs`], over the first `len` elements of each output buffer.
     pub fn outputs_within(&self, gpu: &Gpu, len: usize) -> Result<Vec<Output>, String> {
-        let mut out = Vec::new();
-        for (op, buf) in self.ops.iter().zip(&self.bufs) {
-            if op.decl.access == Access::Write {
-                let values = buf.download_prefix(gpu, len)?;
-                let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
-                for (index, value) in values.into_iter().enumerate() {
-                    if index / op.ld < op.rows && index % op.ld < op.cols {
-                        unwritten += usize::from(value.is_nan());
-                        region.push(value);
-                    } else if !value.is_nan() {
-                        outside += 1;
-                    }
-                }
-                out.push(Output { name: op.decl.name.clone(), region, unwritten, outside });
+        let written = self.ops.iter().zip(&self.bufs).filter(|(op, _)| op.decl.access.writes());
+        written.map(|(op, buf)| each!(buf, s => output(gpu, op, s, len))).collect()
+    }
+}
+
+/// An output's region and counts, from its elements as stored: poison tells an element left
+/// unwritten apart from a NaN the kernel wrote (a declared result, such as a bad index's).
+fn output<T: Element>(gpu: &Gpu, op: &Stored, slice: &CudaSlice<T>, len: usize) -> Result<Output, String> {
+    let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
+    let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
+    for (index, value) in host.into_iter().enumerate() {
+        if index / op.ld < op.rows && index % op.ld < op.cols {
+            unwritten += usize::from(value.is_poison());
+            region.push(if value.is_poison() { f64::NAN } else { value.to_f64() });
+        } else if !value.is_poison() {
+            outside += 1;
+        }
+    }
+    Ok(Output { name: op.decl.name.clone(), region, unwritten, outside })
+}
+
+/// How to draw `op`'s trial values for `shape`: its declared law, else uniform in [-1, 1).
+fn draw(op: &Stored, shape: &Shape) -> Result<impl Fn(&mut rand::rngs::ThreadRng) -> f64, String> {
+    let values = op.decl.values.clone().unwrap_or(Values { uniform: Some([-1.0, 1.0]), ..Values::default() });
+    let law = values.law(op.dtype, &lookup(shape))?;
+    let dtype = op.dtype;
+    Ok(move |rng: &mut rand::rngs::ThreadRng| {
+        if let (Some(ignore), Some(fraction)) = (values.ignore, values.ignore_fraction) {
+            if rng.random_bool(fraction) {
+                return ignore;
             }
         }
-        Ok(out)
-    }
+        match law {
+            Law::Uniform { lo, hi } => rng.random_range(lo..hi),
+            // Box and Muller's transform of two uniform draws.
+            Law::Normal { mean, std } => {
+                let (u, v): (f64, f64) = (1.0 - rng.random::<f64>(), rng.random());
+                mean + std * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+            }
+            Law::Integers { lo, hi } if values.outside_fraction.is_some_and(|f| rng.random_bool(f)) => {
+                // Just outside, and far outside (as far as the type holds).
+                let far = dtype.integer_range().map_or(hi * 2.0, |(_, max)| max.min(hi * 1024.0));
+                [lo - 1.0, hi, (hi + 1.0).min(far), far][rng.random_range(0..4)]
+            }
+            Law::Integers { lo, hi } => rng.random_range(lo..hi).floor(),
+        }
+    })
 }
 
 /// An output operand after a call: its region's values, how many of them were left unwritten
@@ -376,8 +449,12 @@ fn check_ulps(
     let mut worst: f64 = 0.0;
     for (got, want) in mine.outputs(gpu)?.into_iter().zip(theirs.outputs(gpu)?) {
         let dtype = mine.ops.iter().find(|op| op.decl.name == got.name).map_or(kernel.variant().dtype, |op| op.dtype);
-        let distances: Vec<f64> =
-            got.region.iter().zip(&want.region).map(|(g, w)| if g == w { 0.0 } else { (g - w).abs() / dtype.ulp(*w) }).collect();
+        let distances: Vec<f64> = got
+            .region
+            .iter()
+            .zip(&want.region)
+            .map(|(g, w)| if g == w || (g.is_nan() && w.is_nan()) { 0.0 } else { (g - w).abs() / dtype.ulp(*w) })
+            .collect();
         let over: Vec<(usize, f64)> = distances.iter().copied().enumerate().filter(|(_, d)| d.is_nan() || *d > ulps).collect();
         if let Some(&(index, d)) = over.first() {
             return Err(format!(
@@ -418,12 +495,12 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
     for (shape, declared) in &shapes {
         let what = describe(shape);
         let ops = stored(family, variant, shape)?;
-        let inputs = Buffers::random_inputs(&ops);
+        let inputs = Buffers::random_inputs(&ops, shape)?;
         let mut mine = Buffers::new(gpu, ops.clone(), &inputs)?;
         let mut theirs = Buffers::new(gpu, stored(family, reference.variant(), shape)?, &inputs)?;
         match mine.launch(gpu, kernel, shape) {
             Err(Error::Refused { rule, .. }) if *declared => {
-                if mine.outputs(gpu)?.iter().any(|o| o.unwritten != o.region.len() || o.outside > 0) {
+                if !mine.untouched(gpu, &inputs)? {
                     return Err(format!("{what}: refused ({rule}) but an output was written"));
                 }
                 refused.push(format!("{what} ({rule})"));
@@ -485,8 +562,8 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
         _ => (good.clone(), 1),
     };
     let ops = stored(family, variant, &shape)?;
-    let output = ops.iter().position(|op| op.decl.access == Access::Write).ok_or("the family writes no operand")?;
-    let inputs = Buffers::random_inputs(&ops);
+    let output = ops.iter().position(|op| op.decl.access.writes()).ok_or("the family writes no operand")?;
+    let inputs = Buffers::random_inputs(&ops, &shape)?;
     let span = ops[output].span();
     let mut buffers = Buffers::new(gpu, ops.clone(), &inputs)?;
     // Exactly the span, less `short`: no guard rows to hide an out-of-bounds write in.
@@ -508,6 +585,9 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
 pub struct Case {
     pub shape: Shape,
     sets: Vec<Buffers>,
+    /// The first set as made, for operands updated in place (which each timed run changes),
+    /// and none for the others: what the timed result is checked from.
+    initial: Vec<Option<Buf>>,
     copies: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
     bytes: u64,
 }
@@ -517,11 +597,10 @@ impl Case {
         let entry = &kernel.info().entry;
         let (family, variant) = (&entry.declaration, &entry.variant);
         let ops = stored(family, variant, &shape)?;
-        let elem = u64::from(variant.dtype.size_bytes());
-        let bytes = family.work.bytes.eval(&|name| if name == ELEM { Some(elem) } else { shape.get(name).copied() })?;
+        let bytes = family.work.bytes.eval(&|name| family.work_value(variant, name, &lookup(&shape)))?;
         let per_set: usize = ops.iter().map(|op| op.span() * op.dtype.size_bytes() as usize).sum();
         let count = rotation(gpu, per_set)?;
-        let inputs = Buffers::random_inputs_repeating(&ops, REPEAT);
+        let inputs = Buffers::random_inputs_repeating(&ops, &shape, REPEAT)?;
         // Every set holds the same inputs: the first made on the host, the others copied from it
         // on the GPU (made on the host, a set of 2^27 elements took seconds).
         let first = Buffers::new(gpu, ops.clone(), &inputs)?;
@@ -530,6 +609,11 @@ impl Case {
             let bufs = first.bufs.iter().map(|b| b.copy(gpu)).collect::<Result<Vec<_>, _>>()?;
             sets.push(Buffers { ops: ops.clone(), bufs });
         }
+        let initial = ops
+            .iter()
+            .zip(&first.bufs)
+            .map(|(op, buf)| if op.decl.access == Access::ReadWrite { buf.copy(gpu).map(Some) } else { Ok(None) })
+            .collect::<Result<Vec<_>, String>>()?;
         sets.insert(0, first);
         let half = (bytes / 2).max(1) as usize;
         let copies = (0..rotation(gpu, 2 * half)?)
@@ -539,7 +623,7 @@ impl Case {
                 Ok((src, dst))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Case { shape, sets, copies, bytes })
+        Ok(Case { shape, sets, initial, copies, bytes })
     }
 
     /// Median milliseconds of the kernel; its last result on the first set is then compared
@@ -553,19 +637,30 @@ impl Case {
     }
 
     /// Compares the first set's outputs, last written by `kernel`, with the reference's on
-    /// copies of the same inputs made on the GPU (every set holds the same inputs).
+    /// copies of the same inputs made on the GPU (every set holds the same inputs). Where an
+    /// operand is updated in place, the first set gets its initial contents back and `kernel`
+    /// runs on it once more first.
     fn check_first(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<(), String> {
         let shape = &self.shape;
         let reference = reference(registry, kernel)?;
         let family = &kernel.info().entry.declaration;
+        if self.initial.iter().any(Option::is_some) {
+            for (buf, initial) in self.sets[0].bufs.iter_mut().zip(&self.initial) {
+                if let Some(initial) = initial {
+                    *buf = initial.copy(gpu)?;
+                }
+            }
+            self.sets[0].launch(gpu, kernel, shape).map_err(|e| e.to_string())?;
+        }
         let first = &self.sets[0];
         let ops = stored(family, reference.variant(), shape)?;
         let bufs = ops
             .iter()
-            .zip(&first.bufs)
-            .map(|(op, buf)| match op.decl.access {
-                Access::Read => buf.copy(gpu),
-                Access::Write => Buf::upload(gpu, op.dtype, &vec![f64::NAN; op.span() + op.guard()]),
+            .zip(first.bufs.iter().zip(&self.initial))
+            .map(|(op, (buf, initial))| match (op.decl.access, initial) {
+                (Access::Read, _) => buf.copy(gpu),
+                (Access::ReadWrite, Some(initial)) => initial.copy(gpu),
+                _ => Buf::upload(gpu, op.dtype, &vec![f64::NAN; op.span() + op.guard()]),
             })
             .collect::<Result<Vec<_>, String>>()?;
         let mut theirs = Buffers { ops, bufs };

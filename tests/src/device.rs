@@ -29,10 +29,10 @@ pub fn poison<T: Element>(gpu: &Gpu, device: &mut CudaSlice<T>) -> Result<(), St
     use cudarc::driver::sys;
     let stream = gpu.stream();
     let len = device.len();
-    let nan = T::NAN;
+    let nan = T::POISON;
     let (ptr, _record) = device.device_ptr_mut(stream);
     // SAFETY: the pointer spans `len` elements of T, whose size picks the memset's width; the
-    // pattern is T::NAN's bytes (T is plain data).
+    // pattern is T::POISON's bytes (T is plain data).
     let result = unsafe {
         match std::mem::size_of::<T>() {
             1 => sys::cuMemsetD8Async(ptr, std::ptr::read_unaligned(&nan as *const T as *const u8), len, stream.cu_stream()),

@@ -39,6 +39,22 @@ macro_rules! with_element {
                 type $t = tilesmith_runtime::F8E5M2;
                 $body
             }
+            Dtype::I32 => {
+                type $t = i32;
+                $body
+            }
+            Dtype::I64 => {
+                type $t = i64;
+                $body
+            }
+            Dtype::U32 => {
+                type $t = u32;
+                $body
+            }
+            Dtype::U8 => {
+                type $t = u8;
+                $body
+            }
         }
     };
 }

@@ -126,13 +126,13 @@ fn gemm_checked<T: Element, TC: Element, TB: Element>(
     let [a_len, b_len, c_len] = shape.spans();
     let (a, b) = (random::<T>(a_len), random::<TB>(b_len));
     let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
-    let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![TC::NAN; c_len]);
-    c0.resize(c_len + guard(shape.ldc), TC::NAN);
+    let mut c0 = epilogue.c.clone().unwrap_or_else(|| vec![TC::POISON; c_len]);
+    c0.resize(c_len + guard(shape.ldc), TC::POISON);
     // Only C's regions are C: the gaps between rows and between problems stay poisoned.
     let Batch { count, strides: [sa, sb, sc] } = shape.batch;
     let inside = region_mask(c0.len(), shape.m, shape.n, shape.ldc, count, sc);
     for (value, _) in c0.iter_mut().zip(&inside).filter(|(_, inside)| !**inside) {
-        *value = TC::NAN;
+        *value = TC::POISON;
     }
     let mut dc = upload(gpu, &c0)?;
     let bias = epilogue.bias.as_deref().map(|b| upload(gpu, b)).transpose()?;
@@ -281,7 +281,7 @@ fn refused_call<T: Element, TC: Element, TB: Element>(
 ) -> Result<String, String> {
     let [a_len, b_len, _] = shape.spans();
     let (da, db) = (upload(gpu, &random::<T>(a_len))?, upload(gpu, &random::<TB>(b_len))?);
-    let mut dc = upload(gpu, &vec![TC::NAN; c_len])?;
+    let mut dc = upload(gpu, &vec![TC::POISON; c_len])?;
     let (activation, _) = epilogue_of(kernel)?;
     let args = GemmArgs::new(&da, &db, &mut dc, shape).with_epilogue(Epilogue { activation, bias, ..Epilogue::default() });
     let launched = kernel.gemm(gpu, args);
@@ -308,6 +308,7 @@ fn refused_types<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kerne
         Dtype::E5m2 => refused_call::<T, TC, tilesmith_runtime::F8E4M3>(gpu, kernel, shape, c_len, None, "a B of e4m3"),
         Dtype::F32 => refused_call::<T, TC, half::f16>(gpu, kernel, shape, c_len, None, "a B of f16"),
         Dtype::F16 | Dtype::Bf16 => refused_call::<T, TC, f32>(gpu, kernel, shape, c_len, None, "a B of f32"),
+        integer => Err(format!("GEMM variants multiply floats; a B of {integer} has no trial")),
     }
 }
 

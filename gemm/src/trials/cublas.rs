@@ -40,6 +40,7 @@ impl Cublas {
             Dtype::F16 => Ok(cudaDataType::CUDA_R_16F),
             Dtype::Bf16 => Ok(cudaDataType::CUDA_R_16BF),
             Dtype::E4m3 | Dtype::E5m2 => Err(format!("cuBLAS's GEMM takes no {dtype} (cuBLASLt does)")),
+            Dtype::I32 | Dtype::I64 | Dtype::U32 | Dtype::U8 => Err(format!("cuBLAS's GEMM here takes floats, not {dtype}")),
         };
         if TB::DTYPE != T::DTYPE {
             return Err(format!("cuBLAS's GEMM takes A and B of one type, not {} and {}", T::DTYPE, TB::DTYPE));

@@ -12,13 +12,14 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use tilesmith_runtime::{Dtype, Element, Gpu};
 
-fn data_type(dtype: Dtype) -> cudaDataType {
+fn data_type(dtype: Dtype) -> Result<cudaDataType, String> {
     match dtype {
-        Dtype::F32 => cudaDataType::CUDA_R_32F,
-        Dtype::F16 => cudaDataType::CUDA_R_16F,
-        Dtype::Bf16 => cudaDataType::CUDA_R_16BF,
-        Dtype::E4m3 => cudaDataType::CUDA_R_8F_E4M3,
-        Dtype::E5m2 => cudaDataType::CUDA_R_8F_E5M2,
+        Dtype::F32 => Ok(cudaDataType::CUDA_R_32F),
+        Dtype::F16 => Ok(cudaDataType::CUDA_R_16F),
+        Dtype::Bf16 => Ok(cudaDataType::CUDA_R_16BF),
+        Dtype::E4m3 => Ok(cudaDataType::CUDA_R_8F_E4M3),
+        Dtype::E5m2 => Ok(cudaDataType::CUDA_R_8F_E5M2),
+        Dtype::I32 | Dtype::I64 | Dtype::U32 | Dtype::U8 => Err(format!("cuBLASLt's matrix products here take floats, not {dtype}")),
     }
 }
 
@@ -70,7 +71,7 @@ impl LtGemm {
             algo: unsafe { std::mem::zeroed() },
             workspace,
         };
-        let (ty, ty_b, out) = (data_type(T::DTYPE), data_type(TB::DTYPE), data_type(TC::DTYPE));
+        let (ty, ty_b, out) = (data_type(T::DTYPE)?, data_type(TB::DTYPE)?, data_type(TC::DTYPE)?);
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
         // Its A is our B (N×K as it sees it), its B our A (K×M), its D our C (N×M).
         let trans_a = !shape.layout.b_row_major();
