@@ -45,6 +45,7 @@ pub fn check_gemm_call(shape: &GemmShape, buffers: [Buffer; 3]) -> Result<(), St
             rows: stored[i].0,
             cols: stored[i].1,
             ld: lds[i],
+            outer: Vec::new(),
             layout: layouts[i].clone(),
             dtype: Dtype::F32,
             problems: shape.batch.count,

@@ -122,8 +122,9 @@ pub fn span(rows: usize, cols: usize, ld: usize) -> Option<usize> {
     (rows - 1).checked_mul(ld)?.checked_add(cols)
 }
 
-/// One operand as stored: rows of `cols` elements, `ld` apart; with a batch, `problems` of
-/// them `stride` elements apart (1 and 0 otherwise).
+/// One operand as stored: rows of `cols` elements, `ld` apart, and for one of more than two
+/// sides, the sides before those (`outer`: the stride's name, count, stride, outermost first);
+/// with a batch, `problems` of them `stride` elements apart (1 and 0 otherwise).
 #[derive(Clone, Debug)]
 pub struct Stored {
     pub name: String,
@@ -132,6 +133,7 @@ pub struct Stored {
     pub rows: usize,
     pub cols: usize,
     pub ld: usize,
+    pub outer: Vec<(String, usize, usize)>,
     pub problems: usize,
     pub stride: usize,
     /// How it is stored, for messages: `row-major`, `column-major, layout nn`.
@@ -140,9 +142,32 @@ pub struct Stored {
 }
 
 impl Stored {
-    /// Elements one problem's matrix spans.
+    /// Elements one problem's operand spans.
     fn span(&self) -> Option<usize> {
-        span(self.rows, self.cols, self.ld)
+        let matrix = span(self.rows, self.cols, self.ld)?;
+        if matrix == 0 || self.outer.iter().any(|(_, count, _)| *count == 0) {
+            return Some(0);
+        }
+        self.outer.iter().try_fold(matrix, |end, (_, count, stride)| (count - 1).checked_mul(*stride)?.checked_add(end))
+    }
+
+    /// The first side (its stride's name and value) whose elements reach those of the next
+    /// index along it: sides ordered by stride, each must step past everything the smaller
+    /// ones span, or two indices would name one element. Only an operand written must not.
+    fn self_overlap(&self) -> Option<(&str, usize, usize)> {
+        let mut sides: Vec<(&str, usize, usize)> =
+            self.outer.iter().map(|(name, count, stride)| (name.as_str(), *count, *stride)).collect();
+        sides.push((self.ld_name.as_str(), self.rows, self.ld));
+        sides.retain(|(_, count, _)| *count > 1);
+        sides.sort_by_key(|(_, _, stride)| *stride);
+        let mut extent = self.cols;
+        for (name, count, stride) in sides {
+            if stride < extent {
+                return Some((name, stride, extent));
+            }
+            extent = (count - 1).saturating_mul(stride).saturating_add(extent);
+        }
+        None
     }
 
     /// Elements every problem's matrix spans, from the first's start.
@@ -163,6 +188,7 @@ impl Stored {
 pub fn check_stored(op: &Stored) -> Result<(), String> {
     let Stored { name, ld_name, buffer, rows, cols, ld, layout, problems, stride, .. } = op;
     let (rows, cols, ld) = (*rows, *cols, *ld);
+    let sides = || op.outer.iter().map(|(_, count, _)| format!("{count} x ")).collect::<String>();
     let end = u128::from(buffer.addr) + buffer.len as u128 * u128::from(op.dtype.size_bytes());
     if end > 1u128 << 64 {
         return Err(format!(
@@ -179,7 +205,12 @@ pub fn check_stored(op: &Stored) -> Result<(), String> {
     }
     let needed = op.span().ok_or_else(|| format!("{name} spans more elements than an address can hold"))?;
     if buffer.len < needed {
-        return Err(format!("{name} holds {} elements, but {rows} rows of {cols} with {ld_name} = {ld} span {needed}", buffer.len));
+        let strides = op.outer.iter().map(|(name, _, stride)| format!("{name} = {stride}, ")).collect::<String>();
+        return Err(format!(
+            "{name} holds {} elements, but {}{rows} rows of {cols} with {strides}{ld_name} = {ld} span {needed}",
+            buffer.len,
+            sides()
+        ));
     }
     let all = op
         .batch_span()
@@ -374,7 +405,13 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
         let shape = family.stored(variant, decl, &env)?;
         let size = |v: u64| usize::try_from(v).map_err(|_| format!("{} has a side of {v} elements, more than an address holds", decl.name));
         let (rows, cols, ld, layout) = (size(shape.rows)?, size(shape.cols)?, size(shape.ld)?, shape.layout);
-        let ld_name = decl.ld.clone().unwrap_or_else(|| "its length".to_string());
+        let ld_name = decl.stride_names().last().map_or_else(|| "its length".to_string(), str::to_string);
+        let outer = shape
+            .outer
+            .iter()
+            .zip(decl.stride_names())
+            .map(|(&(count, stride), name)| Ok((name.to_string(), size(count)?, size(stride)?)))
+            .collect::<Result<Vec<_>, String>>()?;
         if let [length] = &decl.dims[..] {
             if buffer.len < cols {
                 return Err(format!("{} holds {} elements, but it takes {length} = {cols} of them", decl.name, buffer.len));
@@ -385,8 +422,15 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
             Some(name) if problems > 1 => size(env(name).unwrap_or(0))?,
             _ => 0,
         };
-        let op = Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, layout, dtype, problems: size(problems)?, stride };
+        let op =
+            Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, outer, layout, dtype, problems: size(problems)?, stride };
         check_stored(&op)?;
+        if let Some((side, stride, extent)) = op.self_overlap().filter(|_| decl.access.writes()) {
+            return Err(format!(
+                "{side} = {stride}: the kernel writes {}, and the sides with smaller strides span {extent} elements, so two of its indices would name one element; {side} must be at least {extent}",
+                decl.name
+            ));
+        }
         if let (Some(name), true) = (decl.batch_stride.as_deref(), problems > 1) {
             let one = op.span().unwrap_or(usize::MAX);
             if decl.access.writes() && stride < one && one > 0 {
@@ -396,11 +440,14 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
                 ));
             }
         }
-        if decl.ld.is_some() && ld.checked_rem(requires.ld_multiple as usize) != Some(0) {
-            return Err(format!(
-                "{} = {ld} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
-                op.ld_name, requires.ld_multiple, variant.bounds
-            ));
+        let strides = op.outer.iter().map(|(name, _, stride)| (name.as_str(), *stride)).chain([(op.ld_name.as_str(), ld)]);
+        for (name, stride) in strides.filter(|_| decl.stride_names().next().is_some()) {
+            if stride.checked_rem(requires.ld_multiple as usize) != Some(0) {
+                return Err(format!(
+                    "{name} = {stride} is not a multiple of {} elements, as this {} variant assumes (16-byte rows)",
+                    requires.ld_multiple, variant.bounds
+                ));
+            }
         }
         let own = requires.operand_align_bytes.get(&decl.name).copied().unwrap_or(1);
         let align = u64::from(requires.ptr_align_bytes.max(dtype.size_bytes()).max(decl.align.unwrap_or(1)).max(own));

@@ -203,3 +203,59 @@ fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
     // Other operands keep the variant's rule: x at an element's alignment.
     plan_call(&built, &call(Buffer { addr: x.addr + 2, ..x }, w, y), 132).unwrap();
 }
+
+/// An operand of more than two sides: a stride per side but the last, its span checked against
+/// its buffer in every side, and one written refused where two indices would name one element.
+#[test]
+fn many_sided_operands_are_checked_in_every_side() {
+    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_spec::{Expr, Param, ParamKind};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    // rmsnorm's x and y made [rows, rows, cols] tensors with strides [s, ld].
+    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    for (name, stride, ld) in [("x", "sx", "ldx"), ("y", "sy", "ldy")] {
+        let decl = entry.declaration.operands.iter_mut().find(|o| o.name == name).unwrap();
+        decl.dims.insert(0, Expr::parse("rows").unwrap());
+        decl.ld = None;
+        decl.strides = vec![stride.into(), ld.into()];
+        entry.launch.params.push(Param { name: stride.to_uppercase(), kind: ParamKind::I64 { value: stride.into() } });
+    }
+    entry.check().unwrap();
+    let built = Built::unbuilt(entry);
+    let (rows, cols) = (8u64, 100u64);
+    let call = |x: Buffer, y: Buffer, sx: u64, sy: u64, ldy: u64| {
+        Call::default()
+            .operand("x", Dtype::F32, x)
+            .operand("w", Dtype::Bf16, Buffer { len: cols as usize, addr: 1 << 50 })
+            .operand("y", Dtype::F32, y)
+            .quantity("rows", rows)
+            .quantity("cols", cols)
+            .quantity("ldx", cols)
+            .quantity("ldy", ldy)
+            .quantity("sx", sx)
+            .quantity("sy", sy)
+            .scalar("eps", 1e-5)
+    };
+    let packed = (rows * rows * cols) as usize;
+    let [x, y] = Buffer::unallocated([packed, packed]);
+    let refused = |call: Call| plan_call(&built, &call, 132).unwrap_err();
+    // A bf16 rmsnorm's x and y are bf16; the f32 buffers are refused first.
+    assert!(refused(call(x, y, rows * cols, rows * cols, cols)).contains("takes bf16 elements for x"));
+    let call = |x: Buffer, y: Buffer, sx: u64, sy: u64, ldy: u64| {
+        let mut c = call(x, y, sx, sy, ldy);
+        c.operands.iter_mut().filter(|o| o.0 != "w").for_each(|o| o.1 = Dtype::Bf16);
+        c
+    };
+    plan_call(&built, &call(x, y, rows * cols, rows * cols, cols), 132).unwrap();
+    // The outer side of x spans past its buffer.
+    let message = refused(call(x, y, rows * cols + 1, rows * cols, cols));
+    assert!(message.contains("x holds 6400 elements, but 8 x 8 rows of 100 with sx = 801, ldx = 100 span 6407"), "{message}");
+    // y's outer stride smaller than the rows it steps over: written twice.
+    let message = refused(call(x, y, rows * cols, rows * cols - 1, cols));
+    assert!(message.contains("sy = 799: the kernel writes y") && message.contains("must be at least 800"), "{message}");
+    // Read operands may be read twice over (a stride of 0 repeats x along the outer side).
+    plan_call(&built, &call(x, y, 0, rows * cols, cols), 132).unwrap();
+    // Sides nested the other way round are fine: rows far apart, the outer side between them.
+    plan_call(&built, &call(x, y, rows * cols, cols, rows * cols), 132).unwrap();
+}

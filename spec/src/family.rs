@@ -11,15 +11,21 @@ use crate::variant::Variant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// An operand as a call stores it: `rows` rows of `cols` elements, `ld` apart; `layout` says
-/// how, for messages (`row-major`, `column-major, layout nn`).
+/// An operand as a call stores it: `rows` rows of `cols` elements, `ld` apart, and, for one
+/// of more than two dimensions, `outer` (count, stride in elements) for each dimension before
+/// those two, outermost first; `layout` says how, for messages (`row-major`, `column-major,
+/// layout nn`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stored {
     pub rows: u64,
     pub cols: u64,
     pub ld: u64,
+    pub outer: Vec<(u64, u64)>,
     pub layout: String,
 }
+
+/// Dimensions an operand may have: up to [batch, seq, heads, head_dim] and a few more.
+pub const MAX_RANK: usize = 8;
 
 /// What a family's calls take and compute.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,11 +93,18 @@ pub enum Show {
 pub struct OperandDecl {
     pub name: String,
     pub access: Access,
-    /// [rows, cols] of a matrix, or [length] of a vector, as expressions of the quantities.
+    /// Its sides as expressions of the quantities, outermost first: [length] of a vector,
+    /// [rows, cols] of a matrix, [batch, seq, heads, head_dim] of a tensor (at most
+    /// [`MAX_RANK`]); the last side is contiguous.
     pub dims: Vec<Expr>,
-    /// The quantity that holds the distance between stored rows (matrices only).
+    /// The quantity that holds the distance between stored rows (matrices only): the same as
+    /// `strides = [ld]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ld: Option<String>,
+    /// The quantities that hold the elements between one index and the next of every side but
+    /// the last (which is contiguous), outermost first: for operands of more than two sides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strides: Vec<String>,
     /// `axis[i]`: the operand is row-major where letter i of that axis's value is `t`, and
     /// column-major (stored rows are its columns) where it is `n` (BLAS's convention). None:
     /// row-major.
@@ -217,6 +230,13 @@ impl Values {
             return Err("`outside_fraction` draws integers outside their range: it needs `integers`".into());
         }
         Ok(())
+    }
+}
+
+impl OperandDecl {
+    /// The quantities that hold its strides, outermost first: its `ld`, or its `strides`.
+    pub fn stride_names(&self) -> impl Iterator<Item = &str> {
+        self.ld.as_deref().into_iter().chain(self.strides.iter().map(String::as_str))
     }
 }
 
@@ -445,9 +465,9 @@ impl Family {
         axes
     }
 
-    /// The leading-dimension quantities the operands name.
+    /// The stride quantities the operands name: leading dimensions and every side's stride.
     pub fn lds(&self) -> impl Iterator<Item = &str> {
-        self.operands.iter().filter_map(|o| o.ld.as_deref())
+        self.operands.iter().flat_map(OperandDecl::stride_names)
     }
 
     /// The batch-stride quantities the operands name.
@@ -578,19 +598,33 @@ impl Family {
         for operand in &self.operands {
             let what = format!("operand `{}`", operand.name);
             name("operand", &operand.name, &mut problems);
-            if !(1..=2).contains(&operand.dims.len()) {
-                problems.push(format!("{what}: dims must be [rows, cols] or [length]"));
+            if !(1..=MAX_RANK).contains(&operand.dims.len()) {
+                problems.push(format!("{what}: dims has 1 to {MAX_RANK} sides, outermost first"));
             }
             for dim in &operand.dims {
                 if let Err(rule) = dim.check_names(&quantities) {
                     problems.push(format!("{what}: dims: {rule}"));
                 }
             }
-            match (&operand.ld, operand.dims.len()) {
-                (Some(ld), 2) => name("leading dimension", ld, &mut problems),
-                (None, 2) => problems.push(format!("{what}: a matrix names its leading dimension (`ld = \"ld{}\"`)", operand.name)),
-                (Some(_), _) => problems.push(format!("{what}: a vector has no leading dimension")),
-                (None, _) => {}
+            let rank = operand.dims.len();
+            match (&operand.ld, operand.strides.len(), rank) {
+                (None, 0, 1) => {}
+                (Some(ld), 0, 2) => name("leading dimension", ld, &mut problems),
+                (None, n, _) if rank >= 2 && n + 1 == rank => {
+                    for stride in &operand.strides {
+                        name("stride", stride, &mut problems);
+                    }
+                }
+                (None, 0, 2) => problems.push(format!("{what}: a matrix names its leading dimension (`ld = \"ld{}\"`)", operand.name)),
+                (_, _, 1) => problems.push(format!("{what}: a vector is contiguous: it has no leading dimension or strides")),
+                (Some(_), _, _) => problems.push(format!("{what}: give `ld` (a matrix) or `strides`, not both, and `ld` of matrices only")),
+                (None, n, _) => problems.push(format!(
+                    "{what}: an operand of {rank} sides names a stride for each but the last (contiguous): `strides` has {} quantities, not {n}",
+                    rank.saturating_sub(1)
+                )),
+            }
+            if rank > 2 && operand.order.is_some() {
+                problems.push(format!("{what}: `order` says how a matrix is stored; an operand of {rank} sides gives its strides"));
             }
             if let Some(order) = &operand.order {
                 if let Err(rule) = self.order_axis(order) {
@@ -727,10 +761,15 @@ impl Family {
     /// length. `quantity` gives the call's values.
     pub fn stored(&self, variant: &Variant, operand: &OperandDecl, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<Stored, String> {
         let dims = operand.dims.iter().map(|d| d.eval(quantity)).collect::<Result<Vec<u64>, String>>()?;
-        let (rows, cols) = match dims[..] {
-            [rows, cols] => (rows, cols),
-            [len] => (1, len),
-            _ => return Err(format!("operand `{}` has {} dims", operand.name, dims.len())),
+        let given = |name: &str| quantity(name).ok_or_else(|| format!("the call gives no `{name}`"));
+        let strides = operand.stride_names().map(given).collect::<Result<Vec<u64>, String>>()?;
+        let (rows, cols, outer) = match dims[..] {
+            [rows, cols] => (rows, cols, Vec::new()),
+            [len] => (1, len, Vec::new()),
+            [.., rows, cols] if strides.len() + 1 == dims.len() => {
+                (rows, cols, dims.iter().copied().zip(strides.iter().copied()).take(dims.len() - 2).collect())
+            }
+            _ => return Err(format!("operand `{}` has {} dims and {} strides", operand.name, dims.len(), strides.len())),
         };
         let order = match operand.order.as_deref().map(|o| self.order_axis(o)) {
             Some(Ok((axis, index))) => {
@@ -741,15 +780,13 @@ impl Family {
         };
         let row_major = order.as_ref().is_none_or(|(_, _, row_major)| *row_major);
         let (rows, cols) = if row_major { (rows, cols) } else { (cols, rows) };
-        let ld = match &operand.ld {
-            Some(ld) => quantity(ld).ok_or_else(|| format!("the call gives no `{ld}`"))?,
-            None => cols,
-        };
+        // The stride of the rows: the last before the contiguous side.
+        let ld = if dims.len() >= 2 { strides.last().copied().unwrap_or(cols) } else { cols };
         let layout = match order {
             Some((axis, word, _)) => format!("{}, {axis} {word}", if row_major { "row-major" } else { "column-major" }),
             None => "row-major".into(),
         };
-        Ok(Stored { rows, cols, ld, layout })
+        Ok(Stored { rows, cols, ld, outer, layout })
     }
 
     /// The axis and letter index an operand's `order` names (`layout[0]`).

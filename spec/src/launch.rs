@@ -412,9 +412,9 @@ impl LaunchSpec {
                     decl.name
                 ));
             }
-            if let Some(ld) = decl.ld.as_deref().filter(|ld| pointers == 1 && !gives(ld)) {
+            if let Some(ld) = decl.stride_names().find(|ld| pointers == 1 && !gives(ld)) {
                 return Err(format!(
-                    "the kernel takes a pointer to `{}` but not its leading dimension: add an i32 parameter with value = \"{ld}\"",
+                    "the kernel takes a pointer to `{}` but not its stride `{ld}`: add an i32 or i64 parameter with value = \"{ld}\"",
                     decl.name
                 ));
             }

@@ -611,3 +611,58 @@ ptx = "compute_90"
     let message = Config::parse(Path::new("variants.toml"), &u8_family).unwrap_err().to_string();
     assert!(message.contains("operand `t`: values: 299 is not a value of u8 (0 to 255)"), "{message}");
 }
+
+/// Operands of more than two sides name a stride for each side but the last.
+#[test]
+fn many_sided_operands_name_a_stride_per_side() {
+    let family = r#"[rope.family]
+quantities = ["batch", "seq", "heads", "dim"]
+operands = [
+    { name = "q", access = "readwrite", dims = ["batch", "seq", "heads", "dim"], strides = ["sqb", "sqs", "sqh"] },
+    { name = "cos", access = "read", dims = ["seq", "dim"], ld = "ldc" },
+]
+work = { bytes = "2 * batch * seq * heads * dim * elem" }
+baseline = "copy"
+reference = { backend = "reference", tolerance = { bf16 = 1e-2 } }
+
+[rope.defaults]
+dtype = "bf16"
+backend = "reference"
+warps = 4
+bounds = "checked"
+
+[rope.backends.reference]
+template = "rope.cu.tera"
+sass = ["sm_90"]
+ptx = "compute_90"
+
+[[rope.groups]]
+"#;
+    let config = Config::parse(Path::new("variants.toml"), family).unwrap();
+    let declared = &config.variants[0].family;
+    assert_eq!(declared.all_quantities(), ["batch", "seq", "heads", "dim", "sqb", "sqs", "sqh", "ldc"]);
+    let values = [("batch", 2), ("seq", 3), ("heads", 4), ("dim", 64), ("sqb", 3 * 4 * 64), ("sqs", 4 * 64), ("sqh", 64), ("ldc", 64)];
+    let quantity = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+    let stored = declared.stored(&config.variants[0].variant, &declared.operands[0], &quantity).unwrap();
+    assert_eq!((stored.rows, stored.cols, stored.ld, stored.outer), (4, 64, 64, vec![(2, 768), (3, 256)]));
+    let cases = [
+        (
+            "strides = [\"sqb\", \"sqs\", \"sqh\"]",
+            "strides = [\"sqb\", \"sqs\"]",
+            "operand `q`: an operand of 4 sides names a stride for each but the last (contiguous): `strides` has 3 quantities, not 2",
+        ),
+        ("strides = [\"sqb\", \"sqs\", \"sqh\"]", "strides = [\"sqb\", \"sqs\", \"ldc\"]", "`ldc`: the name is taken"),
+        ("ld = \"ldc\"", "strides = [\"ldc\"], ld = \"ldd\"", "operand `cos`: give `ld` (a matrix) or `strides`, not both"),
+        ("dims = [\"seq\", \"dim\"], ld = \"ldc\"", "dims = [\"dim\"], ld = \"ldc\"", "operand `cos`: a vector is contiguous"),
+        (
+            "dims = [\"batch\", \"seq\", \"heads\", \"dim\"]",
+            "dims = [\"batch\", \"seq\", \"heads\", \"dim\", \"dim\", \"dim\", \"dim\", \"dim\", \"dim\"]",
+            "operand `q`: dims has 1 to 8 sides",
+        ),
+    ];
+    for (from, to, rule) in cases {
+        assert!(family.contains(from), "{from}");
+        let message = Config::parse(Path::new("variants.toml"), &family.replacen(from, to, 1)).unwrap_err().to_string();
+        assert!(message.starts_with("variants.toml:1: [rope.family]: ") && message.contains(rule), "{rule}: {message}");
+    }
+}

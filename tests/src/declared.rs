@@ -121,16 +121,37 @@ pub struct Stored {
     pub rows: usize,
     pub cols: usize,
     pub ld: usize,
+    /// The sides before the rows, of an operand of more than two: (count, stride), outermost
+    /// first.
+    pub outer: Vec<(usize, usize)>,
 }
 
 impl Stored {
     /// Elements it spans.
     pub fn span(&self) -> usize {
-        if self.rows == 0 || self.cols == 0 {
+        if self.rows == 0 || self.cols == 0 || self.outer.iter().any(|(count, _)| *count == 0) {
             0
         } else {
-            (self.rows - 1) * self.ld + self.cols
+            self.outer.iter().map(|(count, stride)| (count - 1) * stride).sum::<usize>() + (self.rows - 1) * self.ld + self.cols
         }
+    }
+
+    /// Which of the first `len` elements it stores lie in its region (rather than between its
+    /// rows, or between the blocks of its outer sides).
+    pub fn region_mask(&self, len: usize) -> Vec<bool> {
+        let mut mask = vec![false; len];
+        // Offsets of every index of the outer sides.
+        let mut starts = vec![0usize];
+        for &(count, stride) in &self.outer {
+            starts = starts.iter().flat_map(|s| (0..count).map(move |i| s + i * stride)).collect();
+        }
+        for start in starts {
+            for row in 0..self.rows {
+                let first = start + row * self.ld;
+                mask.iter_mut().skip(first).take(self.cols).for_each(|m| *m = true);
+            }
+        }
+        mask
     }
 
     /// NaN elements past the end of an output, 64 rows and a bit: a write past the last row,
@@ -167,19 +188,29 @@ pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<S
                 rows: s.rows as usize,
                 cols: s.cols as usize,
                 ld: ld as usize,
+                outer: s.outer.iter().map(|&(count, stride)| (count as usize, stride as usize)).collect(),
             })
         })
         .collect()
 }
 
-/// `shape` completed with leading dimensions: each stored row's length plus `pad`, rounded up
-/// to the variant's multiple.
+/// `shape` completed with strides: each stored row's length plus `pad`, rounded up to the
+/// variant's multiple, and each outer side's stride the span of the sides within it, so
+/// rounded.
 pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, String> {
     let family = &kernel.info().entry.declaration;
     let step = u64::from(kernel.info().entry.requires.ld_multiple.max(1));
     for op in stored(family, kernel.variant(), &shape)? {
-        if let Some(ld) = &op.decl.ld {
-            shape.insert(ld.clone(), (op.cols as u64 + pad).max(1).next_multiple_of(step));
+        let names: Vec<&str> = op.decl.stride_names().collect();
+        if let Some((row, outer)) = names.split_last() {
+            let ld = (op.cols as u64 + pad).max(1).next_multiple_of(step);
+            shape.insert(row.to_string(), ld);
+            let mut extent = ld * (op.rows as u64).max(1);
+            for (name, (count, _)) in outer.iter().zip(&op.outer).rev() {
+                let stride = extent.max(1).next_multiple_of(step);
+                shape.insert(name.to_string(), stride);
+                extent = stride * (*count as u64).max(1);
+            }
         }
     }
     Ok(shape)
@@ -281,7 +312,8 @@ impl Buffers {
                 let block: Vec<f64> = (0..op.span().min(period)).map(|_| round(op.dtype, draw(&mut rng))).collect();
                 let mut values: Vec<f64> = block.iter().copied().cycle().take(op.span()).collect();
                 if op.decl.access.writes() {
-                    values.iter_mut().enumerate().filter(|(i, _)| i % op.ld >= op.cols).for_each(|(_, v)| *v = f64::NAN);
+                    let inside = op.region_mask(values.len());
+                    values.iter_mut().zip(inside).filter(|(_, inside)| !inside).for_each(|(v, _)| *v = f64::NAN);
                 }
                 Ok((op.decl.name.clone(), values))
             })
@@ -295,7 +327,7 @@ impl Buffers {
         for (op, got) in self.ops.iter().filter(|op| op.decl.access.writes()).zip(self.outputs(gpu)?) {
             let fine = match inputs.get(&op.decl.name) {
                 Some(initial) => {
-                    let region = initial.iter().enumerate().filter(|(i, _)| i % op.ld < op.cols).map(|(_, v)| *v);
+                    let region = initial.iter().zip(op.region_mask(initial.len())).filter(|(_, inside)| *inside).map(|(v, _)| *v);
                     got.outside == 0 && got.region.iter().zip(region).all(|(a, b)| same(*a, b))
                 }
                 None => got.unwritten == got.region.len() && got.outside == 0,
@@ -353,8 +385,9 @@ impl Buffers {
 fn output<T: Element>(gpu: &Gpu, op: &Stored, slice: &CudaSlice<T>, len: usize) -> Result<Output, String> {
     let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
     let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
-    for (index, value) in host.into_iter().enumerate() {
-        if index / op.ld < op.rows && index % op.ld < op.cols {
+    let inside = op.region_mask(host.len());
+    for (value, inside) in host.into_iter().zip(inside) {
+        if inside {
             unwritten += usize::from(value.is_poison());
             region.push(if value.is_poison() { f64::NAN } else { value.to_f64() });
         } else if !value.is_poison() {
