@@ -202,12 +202,15 @@ __device__ __forceinline__ uint4 residuals(const uint4& a, const uint4& b, float
     return out;
 }
 
-// R ← R + X, Y = R · rsqrt(mean(R²) + eps) · W, row by row, in f32.
-extern "C" __global__ void __launch_bounds__(THREADS)
+// R ← R + X, Y = R · rsqrt(mean(R²) + eps) · W, row by row, in f32. At least one block a
+// multiprocessor: with the thread count alone, ptxas held the f32 kernels to 40 registers and
+// spilled.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
 add_rmsnorm_w16_unchecked(const T* __restrict__ X, T* __restrict__ R, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, int ldx, int ldr, int ldy, float eps)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float scratch[32];
+    const float inv_cols = 1.f / cols;
     T* cache = reinterpret_cast<T*>(smem);
     const T* x = X + (long long)blockIdx.x * ldx;
     T* r = R + (long long)blockIdx.x * ldr;
@@ -227,9 +230,10 @@ add_rmsnorm_w16_unchecked(const T* __restrict__ X, T* __restrict__ R, const T* _
     const uint4* vx = reinterpret_cast<const uint4*>(x + head);
     uint4* vr = reinterpret_cast<uint4*>(r + head);
     uint4* vcache = reinterpret_cast<uint4*>(cache + head + pad);
-    constexpr int U = 4;
+    // Two pairs of loads in flight per thread before any is used: four 16-byte loads, as the
+    // other row-wise kernels have (four pairs spilled registers on sm_90).
+    constexpr int U = 2;
     int v = threadIdx.x;
-    // Four pairs of loads in flight per thread before any is used.
     for (; v + (U - 1) * THREADS < nvec; v += U * THREADS) {
         uint4 a[U], b[U];
 #pragma unroll
@@ -252,7 +256,7 @@ add_rmsnorm_w16_unchecked(const T* __restrict__ X, T* __restrict__ R, const T* _
         cache[i + pad] = s;
         ss = fmaf(to_float(s), to_float(s), ss);
     }
-    const float scale = rsqrtf(block_reduce<false>(ss, scratch) / cols + eps);
+    const float scale = rsqrtf(fmaf(block_reduce<false>(ss, scratch), inv_cols, eps));
     __syncthreads();
     store_cached(y, cols, cache, pad, [&](int i, float v) { return v * scale * to_float(__ldg(&W[i])); });
 }

@@ -64,17 +64,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 layernorm_f32_reference(const T* __restrict__ X, const T* __restrict__ W, const T* __restrict__ B, T* __restrict__ Y, int rows, int cols, int ldx, int ldy, float eps)
 {
     __shared__ double scratch[THREADS];
+    // The one division, first: its slow path is a call, around which ptxas spilled the values
+    // live across it.
+    const double inv_cols = 1.0 / cols;
     const T* x = X + (long long)blockIdx.x * ldx;
     T* y = Y + (long long)blockIdx.x * ldy;
     double s = 0.0;
     for (int i = threadIdx.x; i < cols; i += THREADS) s += (double)to_float(x[i]);
-    const double mean = reduce(s, scratch, false) / cols;
+    const double mean = reduce(s, scratch, false) * inv_cols;
     double ss = 0.0;
     for (int i = threadIdx.x; i < cols; i += THREADS) {
         const double d = (double)to_float(x[i]) - mean;
         ss += d * d;
     }
-    const double scale = 1.0 / sqrt(reduce(ss, scratch, false) / cols + (double)eps);
+    const double scale = 1.0 / sqrt(reduce(ss, scratch, false) * inv_cols + (double)eps);
     for (int i = threadIdx.x; i < cols; i += THREADS)
         y[i] = from_float<T>((float)(((double)to_float(x[i]) - mean) * scale * (double)to_float(W[i]) + (double)to_float(B[i])));
 }
