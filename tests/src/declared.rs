@@ -56,8 +56,9 @@ macro_rules! each {
     };
 }
 
+/// `values` as elements of T on the GPU; NaN stands for the poison.
 fn to_device<T: Element>(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<T>, String> {
-    let host: Vec<T> = values.iter().map(|&v| T::from_f64(v)).collect();
+    let host: Vec<T> = values.iter().map(|&v| if v.is_nan() { T::POISON } else { T::from_f64(v) }).collect();
     gpu.stream().clone_htod(&host).map_err(|e| format!("copying to the GPU: {e}"))
 }
 

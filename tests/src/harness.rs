@@ -109,6 +109,14 @@ fn cpu_trials() -> Vec<Trial> {
         check(relative_error(&[3.0, 4.0], &reference) == 0.0, "equal values")?;
         check((relative_error(&[3.0, 4.5], &reference) - 0.1).abs() < 1e-12, "0.5 off a norm of 5")?;
         check(relative_error(&[f64::NAN, 4.0], &reference).is_infinite(), "NaN fails")?;
+        // A NaN the reference has is a declared result (a bad index's): matched, not measured.
+        check(relative_error(&[f64::NAN, 4.0], &[f64::NAN, 4.0]) == 0.0, "NaN where the reference has NaN")?;
+        check(relative_error(&[3.0, 4.0], &[f64::NAN, 4.0]).is_infinite(), "a number where the reference has NaN")?;
+        // Poison is a NaN of its own bits, told apart from the NaN arithmetic writes.
+        use tilesmith_runtime::Element;
+        check(f32::POISON.is_nan() && f32::POISON.is_poison() && !f32::NAN.is_poison(), "f32's poison")?;
+        check(half::bf16::POISON.is_poison() && !half::bf16::NAN.is_poison(), "bf16's poison")?;
+        check(i32::from_f64(f64::NAN).is_poison() && !i32::from_f64(-100.0).is_poison(), "i32's poison")?;
         let poisoned = [1.0f32, f32::NAN, f32::NAN, 2.0, f32::NAN, f32::NAN];
         let (region, unwritten, outside) = read_regions(&poisoned, 2, 2, 3, 1, 0);
         check(region.len() == 4 && unwritten == 2 && outside == 0, "a 2x2 region of a 2x3 buffer")?;
