@@ -259,3 +259,37 @@ fn many_sided_operands_are_checked_in_every_side() {
     // Sides nested the other way round are fine: rows far apart, the outer side between them.
     plan_call(&built, &call(x, y, rows * cols, cols, rows * cols), 132).unwrap();
 }
+
+/// cross_entropy's i32 targets: a float buffer for them is refused (and an integer one for the
+/// logits), naming the operand; its unchecked variant wants 16-byte logits only, the targets
+/// and outputs at their own alignment.
+#[test]
+fn integer_operands_take_integer_buffers_only() {
+    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let built = |name: &str| Built::unbuilt(manifest.variants.iter().find(|e| e.variant.name == name).unwrap().clone());
+    let (rows, cols) = (64u64, 32000u64);
+    let call = |logits: (Dtype, Buffer), targets: (Dtype, Buffer)| {
+        let [loss, lse] = Buffer::unallocated([rows as usize; 2]).map(|b| Buffer { addr: b.addr + (1 << 52), ..b });
+        Call::default()
+            .operand("logits", logits.0, logits.1)
+            .operand("targets", targets.0, targets.1)
+            .operand("loss", Dtype::F32, loss)
+            .operand("lse", Dtype::F32, lse)
+            .quantity("rows", rows)
+            .quantity("cols", cols)
+            .quantity("ldx", cols)
+    };
+    let [x, t] = Buffer::unallocated([(rows * cols) as usize, rows as usize]);
+    let checked = built("cross_entropy");
+    plan_call(&checked, &call((Dtype::Bf16, x), (Dtype::I32, t)), 132).unwrap();
+    let message = plan_call(&checked, &call((Dtype::Bf16, x), (Dtype::F32, t)), 132).unwrap_err();
+    assert!(message.contains("it takes i32 elements for targets, but the buffer holds f32"), "{message}");
+    let message = plan_call(&checked, &call((Dtype::I32, x), (Dtype::I32, t)), 132).unwrap_err();
+    assert!(message.contains("it takes bf16 elements for logits, but the buffer holds i32"), "{message}");
+    let unchecked = built("cross_entropy_unchecked");
+    plan_call(&unchecked, &call((Dtype::Bf16, x), (Dtype::I32, Buffer { addr: t.addr + 4, ..t })), 132).unwrap();
+    let message = plan_call(&unchecked, &call((Dtype::Bf16, Buffer { addr: x.addr + 8, ..x }), (Dtype::I32, t)), 132).unwrap_err();
+    assert!(message.contains("logits starts at") && message.contains("not 16-byte aligned"), "{message}");
+}
