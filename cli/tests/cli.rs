@@ -1540,10 +1540,7 @@ fn tune_of_a_family_refuses_bad_arguments_without_a_gpu() {
         fails(None, &all)
     };
     let out = tune(&["--family", "softmx"]);
-    assert!(
-        out.contains("unknown family `softmx`; the registry has add_rmsnorm, cross_entropy, gemm, layernorm, rmsnorm, softmax, transpose"),
-        "{out}"
-    );
+    assert!(out.contains("unknown family `softmx`; the registry has ") && out.contains(" gemm, ") && out.contains(" softmax, "), "{out}");
     // GEMM's family is its dispatcher's tuner, which takes GEMM's problems.
     let out = tune(&["--family", "gemm", "--shapes", "4096"]);
     assert!(out.contains("problem `4096` must be MxNxK"), "{out}");

@@ -260,36 +260,40 @@ fn many_sided_operands_are_checked_in_every_side() {
     plan_call(&built, &call(x, y, rows * cols, cols, rows * cols), 132).unwrap();
 }
 
-/// cross_entropy's i32 targets: a float buffer for them is refused (and an integer one for the
-/// logits), naming the operand; its unchecked variant wants 16-byte logits only, the targets
-/// and outputs at their own alignment.
+/// An integer operand takes an integer buffer of its type only, and a float operand no integer
+/// buffer: each refused naming the operand and both types.
 #[test]
 fn integer_operands_take_integer_buffers_only() {
     use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_spec::family::Values;
+    use tilesmith_spec::Expr;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let built = |name: &str| Built::unbuilt(manifest.variants.iter().find(|e| e.variant.name == name).unwrap().clone());
-    let (rows, cols) = (64u64, 32000u64);
-    let call = |logits: (Dtype, Buffer), targets: (Dtype, Buffer)| {
-        let [loss, lse] = Buffer::unallocated([rows as usize; 2]).map(|b| Buffer { addr: b.addr + (1 << 52), ..b });
+    // rmsnorm's w made a vector of i32 (as a gather's indices would be).
+    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    let w = entry.declaration.operands.iter_mut().find(|o| o.name == "w").unwrap();
+    w.dtype = Some(Dtype::I32);
+    w.values = Some(Values { integers: Some([Expr::parse("0").unwrap(), Expr::parse("cols").unwrap()]), ..Values::default() });
+    entry.check().unwrap();
+    let built = Built::unbuilt(entry);
+    let (rows, cols) = (64u64, 1000u64);
+    let call = |x: Dtype, w: Dtype| {
+        let [bx, bw, by] = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
         Call::default()
-            .operand("logits", logits.0, logits.1)
-            .operand("targets", targets.0, targets.1)
-            .operand("loss", Dtype::F32, loss)
-            .operand("lse", Dtype::F32, lse)
+            .operand("x", x, bx)
+            .operand("w", w, bw)
+            .operand("y", Dtype::Bf16, by)
             .quantity("rows", rows)
             .quantity("cols", cols)
             .quantity("ldx", cols)
+            .quantity("ldy", cols)
+            .scalar("eps", 1e-5)
     };
-    let [x, t] = Buffer::unallocated([(rows * cols) as usize, rows as usize]);
-    let checked = built("cross_entropy");
-    plan_call(&checked, &call((Dtype::Bf16, x), (Dtype::I32, t)), 132).unwrap();
-    let message = plan_call(&checked, &call((Dtype::Bf16, x), (Dtype::F32, t)), 132).unwrap_err();
-    assert!(message.contains("it takes i32 elements for targets, but the buffer holds f32"), "{message}");
-    let message = plan_call(&checked, &call((Dtype::I32, x), (Dtype::I32, t)), 132).unwrap_err();
-    assert!(message.contains("it takes bf16 elements for logits, but the buffer holds i32"), "{message}");
-    let unchecked = built("cross_entropy_unchecked");
-    plan_call(&unchecked, &call((Dtype::Bf16, x), (Dtype::I32, Buffer { addr: t.addr + 4, ..t })), 132).unwrap();
-    let message = plan_call(&unchecked, &call((Dtype::Bf16, Buffer { addr: x.addr + 8, ..x }), (Dtype::I32, t)), 132).unwrap_err();
-    assert!(message.contains("logits starts at") && message.contains("not 16-byte aligned"), "{message}");
+    plan_call(&built, &call(Dtype::Bf16, Dtype::I32), 132).unwrap();
+    let message = plan_call(&built, &call(Dtype::Bf16, Dtype::F32), 132).unwrap_err();
+    assert!(message.contains("it takes i32 elements for w, but the buffer holds f32"), "{message}");
+    let message = plan_call(&built, &call(Dtype::Bf16, Dtype::U32), 132).unwrap_err();
+    assert!(message.contains("it takes i32 elements for w, but the buffer holds u32"), "{message}");
+    let message = plan_call(&built, &call(Dtype::I32, Dtype::I32), 132).unwrap_err();
+    assert!(message.contains("it takes bf16 elements for x, but the buffer holds i32"), "{message}");
 }

@@ -243,15 +243,18 @@ fn bad_calls_are_refused_naming_the_family_the_argument_and_the_rule() {
     let e8 = refused(softmax_call(Dtype::E4m3, 64, 64));
     assert!(e8.contains("takes the call"), "{e8}");
     let unknown_family = registry.family("softmx").unwrap_err().to_string();
-    assert!(unknown_family.contains("unknown family `softmx`; the registry has gemm, rmsnorm, softmax, transpose"), "{unknown_family}");
+    assert!(
+        unknown_family.contains("unknown family `softmx`; the registry has ") && unknown_family.contains(" softmax, "),
+        "{unknown_family}"
+    );
 }
 
 #[test]
 fn tables_the_registry_cannot_use_are_refused_at_open() {
     let mut other = softmax_table();
-    other.family = "layernorm".into();
+    other.family = "groupnorm".into();
     let refused = registry(vec![other]).unwrap_err();
-    assert!(refused.contains("is of family `layernorm`, of which the registry has no variant"), "{refused}");
+    assert!(refused.contains("is of family `groupnorm`, of which the registry has no variant"), "{refused}");
     let mut quantities = softmax_table();
     quantities.quantities = vec!["n".into(), "d".into()];
     let refused = registry(vec![quantities]).unwrap_err();
