@@ -413,7 +413,8 @@ mod tests {
         let manifest = shipped();
         let text = serde_json::to_string(&manifest).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(value["families"].as_object().unwrap().len(), 4);
+        let families: std::collections::BTreeSet<&str> = manifest.variants.iter().map(|e| e.variant.family.as_str()).collect();
+        assert_eq!(value["families"].as_object().unwrap().len(), families.len());
         assert!(value["variants"].as_array().unwrap().iter().all(|e| e.get("declaration").is_none()));
         assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), manifest);
         // An entry from an older declaration keeps its own; the others share the family's.
