@@ -2,7 +2,7 @@
 //! random inputs per operand, poisoned outputs with guard rows, its reference variant run on
 //! the GPU beside the variant, and its perf baseline (a device copy of the bytes it moves).
 
-use crate::device::{median_ms, medians_ms, rotation};
+use crate::device::{download, median_ms, medians_ms, rotation, upload};
 use crate::host::relative_error;
 use crate::report::Record;
 use cudarc::driver::CudaSlice;
@@ -59,11 +59,11 @@ macro_rules! each {
 /// `values` as elements of T on the GPU; NaN stands for the poison.
 fn to_device<T: Element>(gpu: &Gpu, values: &[f64]) -> Result<CudaSlice<T>, String> {
     let host: Vec<T> = values.iter().map(|&v| if v.is_nan() { T::POISON } else { T::from_f64(v) }).collect();
-    gpu.stream().clone_htod(&host).map_err(|e| format!("copying to the GPU: {e}"))
+    upload(gpu, &host)
 }
 
 fn to_host<T: Element>(gpu: &Gpu, slice: &CudaSlice<T>, len: usize) -> Result<Vec<f64>, String> {
-    let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
+    let host = download(gpu, &slice.slice(..len.min(slice.len())))?;
     // Poison reads as NaN, whatever the type: an element left unwritten.
     Ok(host.into_iter().map(|v| if v.is_poison() { f64::NAN } else { v.to_f64() }).collect())
 }
@@ -384,7 +384,7 @@ impl Buffers {
 /// An output's region and counts, from its elements as stored: poison tells an element left
 /// unwritten apart from a NaN the kernel wrote (a declared result, such as a bad index's).
 fn output<T: Element>(gpu: &Gpu, op: &Stored, slice: &CudaSlice<T>, len: usize) -> Result<Output, String> {
-    let host = gpu.stream().clone_dtoh(&slice.slice(..len.min(slice.len()))).map_err(|e| format!("copying from the GPU: {e}"))?;
+    let host = download(gpu, &slice.slice(..len.min(slice.len())))?;
     let (mut region, mut unwritten, mut outside) = (Vec::with_capacity(op.rows * op.cols), 0, 0);
     let inside = op.region_mask(host.len());
     for (value, inside) in host.into_iter().zip(inside) {

@@ -22,22 +22,22 @@ pub fn download<T: Element>(gpu: &Gpu, device: &impl DevicePtr<T>) -> Result<Vec
     gpu.stream().clone_dtoh(device).map_err(|err| format!("copying from the GPU: {err}"))
 }
 
-/// Fills `device` with `T`'s NaN on the GPU's stream: a timed case poisons its outputs before
+/// Fills `device` with `T`'s poison on the GPU's stream: a timed case poisons its outputs before
 /// every timing, and a host copy of the NaNs took longer than the timing (117 MB a set for a
 /// 4096×14336 output).
 pub fn poison<T: Element>(gpu: &Gpu, device: &mut CudaSlice<T>) -> Result<(), String> {
     use cudarc::driver::sys;
     let stream = gpu.stream();
     let len = device.len();
-    let nan = T::POISON;
+    let poison = T::POISON;
     let (ptr, _record) = device.device_ptr_mut(stream);
     // SAFETY: the pointer spans `len` elements of T, whose size picks the memset's width; the
     // pattern is T::POISON's bytes (T is plain data).
     let result = unsafe {
         match std::mem::size_of::<T>() {
-            1 => sys::cuMemsetD8Async(ptr, std::ptr::read_unaligned(&nan as *const T as *const u8), len, stream.cu_stream()),
-            2 => sys::cuMemsetD16Async(ptr, std::ptr::read_unaligned(&nan as *const T as *const u16), len, stream.cu_stream()),
-            4 => sys::cuMemsetD32Async(ptr, std::ptr::read_unaligned(&nan as *const T as *const u32), len, stream.cu_stream()),
+            1 => sys::cuMemsetD8Async(ptr, std::ptr::read_unaligned(&poison as *const T as *const u8), len, stream.cu_stream()),
+            2 => sys::cuMemsetD16Async(ptr, std::ptr::read_unaligned(&poison as *const T as *const u16), len, stream.cu_stream()),
+            4 => sys::cuMemsetD32Async(ptr, std::ptr::read_unaligned(&poison as *const T as *const u32), len, stream.cu_stream()),
             size => return Err(format!("poisoning elements of {size} bytes: only 1, 2 and 4 are known")),
         }
     };
