@@ -536,7 +536,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
     }
     let spec = &entry.launch;
     let grid = match &spec.grid {
-        GridRule::Expr { x, y, z } => {
+        GridRule::Expr { x, y, z, .. } => {
             let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { quantities.get(name).copied() };
             let [x, y, z] = [x, y, z].map(|e| e.eval(&env));
             let (x, y, z) = (x?, y?, z?);
@@ -562,7 +562,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .eval(&env)
         .and_then(|b| u32::try_from(b).map_err(|_| format!("{b} bytes of shared memory")))
         .map_err(|rule| format!("its shared memory: {rule}"))?;
-    let persistent = matches!(spec.grid, GridRule::Persistent { .. });
+    let persistent = matches!(spec.grid, GridRule::Persistent { .. } | GridRule::Expr { persistent: true, .. });
     Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args }))
 }
 

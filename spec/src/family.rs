@@ -77,6 +77,11 @@ pub struct AxisDecl {
     /// that variants.toml files that do not use it need not name it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Value>,
+    /// The axis changes how a variant computes (its speed), not what: a row split over a
+    /// cluster of 2 or 8 blocks. Trials compare such variants with the reference variant
+    /// whatever its value of the axis.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tuning: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -47,7 +47,16 @@ pub enum GridRule {
     /// adds up its partial sums: grid = (⌈N/TN⌉·splits, ⌈M/TM⌉, batch), clusters of [splits, 1, 1].
     SplitK { tm: u32, tn: u32, splits: u32 },
     /// Each side an expression of the call's quantities and `sms` (`x = "cdiv(rows, 4)"`).
-    Expr { x: Expr, y: Expr, z: Expr },
+    /// `persistent`: the kernel's blocks loop over the work, so the launch may shrink the
+    /// grid to the clusters that fit on the GPU at once (a row-wise kernel taking rows
+    /// r, r + clusters, ...).
+    Expr {
+        x: Expr,
+        y: Expr,
+        z: Expr,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        persistent: bool,
+    },
 }
 
 impl GridRule {
@@ -280,7 +289,7 @@ impl LaunchSpec {
             _ if split_k > 1 => {
                 return Err(format!("the variant's split_k is {split_k}, so its grid rule must be split_k with {split_k} splits"))
             }
-            GridRule::Expr { x, y, z } => {
+            GridRule::Expr { x, y, z, .. } => {
                 let mut known = family.all_quantities();
                 known.push(SMS);
                 for (side, expr) in [("x", x), ("y", y), ("z", z)] {
