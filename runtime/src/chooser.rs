@@ -21,6 +21,12 @@ use tilesmith_spec::Dtype;
 /// variant, 0.45x the fastest; the entry at 2048x32768, 1.6 away, ranks the fastest first).
 pub const NEAR_ENOUGH: f64 = 2.0;
 
+/// An entry that ranks none of a call's newer variants (a backend added after the table was
+/// measured) still stands for the call where its pick reached this much of the baseline: little
+/// is left to gain there, and the measured pick beats the cost model's guess (the H100 tables of
+/// softmax and rmsnorm before the `cluster` backend, whose narrow rows it serves worst).
+pub const MEASURED_ENOUGH: f64 = 0.8;
+
 /// A family's variants, tables and picks: what [`Registry::family`](crate::Registry::family)
 /// returns. Clones share the picks.
 #[derive(Clone, Debug)]
@@ -246,19 +252,31 @@ impl Chooser {
                     v.backend == r.backend && v.tile == r.tile && v.warps == r.warps && v.bounds == r.bounds && v.axes == r.axes
                 })
             };
-            // An entry stands for the call only where it ranks every variant that takes the call:
-            // a nearer problem that some of them refused (rows past their shared memory) would
-            // pick among the others only.
             // Only direct runs count: another strategy is a plug-in's, which this call does not take.
             fn direct(entry: &family_table::FamilyEntry) -> impl Iterator<Item = (usize, &family_table::Timed)> {
                 entry.ranked.iter().enumerate().filter(|(_, t)| t.is_direct())
             }
-            let covers = |entry: &&family_table::FamilyEntry| takers.iter().all(|(k, _)| direct(entry).any(|(_, t)| same(k, &t.variant)));
+            // A taker an entry does not rank was refused at the entry's problem (rows past its
+            // shared memory), or is newer than the table (a backend added since). Where one was
+            // refused, the entry picked among the others only: it is passed over. Newer ones
+            // leave the entry standing where its pick reached MEASURED_ENOUGH of the baseline
+            // there: the table keeps its measured picks until a tune run ranks the new variants.
+            let fits_there = |k: &Kernel, entry: &family_table::FamilyEntry| {
+                let value = |q: &str| table.quantities.iter().position(|n| n == q).and_then(|i| entry.problem.get(i).copied());
+                let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
+                dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
+            };
+            let stands = |entry: &&family_table::FamilyEntry| {
+                let unranked = || takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant)));
+                let best = direct(entry).find(|(_, t)| takers.iter().any(|(k, _)| same(k, &t.variant)));
+                unranked().next().is_none()
+                    || (unranked().all(|(k, _)| fits_there(k, entry)) && best.is_some_and(|(_, t)| entry.ratio(t) >= MEASURED_ENOUGH))
+            };
             let mut near = of_dtype.into_iter().take_while(|e| e.distance(batch, &problem) <= NEAR_ENOUGH);
-            if let Some(entry) = near.find(covers) {
+            if let Some(entry) = near.find(stands) {
                 let first = direct(entry)
                     .find_map(|(rank, t)| takers.iter().find(|(k, _)| same(k, &t.variant)).map(|(k, _)| (rank, t, *k)))
-                    .expect("the entry ranks every variant that takes the call");
+                    .expect("a standing entry ranks a variant that takes the call");
                 // Near ties are ranked by name, which puts a checked variant before its unchecked
                 // sibling; where that one takes the call it does the same work without the bounds
                 // checks (H200, softmax bf16 32768x4096: 6% faster in turns, tied in the table).
@@ -269,8 +287,11 @@ impl Chooser {
                 };
                 let (rank, timed, kernel) = if first.2.variant().is_checked() { unchecked_tie().unwrap_or(first) } else { first };
                 let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
+                let newer = takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant))).count();
+                let newer =
+                    if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
                 let reason = format!(
-                    "tuning table {}/{}{borrowed}: nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there",
+                    "tuning table {}/{}{borrowed}: nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there{newer}",
                     self.name(),
                     tuning::file_name(&table.device),
                     family_table::describe(&table.quantities, &entry.problem),
@@ -283,7 +304,7 @@ impl Chooser {
             }
         }
         let why = match table {
-            Some(_) => "no measured problem near this call ranks every variant that takes it",
+            Some(_) => "no measured problem near this call ranks every variant that takes it (or every one newer than the table, with a pick near the baseline)",
             None => "no tuning table of this family for this GPU's compute capability",
         };
         let (seconds, kernel) = takers

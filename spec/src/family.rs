@@ -516,14 +516,15 @@ impl Family {
     }
 
     /// What work expressions of a call of `variant` read: `elem`, `elem_<operand>`, else the
-    /// call's quantities.
+    /// call's quantities, else the variant's count axes (a backend's `cost_bytes` may read
+    /// `cluster`).
     pub fn work_value(&self, variant: &Variant, name: &str, quantity: &dyn Fn(&str) -> Option<u64>) -> Option<u64> {
         if name == ELEM {
             return Some(u64::from(variant.dtype.size_bytes()));
         }
         match name.strip_prefix(ELEM).and_then(|n| n.strip_prefix('_')).and_then(|n| self.operand(n)) {
             Some(decl) => Some(u64::from(self.operand_dtype(variant, decl).size_bytes())),
-            None => quantity(name),
+            None => quantity(name).or_else(|| variant.count(name).map(u64::from)),
         }
     }
 

@@ -278,6 +278,7 @@ impl Entry {
                 .into_iter()
                 .chain([crate::family::ELEM])
                 .chain(elems.iter().map(String::as_str))
+                .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
                 .collect();
             bytes.check_names(&known).map_err(|rule| format!("its backend's cost_bytes: {rule}"))?;
         }
