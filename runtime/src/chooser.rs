@@ -348,6 +348,12 @@ impl Target for Chooser {
         pick.kernel.launch(gpu, call)?;
         Ok(pick)
     }
+    fn family(&self) -> &Family {
+        self.declaration()
+    }
+    fn refusal(&self, rule: String) -> Error {
+        Error::NoFamilyVariant { family: self.name().to_string(), rule }
+    }
 }
 
 /// A quantity's value in a call, or its family's default.

@@ -9,7 +9,8 @@ use crate::Result;
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, SyncOnDrop, ValidAsZeroBits};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tilesmith_spec::{Built, Dtype, Variant};
+use tilesmith_spec::family::Family;
+use tilesmith_spec::{Access, Built, Dtype, Variant};
 
 /// An element type the kernels take.
 pub trait Element: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + std::fmt::Debug + 'static {
@@ -279,12 +280,36 @@ pub trait Target {
     type Output;
     /// Checks the call and enqueues it on the GPU's stream.
     fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Self::Output>;
+    /// The declaration of the family it belongs to.
+    fn family(&self) -> &Family;
+    /// The error of a call it refuses before planning, naming it.
+    fn refusal(&self, rule: String) -> Error;
 }
 
 impl Target for Kernel {
     type Output = ();
     fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
         Kernel::launch(self, gpu, call)
+    }
+    fn family(&self) -> &Family {
+        &self.built.entry.declaration
+    }
+    fn refusal(&self, rule: String) -> Error {
+        Error::Refused { name: self.name().to_string(), rule }
+    }
+}
+
+/// Refuses operands passed by shared borrow ([`CallBuilder::operand`]) that the family's kernels
+/// write: a `&CudaSlice` promises the buffer stays as it is.
+pub(crate) fn written_through_shared(family: &Family, shared: &[String]) -> std::result::Result<(), String> {
+    let mut written = shared.iter().filter_map(|name| family.operand(name).filter(|o| o.access.writes()));
+    match written.next() {
+        Some(operand) => Err(format!(
+            "operand `{}` is written by the kernel (access `{}`): pass it with operand_mut (a mutable borrow), not operand",
+            operand.name,
+            if operand.access == Access::ReadWrite { "readwrite" } else { "write" }
+        )),
+        None => Ok(()),
     }
 }
 
@@ -294,23 +319,26 @@ pub struct CallBuilder<'a, T: Target = Kernel> {
     target: &'a T,
     gpu: &'a Gpu,
     call: Call,
+    /// The operands passed by shared borrow, which the kernel must only read.
+    shared: Vec<String>,
     _guards: Vec<SyncOnDrop<'a>>,
 }
 
 impl<'a, T: Target> CallBuilder<'a, T> {
     pub(crate) fn new(target: &'a T, gpu: &'a Gpu) -> Self {
-        CallBuilder { target, gpu, call: Call::default(), _guards: Vec::new() }
+        CallBuilder { target, gpu, call: Call::default(), shared: Vec::new(), _guards: Vec::new() }
     }
 
-    /// An operand the kernel reads.
+    /// An operand the kernel reads; one it writes is refused at the launch.
     pub fn operand<E: Element>(mut self, name: &str, slice: &'a CudaSlice<E>) -> Self {
         let (addr, guard) = slice.device_ptr(self.gpu.stream());
         self._guards.push(guard);
+        self.shared.push(name.to_string());
         self.call = self.call.operand(name, E::DTYPE, Buffer { len: slice.len(), addr });
         self
     }
 
-    /// An operand the kernel writes.
+    /// An operand the kernel writes (or reads and writes in place).
     pub fn operand_mut<E: Element>(mut self, name: &str, slice: &'a mut CudaSlice<E>) -> Self {
         let len = slice.len();
         let (addr, guard) = slice.device_ptr_mut(self.gpu.stream());
@@ -337,6 +365,7 @@ impl<'a, T: Target> CallBuilder<'a, T> {
 
     /// Checks the call and enqueues it on the GPU's stream.
     pub fn launch(self) -> Result<T::Output> {
+        written_through_shared(self.target.family(), &self.shared).map_err(|rule| self.target.refusal(rule))?;
         self.target.launch(self.gpu, &self.call)
     }
 }
@@ -358,6 +387,18 @@ mod tests {
         let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         let entry = manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap();
         Kernel::new(Arc::new(Built::unbuilt(entry)), Fatbin::File("unused".into()))
+    }
+
+    #[test]
+    fn operands_the_kernel_writes_are_refused_through_a_shared_borrow() {
+        let names = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let softmax = kernel("softmax_w16");
+        assert!(written_through_shared(softmax.family(), &names(&["x"])).is_ok());
+        let rule = written_through_shared(softmax.family(), &names(&["x", "y"])).unwrap_err();
+        assert!(rule.contains("operand `y` is written by the kernel (access `write`): pass it with operand_mut"), "{rule}");
+        let add = kernel("add_rmsnorm");
+        let rule = written_through_shared(add.family(), &names(&["x", "r", "w"])).unwrap_err();
+        assert!(rule.contains("operand `r` is written by the kernel (access `readwrite`)"), "{rule}");
     }
 
     #[test]

@@ -416,6 +416,10 @@ pub const SAME_DTYPE: &str = "in";
 
 /// The name expressions use for the element size in bytes.
 pub const ELEM: &str = "elem";
+
+/// What an integer operand read without declared `values` is told.
+const UNDRAWN_INTEGERS: &str = "holds integers: declare the values trials draw for it (`values = { integers = [0, \"cols\"] }`)";
+
 /// The name launch expressions use for the GPU's multiprocessor count.
 pub const SMS: &str = "sms";
 
@@ -504,6 +508,16 @@ impl Family {
 
     /// The element type of `decl` in `variant`: its fixed dtype, its dtype axis's value, or the
     /// variant's dtype.
+    /// The operands `variant` reads as integers without declared `values`: trials would draw
+    /// them uniform in [-1, 1], so -1, 0 or 1. The declaration's check refuses fixed integer
+    /// types; this finds those a variant's dtype (or a dtype axis) makes integers.
+    pub fn undrawn_integers(&self, variant: &Variant) -> Result<(), String> {
+        match self.operands.iter().find(|o| o.access.reads() && o.values.is_none() && self.operand_dtype(variant, o).is_integer()) {
+            Some(o) => Err(format!("operand `{}` ({}) {UNDRAWN_INTEGERS}", o.name, self.operand_dtype(variant, o))),
+            None => Ok(()),
+        }
+    }
+
     pub fn operand_dtype(&self, variant: &Variant, decl: &OperandDecl) -> Dtype {
         let by_axis = || decl.dtype_axis.as_deref().and_then(|axis| variant.word(axis)).and_then(Dtype::parse);
         decl.dtype.or_else(by_axis).unwrap_or(variant.dtype)
@@ -676,9 +690,7 @@ impl Family {
                         }
                     }
                 }
-                (None, true) if operand.dtype.is_some_and(Dtype::is_integer) => problems.push(format!(
-                    "{what} holds integers: declare the values trials draw for it (`values = {{ integers = [0, \"cols\"] }}`)"
-                )),
+                (None, true) if operand.dtype.is_some_and(Dtype::is_integer) => problems.push(format!("{what} {}", UNDRAWN_INTEGERS)),
                 (None, _) => {}
             }
         }

@@ -259,6 +259,7 @@ impl Entry {
             return Err(format!("its family's declaration: {problem}"));
         }
         self.variant.check(&self.declaration)?;
+        self.declaration.undrawn_integers(&self.variant)?;
         if self.entry != *name {
             return Err(format!("its entry symbol `{}` is not its name", self.entry));
         }

@@ -610,6 +610,20 @@ ptx = "compute_90"
     );
     let message = Config::parse(Path::new("variants.toml"), &u8_family).unwrap_err().to_string();
     assert!(message.contains("operand `t`: values: 299 is not a value of u8 (0 to 255)"), "{message}");
+    // An operand typed by the variant's dtype is checked for each variant (in the manifest's
+    // check, at gen): in an i32 variant, `r` holds integers and declares no values.
+    let config = Config::parse(
+        Path::new("variants.toml"),
+        &family.replace("dtype = \"f32\"\nbackend", "dtype = \"i32\"\nbackend").replace("f32 = 1e-5 }", "f32 = 1e-5, i32 = 0.0 }"),
+    )
+    .unwrap();
+    let declared = &config.variants[0];
+    let message = declared.family.undrawn_integers(&declared.variant).unwrap_err();
+    assert!(message.contains("operand `r` (i32) holds integers: declare the values trials draw for it"), "{message}");
+    assert!(config.variants[0]
+        .family
+        .undrawn_integers(&Config::parse(Path::new("variants.toml"), family).unwrap().variants[0].variant)
+        .is_ok());
 }
 
 /// Operands of more than two sides name a stride for each side but the last.
