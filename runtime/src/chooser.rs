@@ -266,11 +266,14 @@ impl Chooser {
                 let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
                 dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
             };
+            let unranked = |entry: &family_table::FamilyEntry| {
+                takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant))).map(|(k, _)| *k).collect::<Vec<_>>()
+            };
             let stands = |entry: &&family_table::FamilyEntry| {
-                let unranked = || takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant)));
+                let unranked = unranked(entry);
                 let best = direct(entry).find(|(_, t)| takers.iter().any(|(k, _)| same(k, &t.variant)));
-                unranked().next().is_none()
-                    || (unranked().all(|(k, _)| fits_there(k, entry)) && best.is_some_and(|(_, t)| entry.ratio(t) >= MEASURED_ENOUGH))
+                unranked.is_empty()
+                    || (unranked.iter().all(|k| fits_there(k, entry)) && best.is_some_and(|(_, t)| entry.ratio(t) >= MEASURED_ENOUGH))
             };
             let mut near = of_dtype.into_iter().take_while(|e| e.distance(batch, &problem) <= NEAR_ENOUGH);
             if let Some(entry) = near.find(stands) {
@@ -287,7 +290,8 @@ impl Chooser {
                 };
                 let (rank, timed, kernel) = if first.2.variant().is_checked() { unchecked_tie().unwrap_or(first) } else { first };
                 let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
-                let newer = takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant))).count();
+                // A standing entry's unranked takers all fit its problem: newer than the table.
+                let newer = unranked(entry).len();
                 let newer =
                     if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
                 let reason = format!(

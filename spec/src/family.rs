@@ -506,18 +506,24 @@ impl Family {
         self.operands.iter().find(|o| o.name == name)
     }
 
-    /// The element type of `decl` in `variant`: its fixed dtype, its dtype axis's value, or the
-    /// variant's dtype.
     /// The operands `variant` reads as integers without declared `values`: trials would draw
     /// them uniform in [-1, 1], so -1, 0 or 1. The declaration's check refuses fixed integer
     /// types; this finds those a variant's dtype (or a dtype axis) makes integers.
     pub fn undrawn_integers(&self, variant: &Variant) -> Result<(), String> {
-        match self.operands.iter().find(|o| o.access.reads() && o.values.is_none() && self.operand_dtype(variant, o).is_integer()) {
-            Some(o) => Err(format!("operand `{}` ({}) {UNDRAWN_INTEGERS}", o.name, self.operand_dtype(variant, o))),
+        let undrawn = self
+            .operands
+            .iter()
+            .filter(|o| o.access.reads() && o.values.is_none())
+            .map(|o| (o, self.operand_dtype(variant, o)))
+            .find(|(_, dtype)| dtype.is_integer());
+        match undrawn {
+            Some((o, dtype)) => Err(format!("operand `{}` ({dtype}) {UNDRAWN_INTEGERS}", o.name)),
             None => Ok(()),
         }
     }
 
+    /// The element type of `decl` in `variant`: its fixed dtype, its dtype axis's value, or the
+    /// variant's dtype.
     pub fn operand_dtype(&self, variant: &Variant, decl: &OperandDecl) -> Dtype {
         let by_axis = || decl.dtype_axis.as_deref().and_then(|axis| variant.word(axis)).and_then(Dtype::parse);
         decl.dtype.or_else(by_axis).unwrap_or(variant.dtype)
