@@ -14,6 +14,7 @@ use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
+use tilesmith_spec::launch::PORTABLE_CLUSTER_BLOCKS;
 use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype};
 
@@ -163,6 +164,11 @@ impl Gpu {
             function
                 .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, allowed as i32)
                 .during(&format!("raising {}'s shared-memory limit", name))?;
+        }
+        if entry.launch.cluster.iter().product::<u32>() > PORTABLE_CLUSTER_BLOCKS {
+            function
+                .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+                .during(&format!("allowing {name} clusters of {:?} blocks", entry.launch.cluster))?;
         }
         loaded.insert(info.fatbin_sha256.clone(), function.clone());
         Ok(function)

@@ -14,7 +14,10 @@ pub const MAX_BLOCK_THREADS: u64 = 1024;
 pub const MAX_BLOCK_DIMS: [u32; 3] = [1024, 1024, 64];
 
 /// Blocks in a cluster that every Hopper GPU launches (the portable cluster size).
-pub const MAX_CLUSTER_BLOCKS: u32 = 8;
+pub const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
+/// Blocks in a cluster that Hopper launches where the kernel opts in (the runtime does, for a
+/// kernel declaring more than the portable size); whether they fit at once is the GPU's to say.
+pub const MAX_CLUSTER_BLOCKS: u32 = 16;
 
 /// How a variant is launched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
