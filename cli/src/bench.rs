@@ -236,24 +236,22 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                             Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
                     }
-                    // Kernels whose leading-dimension rules give the same shape share a case and
-                    // its copy timing.
-                    let mut cases: Vec<(Shape, Case, f64)> = Vec::new();
+                    // Kernels whose leading-dimension rules give the same shape share a case
+                    // (its inputs and its copy's buffers); each is timed in turns with the copy.
+                    let mut cases: Vec<(Shape, Case)> = Vec::new();
                     for kernel in runnable {
                         let full = declared::with_lds(kernel, shape.clone(), 0)?;
-                        let index = match cases.iter().position(|(s, _, _)| *s == full) {
+                        let index = match cases.iter().position(|(s, _)| *s == full) {
                             Some(index) => index,
                             None => {
-                                let mut case = Case::new(&gpu, kernel, full.clone())?;
-                                let baseline_ms = case.time_copy(&gpu)?;
-                                cases.push((full, case, baseline_ms));
+                                cases.push((full.clone(), Case::new(&gpu, kernel, full)?));
                                 cases.len() - 1
                             }
                         };
-                        let (_, case, baseline_ms) = &mut cases[index];
+                        let (_, case) = &mut cases[index];
                         // A variant refusing the launch (shared memory past the GPU's, say) loses
                         // its row only.
-                        match case.record(&gpu, registry, kernel, *baseline_ms) {
+                        match case.record(&gpu, registry, kernel) {
                             Ok(record) => {
                                 println!("{}", record.summary());
                                 records.push(record);
@@ -267,7 +265,6 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         let full = declared::with_lds(packed, shape.clone(), 0)?;
                         let chooser = registry.family(&packed.variant().family).map_err(|e| e.to_string())?;
                         let mut case = Case::new(&gpu, packed, full)?;
-                        let baseline_ms = case.time_copy(&gpu)?;
                         // The fastest variant of this shape that takes the call as made (packed
                         // rows), timed in turns with it in one case: the rows above were each
                         // timed in a turn of its own.
@@ -285,7 +282,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                             record.beside = Some((name.clone(), fastest_ms / chosen_ms));
                             Ok(())
                         };
-                        match case.record_chosen(&gpu, registry, chooser, baseline_ms).and_then(|mut record| {
+                        match case.record_chosen(&gpu, registry, chooser).and_then(|mut record| {
                             beside(&mut case, &mut record)?;
                             Ok(record)
                         }) {

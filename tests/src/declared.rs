@@ -712,16 +712,18 @@ impl Case {
         Ok(())
     }
 
-    /// Median milliseconds of the call through the family's chooser, its pick, and the host
-    /// microseconds a cached call takes to choose, check and enqueue; the pick's result is
-    /// checked against the reference's as [`Case::time_kernel`] checks a variant's.
-    pub fn time_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<(f64, Pick, f64), String> {
+    /// Median milliseconds of the call through the family's chooser and of the copy (timed in
+    /// turns, as [`Case::time_with_copy`]), its pick, and the host microseconds a cached call
+    /// takes to choose, check and enqueue; the pick's result is checked against the reference's
+    /// as [`Case::time_kernel`] checks a variant's.
+    pub fn time_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<([f64; 2], Pick, f64), String> {
         const HOST_CALLS: usize = 64;
         let (shape, count) = (&self.shape, self.sets.len());
-        let sets = &mut self.sets;
+        let (sets, copies) = (&mut self.sets, &mut self.copies);
         let pick = sets[0].launch_chosen(gpu, chooser, shape).map_err(|e| e.to_string())?;
-        let ms = median_ms(gpu.stream(), WARMUP, RUNS, count, |i| {
-            sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string())
+        let ms = medians_ms(gpu.stream(), WARMUP, RUNS, count.max(copies.len()), |i, side| match side {
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string()),
+            _ => copy_once(gpu, copies, i),
         })?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let start = std::time::Instant::now();
@@ -751,25 +753,37 @@ impl Case {
     /// Median milliseconds of a device-to-device copy of half the bytes the call moves (a copy
     /// reads and writes each byte).
     pub fn time_copy(&mut self, gpu: &Gpu) -> Result<f64, String> {
-        let count = self.copies.len();
         let copies = &mut self.copies;
-        median_ms(gpu.stream(), WARMUP, RUNS, count, |i| {
-            let (src, dst) = &mut copies[i % count];
-            gpu.stream().memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
-        })
+        median_ms(gpu.stream(), WARMUP, RUNS, copies.len(), |i| copy_once(gpu, copies, i))
     }
 
-    /// Times the kernel and reports it beside the copy's `baseline_ms`.
-    pub fn record(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel, baseline_ms: f64) -> Result<Record, String> {
-        let kernel_ms = self.time_kernel(gpu, registry, kernel)?;
-        Ok(self.record_timed(gpu, kernel, kernel_ms, baseline_ms))
+    /// Median milliseconds of the kernel and of the copy ([`Case::time_copy`]'s), timed in turns
+    /// ([`medians_ms`]) so that the ratio compares the two at the same moments: a copy timed once
+    /// per case before its kernels read 2,575 in one row of a bench run and 2,960 GB/s in the
+    /// next, for the same bytes (H100, 2026-11-27). The kernel's result is then checked as
+    /// [`Case::time_kernel`] checks it.
+    pub fn time_with_copy(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<[f64; 2], String> {
+        let (shape, count) = (&self.shape, self.sets.len());
+        let (sets, copies) = (&mut self.sets, &mut self.copies);
+        let ms = medians_ms(gpu.stream(), WARMUP, RUNS, count.max(copies.len()), |i, side| match side {
+            0 => sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()),
+            _ => copy_once(gpu, copies, i),
+        })?;
+        self.check_first(gpu, registry, kernel)?;
+        Ok(ms)
     }
 
-    /// Times the call through the family's chooser and reports it beside the copy's
-    /// `baseline_ms`, as variant `dispatch:<pick>`, with the host time of a cached call.
-    pub fn record_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser, baseline_ms: f64) -> Result<Record, String> {
-        let (ms, pick, host_us) = self.time_chosen(gpu, registry, chooser)?;
-        let mut record = self.record_timed(gpu, &pick.kernel, ms, baseline_ms);
+    /// Times the kernel beside the copy and reports the two.
+    pub fn record(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String> {
+        let [kernel_ms, copy_ms] = self.time_with_copy(gpu, registry, kernel)?;
+        Ok(self.record_timed(gpu, kernel, kernel_ms, copy_ms))
+    }
+
+    /// Times the call through the family's chooser beside the copy and reports the two, as
+    /// variant `dispatch:<pick>`, with the host time of a cached call.
+    pub fn record_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<Record, String> {
+        let ([ms, copy_ms], pick, host_us) = self.time_chosen(gpu, registry, chooser)?;
+        let mut record = self.record_timed(gpu, &pick.kernel, ms, copy_ms);
         record.variant = format!("dispatch:{}", pick.kernel.name());
         record.host_us = Some(host_us);
         Ok(record)
@@ -781,6 +795,13 @@ impl Case {
         let shape = family.quantities.iter().map(|q| self.shape[q] as usize).collect();
         Record::new(kernel, gpu, shape, "GB/s", kernel_ms, giga(kernel_ms), "device copy", baseline_ms, giga(baseline_ms), self.sets.len())
     }
+}
+
+/// Copy `i` of a case's rotated (source, destination) pairs.
+fn copy_once(gpu: &Gpu, copies: &mut [(CudaSlice<u8>, CudaSlice<u8>)], i: usize) -> Result<(), String> {
+    let count = copies.len();
+    let (src, dst) = &mut copies[i % count];
+    gpu.stream().memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
 }
 
 /// Whether `kernel` takes `shape` (its multiples, sizes and limits), planned on buffers that hold

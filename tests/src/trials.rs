@@ -71,8 +71,7 @@ pub fn performance(plugins: &[&dyn Plugin], gpu: &Gpu, registry: &Registry, kern
         Baseline::Library(name) => provider(plugins, name, kernel)?.performance(gpu, registry, kernel),
         Baseline::Copy => {
             let mut case = Case::new(gpu, kernel, declared::perf_shape(kernel)?)?;
-            let baseline_ms = case.time_copy(gpu)?;
-            case.record(gpu, registry, kernel, baseline_ms)
+            case.record(gpu, registry, kernel)
         }
     }
 }
