@@ -59,7 +59,7 @@ __device__ double reduce(double v, double* scratch, bool max) {
     return result;
 }
 
-// Lse[r] = log Σ exp(X[r, :]); Loss[r] = Lse[r] − X[r, Targets[r]], 0 where the target is the
+// Lse[r] = log Σ exp(X[r, :]) (where the call passes it); Loss[r] = Lse[r] − X[r, Targets[r]], 0 where the target is the
 // ignore index, NaN where it lies outside [0, cols).
 extern "C" __global__ void __launch_bounds__(THREADS)
 cross_entropy_reference(const T* __restrict__ X, const int* __restrict__ Targets, float* __restrict__ Loss, float* __restrict__ Lse, int rows, int cols, int ldx, int ignore_index)
@@ -74,7 +74,7 @@ cross_entropy_reference(const T* __restrict__ X, const int* __restrict__ Targets
     const double log_sum = m + log(reduce(s, scratch, false));
     if (threadIdx.x == 0) {
         const int target = Targets[blockIdx.x];
-        Lse[blockIdx.x] = (float)log_sum;
+        if (Lse) Lse[blockIdx.x] = (float)log_sum;  // optional: null where the call leaves it out
         if (target == ignore_index) Loss[blockIdx.x] = 0.f;
         else if (target < 0 || target >= cols) Loss[blockIdx.x] = __int_as_float(0x7fffffff);
         else Loss[blockIdx.x] = (float)(log_sum - (double)to_float(x[target]));

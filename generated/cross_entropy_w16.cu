@@ -259,7 +259,7 @@ cross_entropy_w16(const T* __restrict__ X, const int* __restrict__ Targets, floa
             if (target == ignore_index) loss = 0.f;
             else if (target < 0 || target >= cols) loss = __int_as_float(0x7fffffff);
             else loss = log_sum - to_float(x[target]);
-            Lse[blockIdx.x] = log_sum;
+            if (Lse) Lse[blockIdx.x] = log_sum;  // optional: null where the call leaves it out
             Loss[blockIdx.x] = loss;
         }
     }

@@ -130,7 +130,9 @@ pub struct OperandDecl {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub align: Option<u32>,
     /// A call may leave it out (a kernel then gets a null pointer), and a variant may not take
-    /// it, refusing the calls that pass it: a bias, applied by epilogue variants only.
+    /// it, refusing the calls that pass it: a bias, applied by epilogue variants only; an output
+    /// some callers want (cross-entropy's log-sum-exp, kept for the backward pass). The trials
+    /// run every variant once more with its optional outputs left out.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
     /// What the trials fill it with, where it is read; none: uniform in [-1, 1) for floats.
@@ -677,8 +679,10 @@ impl Family {
                         .push(format!("{what}: dtype_axis `{axis}` must be an axis of the family whose values are among {}", dtypes())),
                 }
             }
-            if operand.optional && operand.access != Access::Read {
-                problems.push(format!("{what}: only operands read may be optional (a call must pass what a kernel writes)"));
+            if operand.optional && operand.access == Access::ReadWrite {
+                problems.push(format!(
+                    "{what}: an operand updated in place may not be optional (its kernel reads it: a call cannot leave out its input)"
+                ));
             }
             match (&operand.values, operand.access.reads()) {
                 (Some(_), false) => problems.push(format!("{what}: `values` fills what a kernel reads; a written operand is poisoned")),

@@ -576,6 +576,9 @@ ptx = "compute_90"
     let config = Config::parse(Path::new("variants.toml"), family).unwrap();
     let declared = &config.variants[0].family;
     assert_eq!(declared.operand("t").unwrap().dtype, Some(Dtype::I32));
+    // An output a call may leave out (the kernel gets a null pointer).
+    let lean = family.replacen("{ name = \"loss\", access = \"write\"", "{ name = \"loss\", access = \"write\", optional = true", 1);
+    assert!(Config::parse(Path::new("variants.toml"), &lean).unwrap().variants[0].family.operand("loss").unwrap().optional);
     assert!(declared.operand("r").unwrap().access.reads() && declared.operand("r").unwrap().access.writes());
     let cases = [
         ("integers = [0, \"cols\"]", "integers = [0, \"colz\"]", "operand `t`: values.integers names `colz`, which is not a quantity"),
@@ -594,6 +597,11 @@ ptx = "compute_90"
             "operand `loss`: `values` fills what a kernel reads",
         ),
         ("elem_t", "elem_q", "work.bytes: expression"),
+        (
+            "access = \"readwrite\"",
+            "access = \"readwrite\", optional = true",
+            "operand `r`: an operand updated in place may not be optional",
+        ),
     ];
     for (from, to, rule) in cases {
         assert!(family.contains(from), "{from}");
