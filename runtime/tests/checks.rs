@@ -297,3 +297,32 @@ fn integer_operands_take_integer_buffers_only() {
     let message = plan_call(&built, &call(Dtype::I32, Dtype::I32), 132).unwrap_err();
     assert!(message.contains("it takes bf16 elements for x, but the buffer holds i32"), "{message}");
 }
+
+/// An optional output (cross-entropy's `lse`) may be left out: the kernel gets a null pointer
+/// in its place. An output that is not optional may not.
+#[test]
+fn an_optional_output_left_out_is_passed_as_a_null_pointer() {
+    use tilesmith_runtime::{plan_call, Arg, Buffer, Call, Dtype};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let entry = manifest.variants.into_iter().find(|e| e.variant.name == "cross_entropy").unwrap();
+    let lse_param = entry.launch.params.iter().position(|p| p.name == "Lse").unwrap();
+    let built = Built::unbuilt(entry);
+    let (rows, cols) = (64u64, 1000u64);
+    let [logits, targets, loss, lse] = Buffer::unallocated([(rows * cols) as usize, rows as usize, rows as usize, rows as usize]);
+    let call = || {
+        Call::default()
+            .operand("logits", Dtype::Bf16, logits)
+            .operand("targets", Dtype::I32, targets)
+            .quantity("rows", rows)
+            .quantity("cols", cols)
+            .quantity("ldx", cols)
+    };
+    let args = |call: Call| plan_call(&built, &call, 132).unwrap().unwrap().args;
+    let whole = args(call().operand("loss", Dtype::F32, loss).operand("lse", Dtype::F32, lse));
+    assert!(matches!(whole[lse_param], Arg::Pointer(addr) if addr == lse.addr));
+    let lean = args(call().operand("loss", Dtype::F32, loss));
+    assert!(matches!(lean[lse_param], Arg::Pointer(0)));
+    let message = plan_call(&built, &call().operand("lse", Dtype::F32, lse), 132).unwrap_err();
+    assert!(message.contains("the call does not pass operand `loss`, which every cross_entropy call passes"), "{message}");
+}
