@@ -1551,3 +1551,33 @@ fn tune_of_a_family_refuses_bad_arguments_without_a_gpu() {
     let out = tune(&["--family", "softmax", "--epilogue", "relu"]);
     assert!(out.contains("--epilogue is for tuning GEMM's dispatcher"), "{out}");
 }
+
+/// A template states rules of its variant's calls in its launch contract; the manifest keeps
+/// them, and a malformed one stops gen naming the variant and the rule.
+#[test]
+fn template_rules_reach_the_manifest_and_malformed_ones_stop_gen() {
+    let project = scratch(TRANSPOSE_ONLY);
+    let template = project.path().join("kernel-templates/transpose.cu.tera");
+    let text = std::fs::read_to_string(&template).unwrap();
+    let contract = "{{ contract::transpose_params() }}";
+    assert!(text.contains(contract));
+    let with_rule =
+        |holds: &str| text.replacen(contract, &format!("rules = [{{ holds = \"{holds}\", says = \"square tiles only\" }}]\n{contract}"), 1);
+    std::fs::write(&template, with_rule("m <= 4 * n")).unwrap();
+    succeeds(Some(project.path()), &["gen"]);
+    let manifest: Manifest =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
+    let rules: Vec<String> = manifest.variants[0].requires.rules.iter().map(|r| format!("{r}: {}", r.says)).collect();
+    assert_eq!(rules, ["m <= 4 * n: square tiles only"]);
+    std::fs::write(&template, with_rule("m <= rows")).unwrap();
+    let out = fails(Some(project.path()), &["gen"]);
+    assert!(
+        out.contains(
+            "variant `transpose_64x64`: template transpose.cu.tera: rule `m <= rows` uses `rows`, which is not a quantity of the family"
+        ),
+        "{out}"
+    );
+    std::fs::write(&template, with_rule("m < n < 4")).unwrap();
+    let out = fails(Some(project.path()), &["gen"]);
+    assert!(out.contains("rule `m < n < 4`: write two expressions with one of"), "{out}");
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tera::{Context, Tera};
 use tilesmith_spec::config::plain_words;
 use tilesmith_spec::launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
-use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Targets, Variant};
+use tilesmith_spec::{Declared, Diagnostic, Entry, Expr, Family, Requirements, Rule, Targets, Variant};
 
 /// A variant's rendered source and manifest entry.
 pub struct Rendered {
@@ -170,6 +170,7 @@ impl Renderer {
                 ld_multiple: decl.ld_multiple,
                 ptr_align_bytes: decl.ptr_align_bytes,
                 operand_align_bytes: decl.align,
+                rules: decl.rules,
             },
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
             gflops_per_sm: declared.backend.gflops_per_sm,
@@ -205,6 +206,9 @@ struct LaunchDecl {
     /// Bytes the starts of these operands must be aligned to, beyond `ptr_align_bytes`.
     #[serde(default)]
     align: BTreeMap<String, u32>,
+    /// Rules of the variant's calls beyond its family's (`{ holds = "head_dim == 128", says }`).
+    #[serde(default)]
+    rules: Vec<Rule>,
     params: Vec<Param>,
 }
 

@@ -325,6 +325,9 @@ pub(crate) fn bind<'a>(family: &'a Family, name: &str, call: &'a Call) -> Result
             None => return Err(format!("the call does not give scalar `{}`, which every {name} call gives", decl.name)),
         }
     }
+    for rule in &family.rules {
+        rule.check(&|q| quantities.get(q).copied())?;
+    }
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
     Ok(Bound { quantities, operands, scalars, problems })
 }
@@ -373,6 +376,9 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
     }
 
     let requires = &entry.requires;
+    for rule in &requires.rules {
+        rule.check(&|q| quantities.get(q).copied())?;
+    }
     for (quantity, &multiple) in &requires.multiples {
         let Some(&value) = quantities.get(quantity.as_str()) else {
             return Err(format!("it requires a multiple of `{quantity}`, which a call does not give"));

@@ -326,3 +326,45 @@ fn an_optional_output_left_out_is_passed_as_a_null_pointer() {
     let message = plan_call(&built, &call().operand("lse", Dtype::F32, lse), 132).unwrap_err();
     assert!(message.contains("the call does not pass operand `loss`, which every cross_entropy call passes"), "{message}");
 }
+
+/// Rules between quantities, the family's and a variant's: a call that breaks one is refused
+/// naming the rule, the values it read and its words.
+#[test]
+fn calls_breaking_a_rule_are_refused_naming_it() {
+    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_spec::Rule;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    entry.declaration.rules = vec![Rule::parse("cols <= 1048576", "rows hold at most 2^20 columns").unwrap()];
+    entry.requires.rules = vec![Rule::parse("rows <= 4 * cols", "this variant wants rows of at least a quarter of the rows").unwrap()];
+    entry.check().unwrap();
+    let built = Built::unbuilt(entry);
+    let call = |rows: u64, cols: u64| {
+        let [x, w, y] = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
+        Call::default()
+            .operand("x", Dtype::Bf16, x)
+            .operand("w", Dtype::Bf16, w)
+            .operand("y", Dtype::Bf16, y)
+            .quantity("rows", rows)
+            .quantity("cols", cols)
+            .quantity("ldx", cols)
+            .quantity("ldy", cols)
+            .scalar("eps", 1e-5)
+    };
+    plan_call(&built, &call(64, 1000), 132).unwrap();
+    let message = plan_call(&built, &call(2, 1048577), 132).unwrap_err();
+    assert_eq!(
+        message,
+        "the call breaks the rule `cols <= 1048576` (cols = 1048577: 1048577 <= 1048576 is false): rows hold at most 2^20 columns"
+    );
+    let message = plan_call(&built, &call(4096, 1000), 132).unwrap_err();
+    assert!(
+        message.starts_with("the call breaks the rule `rows <= 4 * cols` (cols = 1000, rows = 4096: 4096 <= 4000 is false)"),
+        "{message}"
+    );
+    // A rule naming what is not a quantity is refused where the manifest is read.
+    let mut entry = built.entry.clone();
+    entry.requires.rules = vec![Rule::parse("heads > 0", "x").unwrap()];
+    assert!(entry.check().unwrap_err().contains("rule `heads > 0` uses `heads`, which is not a quantity of the family"));
+}

@@ -7,6 +7,7 @@
 use crate::axes::{Axis, Bounds, Domain, Dtype, Naming, Value};
 use crate::expr::Expr;
 use crate::launch::Access;
+use crate::rule::Rule;
 use crate::variant::Variant;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,6 +50,11 @@ pub struct Family {
     pub operands: Vec<OperandDecl>,
     #[serde(default)]
     pub scalars: Vec<ScalarDecl>,
+    /// What every call's quantities keep beyond their operands' spans (`heads % kv_heads ==
+    /// 0`): a call that breaks one is refused, naming it; the declared trial shapes must keep
+    /// them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
     pub work: Work,
     pub baseline: Baseline,
     pub reference: Reference,
@@ -764,9 +770,22 @@ impl Family {
             .chain(&self.trials.bench)
             .chain(&self.trials.tune)
             .chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
+        for rule in &self.rules {
+            if let Some(name) = rule.names().find(|n| !all.contains(n)) {
+                problems.push(format!("rule `{rule}` uses `{name}`, which is not one of: {}", all.join(", ")));
+            }
+        }
         for shape in shapes {
             if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
                 problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));
+            }
+            // A shape that leaves out a rule's quantity (a leading dimension the trials choose)
+            // is checked at the call instead.
+            for rule in self.rules.iter().filter(|r| r.names().all(|n| shape.contains_key(n))) {
+                if let Err(broken) = rule.check(&|q| shape.get(q).copied()) {
+                    let described: Vec<String> = shape.iter().map(|(q, v)| format!("{q}={v}")).collect();
+                    problems.push(format!("trials: shape {}: {broken}", described.join(" ")));
+                }
             }
         }
         problems

@@ -13,6 +13,7 @@ pub mod family_table;
 pub mod files;
 pub mod launch;
 pub mod manifest;
+pub mod rule;
 pub mod tuning;
 pub mod variant;
 
@@ -22,4 +23,5 @@ pub use expr::Expr;
 pub use family::Family;
 pub use launch::{Access, GridRule, LaunchSpec, Param, ParamKind};
 pub use manifest::{Built, Entry, Manifest, Registry, Requirements, Resources, Targets};
+pub use rule::Rule;
 pub use variant::Variant;

@@ -136,6 +136,10 @@ pub struct Requirements {
     /// template's per-operand rule (16-byte vectors of x, element loads of an index operand).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub operand_align_bytes: BTreeMap<String, u32>,
+    /// Rules of this variant's calls beyond its family's (a head size it was built for, a mask
+    /// it cannot apply to every shape): a template's `rules = [{ holds, says }]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<crate::Rule>,
 }
 
 /// What a fatbin holds code for.
@@ -230,6 +234,11 @@ impl Requirements {
             }
             if !bytes.is_power_of_two() {
                 return Err(format!("align: `{operand}` must be aligned to a power of two of bytes, got {bytes}"));
+            }
+        }
+        for rule in &self.rules {
+            if let Some(name) = rule.names().find(|n| !family.all_quantities().contains(n)) {
+                return Err(format!("rule `{rule}` uses `{name}`, which is not a quantity of the family"));
             }
         }
         Ok(())

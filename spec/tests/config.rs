@@ -576,6 +576,26 @@ ptx = "compute_90"
     let config = Config::parse(Path::new("variants.toml"), family).unwrap();
     let declared = &config.variants[0].family;
     assert_eq!(declared.operand("t").unwrap().dtype, Some(Dtype::I32));
+    // Rules between quantities: their names must be quantities, and the declared trial shapes
+    // must keep them.
+    let ruled = family.replacen(
+        "work = ",
+        "rules = [{ holds = \"cols % 2 == 0\", says = \"rows have pairs\" }]\ntrials.shapes = [{ rows = 3, cols = 128256 }]\nwork = ",
+        1,
+    );
+    assert_ne!(ruled, family);
+    assert_eq!(Config::parse(Path::new("variants.toml"), &ruled).unwrap().variants[0].family.rules.len(), 1);
+    for (holds, rule) in [
+        ("colz % 2 == 0", "rule `colz % 2 == 0` uses `colz`, which is not one of: rows, cols"),
+        (
+            "cols % 2 == 1",
+            "trials: shape cols=128256 rows=3: the call breaks the rule `cols % 2 == 1` (cols = 128256: 0 == 1 is false): rows have pairs",
+        ),
+        ("cols % 2", "rule `cols % 2`: write two expressions with one of =="),
+    ] {
+        let message = Config::parse(Path::new("variants.toml"), &ruled.replace("cols % 2 == 0", holds)).unwrap_err().to_string();
+        assert!(message.contains(rule), "{holds}: {message}");
+    }
     // An output a call may leave out (the kernel gets a null pointer).
     let lean = family.replacen("{ name = \"loss\", access = \"write\"", "{ name = \"loss\", access = \"write\", optional = true", 1);
     assert!(Config::parse(Path::new("variants.toml"), &lean).unwrap().variants[0].family.operand("loss").unwrap().optional);
