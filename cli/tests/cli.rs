@@ -1584,3 +1584,34 @@ fn template_rules_reach_the_manifest_and_malformed_ones_stop_gen() {
     let out = fails(Some(project.path()), &["gen"]);
     assert!(out.contains("rule `m < n < 4`: write two expressions with one of"), "{out}");
 }
+
+/// A build of some kernels (`--kernels`) carries only the tables of the families its registry
+/// holds, so that the registry opens; a whole build carries them all.
+#[test]
+fn a_partial_build_carries_the_tables_of_the_families_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Some(dir.path());
+    succeeds(None, &["init", dir.path().to_str().unwrap()]);
+    let declared = std::fs::read_to_string(dir.path().join("variants.toml")).unwrap();
+    let twice = declared.split("[scale.family]").nth(1).unwrap().replace("[scale.", "[twice.").replace("[[scale.", "[[twice.");
+    std::fs::write(dir.path().join("variants.toml"), format!("{declared}\n[twice.family]{twice}")).unwrap();
+    succeeds(root, &["gen"]);
+    let tables = dir.path().join("tuning/twice");
+    std::fs::create_dir_all(&tables).unwrap();
+    std::fs::write(
+        tables.join("GPU-132sm.json"),
+        r#"{"format": 1, "family": "twice", "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
+        "quantities": ["n"], "entries": [{"dtype": "f32", "problem": [16777216], "baseline_ms": 0.1,
+        "ranked": [{"variant": "twice_w8", "ms": 0.1}]}]}"#,
+    )
+    .unwrap();
+    let registry = dir.path().join("registry");
+    let out = succeeds(root, &["build", "--kernels", "scale*"]);
+    assert!(out.contains("not carried into the registry, which holds no variant of their family: tuning/twice/GPU-132sm.json"), "{out}");
+    assert!(!registry.join("tuning/twice/GPU-132sm.json").exists());
+    tilesmith_runtime::Registry::open(Some(&registry)).unwrap();
+    succeeds(root, &["build"]);
+    assert!(registry.join("tuning/twice/GPU-132sm.json").exists());
+    let opened = tilesmith_runtime::Registry::open(Some(&registry)).unwrap();
+    assert_eq!(opened.family("twice").unwrap().tables().len(), 1);
+}

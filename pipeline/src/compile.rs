@@ -269,7 +269,16 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     if let Err(err) = registry.remove_undeclared(manifest, &declared) {
         also.push(format!("{err:#}"));
     }
-    if let Err(err) = carry_tables(project, &tables) {
+    // A partial build (`--kernels`) may hold no variant of some family: its tables stay out,
+    // as a registry refuses a table of a family it has no variant of.
+    let held: BTreeSet<&str> = records.values().map(|built| built.entry.variant.family.as_str()).collect();
+    let (carried, left): (Vec<_>, Vec<_>) =
+        tables.into_iter().partition(|(name, _)| name.split('/').next().is_some_and(|family| held.contains(family)));
+    if !left.is_empty() {
+        let names: Vec<&str> = left.iter().map(|(name, _)| name.as_str()).collect();
+        println!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
+    }
+    if let Err(err) = carry_tables(project, &carried) {
         also.push(format!("{err:#}"));
     }
 
