@@ -32,10 +32,39 @@ fn registry_lookup_suggests_close_names_and_says_where_it_looked() {
     assert!(err.starts_with("unknown kernel `gemm_tn_128x128x3`; closest: gemm_tn_128x128x32"), "{err}");
 }
 
+/// The shipped generated manifest.
+fn shipped_manifest() -> Manifest {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The shipped manifest's entry of variant `name`.
+fn shipped_entry(name: &str) -> tilesmith_spec::Entry {
+    shipped_manifest().variants.into_iter().find(|e| e.variant.name == name).unwrap()
+}
+
+/// An rmsnorm call of rows × cols, rows packed, on these buffers of these element types.
+fn rmsnorm_call(
+    rows: u64,
+    cols: u64,
+    dtypes: [tilesmith_runtime::Dtype; 3],
+    buffers: [tilesmith_runtime::Buffer; 3],
+) -> tilesmith_runtime::Call {
+    let ([tx, tw, ty], [x, w, y]) = (dtypes, buffers);
+    tilesmith_runtime::Call::default()
+        .operand("x", tx, x)
+        .operand("w", tw, w)
+        .operand("y", ty, y)
+        .quantity("rows", rows)
+        .quantity("cols", cols)
+        .quantity("ldx", cols)
+        .quantity("ldy", cols)
+        .scalar("eps", 1e-5)
+}
+
 /// A registry manifest made from the shipped generated manifest, without fatbins.
 fn tempdir_with_registry() -> tempfile::TempDir {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let manifest = shipped_manifest();
     let registry = tilesmith_spec::Registry {
         format: manifest.format,
         project: None,
@@ -163,10 +192,8 @@ fn an_embedded_registry_needs_no_files_and_refuses_what_is_missing() {
 fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
     use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
     use tilesmith_spec::{Access, ParamKind};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // rmsnorm's x made a residual updated in place, and its w made to want 16-byte starts.
-    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    let mut entry = shipped_entry("rmsnorm");
     entry.declaration.operands.iter_mut().find(|o| o.name == "x").unwrap().access = Access::ReadWrite;
     for param in &mut entry.launch.params {
         if let ParamKind::Pointer { operand, access } = &mut param.kind {
@@ -180,17 +207,7 @@ fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
     let built = Built::unbuilt(entry);
     let (rows, cols) = (64u64, 1000u64);
     let n = (rows * cols) as usize;
-    let call = |x: Buffer, w: Buffer, y: Buffer| {
-        Call::default()
-            .operand("x", Dtype::Bf16, x)
-            .operand("w", Dtype::Bf16, w)
-            .operand("y", Dtype::Bf16, y)
-            .quantity("rows", rows)
-            .quantity("cols", cols)
-            .quantity("ldx", cols)
-            .quantity("ldy", cols)
-            .scalar("eps", 1e-5)
-    };
+    let call = |x: Buffer, w: Buffer, y: Buffer| rmsnorm_call(rows, cols, [Dtype::Bf16; 3], [x, w, y]);
     let [x, w, y] = Buffer::unallocated([n, cols as usize, n]);
     plan_call(&built, &call(x, w, y), 132).unwrap();
     let refused = |call: Call| plan_call(&built, &call, 132).unwrap_err();
@@ -210,10 +227,8 @@ fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
 fn many_sided_operands_are_checked_in_every_side() {
     use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
     use tilesmith_spec::{Expr, Param, ParamKind};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // rmsnorm's x and y made [rows, rows, cols] tensors with strides [s, ld].
-    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    let mut entry = shipped_entry("rmsnorm");
     for (name, stride, ld) in [("x", "sx", "ldx"), ("y", "sy", "ldy")] {
         let decl = entry.declaration.operands.iter_mut().find(|o| o.name == name).unwrap();
         decl.dims.insert(0, Expr::parse("rows").unwrap());
@@ -264,13 +279,11 @@ fn many_sided_operands_are_checked_in_every_side() {
 /// buffer: each refused naming the operand and both types.
 #[test]
 fn integer_operands_take_integer_buffers_only() {
-    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_runtime::{plan_call, Buffer, Dtype};
     use tilesmith_spec::family::Values;
     use tilesmith_spec::Expr;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // rmsnorm's w made a vector of i32 (as a gather's indices would be).
-    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    let mut entry = shipped_entry("rmsnorm");
     let w = entry.declaration.operands.iter_mut().find(|o| o.name == "w").unwrap();
     w.dtype = Some(Dtype::I32);
     w.values = Some(Values { integers: Some([Expr::parse("0").unwrap(), Expr::parse("cols").unwrap()]), ..Values::default() });
@@ -278,16 +291,8 @@ fn integer_operands_take_integer_buffers_only() {
     let built = Built::unbuilt(entry);
     let (rows, cols) = (64u64, 1000u64);
     let call = |x: Dtype, w: Dtype| {
-        let [bx, bw, by] = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
-        Call::default()
-            .operand("x", x, bx)
-            .operand("w", w, bw)
-            .operand("y", Dtype::Bf16, by)
-            .quantity("rows", rows)
-            .quantity("cols", cols)
-            .quantity("ldx", cols)
-            .quantity("ldy", cols)
-            .scalar("eps", 1e-5)
+        let buffers = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
+        rmsnorm_call(rows, cols, [x, w, Dtype::Bf16], buffers)
     };
     plan_call(&built, &call(Dtype::Bf16, Dtype::I32), 132).unwrap();
     let message = plan_call(&built, &call(Dtype::Bf16, Dtype::F32), 132).unwrap_err();
@@ -303,9 +308,7 @@ fn integer_operands_take_integer_buffers_only() {
 #[test]
 fn an_optional_output_left_out_is_passed_as_a_null_pointer() {
     use tilesmith_runtime::{plan_call, Arg, Buffer, Call, Dtype};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let entry = manifest.variants.into_iter().find(|e| e.variant.name == "cross_entropy").unwrap();
+    let entry = shipped_entry("cross_entropy");
     let lse_param = entry.launch.params.iter().position(|p| p.name == "Lse").unwrap();
     let built = Built::unbuilt(entry);
     let (rows, cols) = (64u64, 1000u64);
@@ -331,26 +334,16 @@ fn an_optional_output_left_out_is_passed_as_a_null_pointer() {
 /// naming the rule, the values it read and its words.
 #[test]
 fn calls_breaking_a_rule_are_refused_naming_it() {
-    use tilesmith_runtime::{plan_call, Buffer, Call, Dtype};
+    use tilesmith_runtime::{plan_call, Buffer, Dtype};
     use tilesmith_spec::Rule;
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
-    let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut entry = manifest.variants.into_iter().find(|e| e.variant.name == "rmsnorm").unwrap();
+    let mut entry = shipped_entry("rmsnorm");
     entry.declaration.rules = vec![Rule::parse("cols <= 1048576", "rows hold at most 2^20 columns").unwrap()];
     entry.requires.rules = vec![Rule::parse("rows <= 4 * cols", "this variant wants rows of at least a quarter of the rows").unwrap()];
     entry.check().unwrap();
     let built = Built::unbuilt(entry);
     let call = |rows: u64, cols: u64| {
-        let [x, w, y] = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
-        Call::default()
-            .operand("x", Dtype::Bf16, x)
-            .operand("w", Dtype::Bf16, w)
-            .operand("y", Dtype::Bf16, y)
-            .quantity("rows", rows)
-            .quantity("cols", cols)
-            .quantity("ldx", cols)
-            .quantity("ldy", cols)
-            .scalar("eps", 1e-5)
+        let buffers = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
+        rmsnorm_call(rows, cols, [Dtype::Bf16; 3], buffers)
     };
     plan_call(&built, &call(64, 1000), 132).unwrap();
     let message = plan_call(&built, &call(2, 1048577), 132).unwrap_err();
