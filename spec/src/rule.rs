@@ -52,8 +52,11 @@ impl Compare {
 impl Rule {
     /// Parses `holds`: two expressions ([`Expr`]) with one of `== != < <= > >=` between them.
     pub fn parse(holds: &str, says: &str) -> Result<Rule, String> {
-        let found: Vec<(usize, &str, Compare)> =
-            (0..holds.len()).filter_map(|at| COMPARES.iter().find(|(s, _)| holds[at..].starts_with(s)).map(|&(s, c)| (at, s, c))).collect();
+        // Scanned by characters: a byte inside a multi-byte one is no place to slice.
+        let found: Vec<(usize, &str, Compare)> = holds
+            .char_indices()
+            .filter_map(|(at, _)| COMPARES.iter().find(|(s, _)| holds[at..].starts_with(s)).map(|&(s, c)| (at, s, c)))
+            .collect();
         // `<=` also matches as `<` one byte on: keep the matches that do not start inside another.
         let mut compares = Vec::new();
         for (at, symbol, compare) in found {
@@ -160,6 +163,8 @@ mod tests {
             ("a =< b", "x", "unexpected"),
             ("a == ", "x", "an expression is empty"),
             ("a == b", " ", "`says` is empty"),
+            ("é == 1", "x", "unexpected character `é`"),
+            ("h < é", "x", "unexpected character `é`"),
         ] {
             let message = Rule::parse(holds, says).unwrap_err();
             assert!(message.contains(rule), "{holds}: {message}");
