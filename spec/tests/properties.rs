@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::path::Path;
 use tilesmith_spec::family_table::FamilyTable;
-use tilesmith_spec::{Config, Expr};
+use tilesmith_spec::{Config, Expr, Rule};
 
 fn shipped() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml")).unwrap()
@@ -23,6 +23,19 @@ proptest! {
         if let Ok(expr) = Expr::parse(&text) {
             let _ = expr.eval(&|name| match name { "a" => Some(a), "b" => Some(b), _ => None });
             prop_assert_eq!(Expr::parse(&expr.to_string()).map(|e| e.to_string()), Ok(expr.to_string()));
+        }
+    }
+
+    /// Rules: any text parses or is refused, and a parsed one holds, or is broken with a
+    /// message, with any values; it reads back as it writes.
+    #[test]
+    fn rules_parse_and_check_or_are_refused(
+        holds in "\\PC{0,30}|[a-c0-9+*/%()<>=! -]{0,30}",
+        a in any::<u64>(), b in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        if let Ok(rule) = Rule::parse(&holds, "words") {
+            let _ = rule.check(&|name| match name { "a" => Some(a), "b" => Some(b), _ => None });
+            prop_assert_eq!(Rule::parse(&rule.to_string(), "words").map(|r| r.to_string()), Ok(rule.to_string()));
         }
     }
 
