@@ -359,5 +359,5 @@ fn calls_breaking_a_rule_are_refused_naming_it() {
     // A rule naming what is not a quantity is refused where the manifest is read.
     let mut entry = built.entry.clone();
     entry.requires.rules = vec![Rule::parse("heads > 0", "x").unwrap()];
-    assert!(entry.check().unwrap_err().contains("rule `heads > 0` uses `heads`, which is not a quantity of the family"));
+    assert!(entry.check().unwrap_err().contains("rule `heads > 0` uses `heads`, which is not one of: rows, cols, ldx, ldy"));
 }

@@ -770,11 +770,7 @@ impl Family {
             .chain(&self.trials.bench)
             .chain(&self.trials.tune)
             .chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
-        for rule in &self.rules {
-            if let Some(name) = rule.names().find(|n| !all.contains(n)) {
-                problems.push(format!("rule `{rule}` uses `{name}`, which is not one of: {}", all.join(", ")));
-            }
-        }
+        problems.extend(self.rules.iter().filter_map(|rule| rule.check_names(&all).err()));
         for shape in shapes {
             if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
                 problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));

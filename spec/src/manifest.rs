@@ -236,11 +236,8 @@ impl Requirements {
                 return Err(format!("align: `{operand}` must be aligned to a power of two of bytes, got {bytes}"));
             }
         }
-        for rule in &self.rules {
-            if let Some(name) = rule.names().find(|n| !family.all_quantities().contains(n)) {
-                return Err(format!("rule `{rule}` uses `{name}`, which is not a quantity of the family"));
-            }
-        }
+        let quantities = family.all_quantities();
+        self.rules.iter().try_for_each(|rule| rule.check_names(&quantities))?;
         Ok(())
     }
 }

@@ -79,6 +79,14 @@ impl Rule {
         self.left.names().into_iter().chain(self.right.names())
     }
 
+    /// A name it uses that `known` does not hold, if any, as [`Expr::check_names`] says it.
+    pub fn check_names(&self, known: &[&str]) -> Result<(), String> {
+        match self.names().find(|name| !known.contains(name)) {
+            Some(name) => Err(format!("rule `{self}` uses `{name}`, which is not one of: {}", known.join(", "))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether a call with these values keeps it: Ok, or the refusal naming the rule, its words
     /// and the values it read.
     pub fn check(&self, value: &dyn Fn(&str) -> Option<u64>) -> Result<(), String> {
