@@ -240,20 +240,20 @@ fn a_hopper_gemm_gets_tensor_maps_of_its_operands_as_stored_and_a_persistent_gri
     assert_eq!(launch.grid, [128, 1, 1], "384 tiles: 3 rounds of 128 blocks");
     assert_eq!(launch.block, [384, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
-    assert_eq!((a.dims, a.strides_bytes[0], a.box_, a.swizzle_bytes), ([4000, 4000, 1], 8192, [64, 128, 1], 128));
+    assert_eq!((a.dims, a.strides_bytes[0], a.box_, a.swizzle_bytes), ([4000, 4000, 1, 1, 1], 8192, [64, 128, 1, 1, 1], 128));
     let Arg::TensorMap(b) = launch.args[1] else { panic!("{:?}", launch.args[1]) };
-    assert_eq!((b.dims, b.box_), ([4000, 3000, 1], [64, 256, 1]));
+    assert_eq!((b.dims, b.box_), ([4000, 3000, 1, 1, 1], [64, 256, 1, 1, 1]));
     let Arg::TensorMap(c) = launch.args[2] else { panic!("{:?}", launch.args[2]) };
-    assert_eq!((c.dims, c.strides_bytes[0], c.box_), ([3000, 4000, 1], 6000, [64, 64, 1]));
+    assert_eq!((c.dims, c.strides_bytes[0], c.box_), ([3000, 4000, 1, 1, 1], 6000, [64, 64, 1, 1, 1]));
 
     // MN-major operands are mapped as stored, in 64-element boxes along their rows.
     let nt = GemmShape::packed(512, 1024, 256, Layout::Nt);
     let launch = gemm("gemm_nt_128x256x64_f16_wgmma_w12", Dtype::F16, nt).unwrap().unwrap();
     assert_eq!(launch.grid, [16, 1, 1]);
     let Arg::TensorMap(a) = launch.args[0] else { panic!() };
-    assert_eq!((a.dims, a.box_), ([512, 256, 1], [64, 64, 1]));
+    assert_eq!((a.dims, a.box_), ([512, 256, 1, 1, 1], [64, 64, 1, 1, 1]));
     let Arg::TensorMap(b) = launch.args[1] else { panic!() };
-    assert_eq!((b.dims, b.box_), ([1024, 256, 1], [64, 64, 1]));
+    assert_eq!((b.dims, b.box_), ([1024, 256, 1, 1, 1], [64, 64, 1, 1, 1]));
 
     // Clusters of 2 blocks along M: the grid is whole clusters, at most one block per SM.
     let mut clustered = built("gemm_tn_128x256x64_wgmma_w12");
@@ -282,15 +282,15 @@ fn a_strided_batch_is_mapped_per_problem_and_its_bad_strides_are_refused() {
     let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, batch).unwrap().unwrap();
     assert_eq!(launch.grid, [128, 1, 1], "64 problems of 8 tiles: 4 rounds of 128 blocks");
     let Arg::TensorMap(a) = launch.args[0] else { panic!("{:?}", launch.args[0]) };
-    assert_eq!((a.rank, a.dims, a.strides_bytes), (3, [64, 512, 64], [128, 512 * 64 * 2]));
+    assert_eq!((a.rank, a.dims, a.strides_bytes), (3, [64, 512, 64, 1, 1], [128, 512 * 64 * 2, 0, 0]));
     let Arg::TensorMap(c) = launch.args[2] else { panic!("{:?}", launch.args[2]) };
-    assert_eq!((c.dims, c.strides_bytes), ([512, 512, 64], [1024, 512 * 512 * 2]));
+    assert_eq!((c.dims, c.strides_bytes), ([512, 512, 64, 1, 1], [1024, 512 * 512 * 2, 0, 0]));
     assert!(launch.args.contains(&Arg::I32(64)) && launch.args.contains(&Arg::I64(512 * 512)));
     // A stride of 0 shares B: its map holds one problem.
     let shared_b = one.with_batch(Batch { count: 64, strides: [512 * 64, 0, 512 * 512] });
     let launch = gemm("gemm_tn_128x256x64_wgmma_w12", Dtype::Bf16, shared_b).unwrap().unwrap();
     let Arg::TensorMap(b) = launch.args[1] else { panic!() };
-    assert_eq!(b.dims, [64, 512, 1]);
+    assert_eq!(b.dims, [64, 512, 1, 1, 1]);
     // One block per tile and problem elsewhere: the problems along z.
     assert_eq!(gemm("gemm_tn_128x128x32", Dtype::Bf16, batch).unwrap().unwrap().grid, [4, 4, 64]);
     assert_eq!(gemm("gemm_tn_128x128x32", Dtype::Bf16, one.batched(0)), Ok(None), "no problems, nothing to do");

@@ -305,7 +305,7 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
     } else {
         CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B
     };
-    let element_strides = [1u32; 3];
+    let element_strides = [1u32; 5];
     let mut encoded = CUtensorMap { opaque: [0; 16] };
     unsafe {
         sys::cuTensorMapEncodeTiled(

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
 use tilesmith_spec::family::{ScalarType, SMS};
+use tilesmith_spec::launch::MAX_TENSOR_MAP_SIDES;
 use tilesmith_spec::{Access, Built, Dtype, Family, GridRule, ParamKind, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
@@ -88,20 +89,20 @@ pub enum Arg {
     TensorMap(TensorMapArg),
 }
 
-/// A tensor map of an operand as stored, checked against TMA's rules: 2D, or 3D over the
-/// problems of a batch.
+/// A tensor map of an operand as stored, checked against TMA's rules: its sides innermost
+/// first, and one over the problems of a batch where the kernel maps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TensorMapArg {
     pub addr: u64,
     pub dtype: Dtype,
-    /// 2 or 3: [row length, rows] or [row length, rows, problems].
+    /// Sides mapped, 2 to 5: [row length, rows, the sides before those, problems].
     pub rank: u32,
-    /// Elements along each side; the third is 1 in rank 2.
-    pub dims: [u64; 3],
-    /// Bytes between rows, and between problems (rank 3).
-    pub strides_bytes: [u64; 2],
+    /// Elements along each side; 1 past `rank`.
+    pub dims: [u64; 5],
+    /// Bytes between consecutive indices of each side past the first.
+    pub strides_bytes: [u64; 4],
     /// Elements copied at a time along each side.
-    pub box_: [u32; 3],
+    pub box_: [u32; 5],
     pub swizzle_bytes: u32,
 }
 
@@ -572,50 +573,65 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
     Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args }))
 }
 
-/// TMA's rules for a tensor: a 16-byte-aligned start, rows (and problems) a multiple of 16
-/// bytes apart and less than 2^40 bytes, at most 2^32 elements along each side. A box of 3
-/// sides maps every problem of a batch; one problem, or a stride of 0 (every problem reads the
-/// same matrix), has a third side of 1.
+/// TMA's rules for a tensor: a 16-byte-aligned start, each side past the first a multiple of 16
+/// bytes apart and less than 2^40, at most 2^32 elements along each side. The box's sides are
+/// the operand's, innermost first; one more maps every problem of a batch, and one problem, or
+/// a stride of 0 (every problem reads the same operand), has a last side of 1.
 fn tensor_map(o: &Stored, box_: &[u32], swizzle_bytes: u32) -> Result<TensorMapArg, String> {
     let name = &o.name;
     let addr = o.buffer.addr;
     if !addr.is_multiple_of(16) {
         return Err(format!("{name} starts at {addr:#x}; TMA needs 16-byte-aligned operands"));
     }
+    // (what the stride separates, elements along the side, stride in elements)
+    let mut sides = vec![(format!("the rows of {name}"), o.rows, o.ld)];
+    sides.extend(
+        o.outer.iter().rev().map(|(stride, count, step)| (format!("{stride} = {step}: the indices of {name} along it"), *count, *step)),
+    );
+    let declared = sides.len() + 1;
+    if box_.len() > declared {
+        let problems = if o.stride > 0 { o.problems } else { 1 };
+        sides.push((format!("the problems of {name}"), problems, o.stride));
+    }
+    if box_.len() != sides.len() + 1 || box_.len() > MAX_TENSOR_MAP_SIDES {
+        return Err(format!(
+            "a tensor map of {name} has a box of {} sides; {name} has {declared} (and one more over the problems of a batch), at most {MAX_TENSOR_MAP_SIDES}",
+            box_.len()
+        ));
+    }
     let size = u64::from(o.dtype.size_bytes());
-    let row_stride_bytes = (o.ld as u64).saturating_mul(size);
-    if row_stride_bytes % 16 != 0 || row_stride_bytes >= 1 << 40 {
-        return Err(format!("the rows of {name} are {row_stride_bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
+    let mut dims = [1u64; 5];
+    let mut strides_bytes = [0u64; 4];
+    let mut box_sides = [1u32; 5];
+    box_sides[..box_.len()].copy_from_slice(box_);
+    dims[0] = o.cols as u64;
+    // A side never stepped over takes any valid stride: the one past the sides before it.
+    let mut extent = (o.cols as u64).saturating_mul(size).max(16).next_multiple_of(16);
+    for (i, (what, count, stride)) in sides.iter().enumerate() {
+        let bytes = if *count > 1 {
+            let bytes = (*stride as u64).saturating_mul(size);
+            if !bytes.is_multiple_of(16) || bytes >= 1 << 40 {
+                return Err(format!("{what} are {bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
+            }
+            bytes
+        } else {
+            extent.min((1 << 40) - 16)
+        };
+        extent = bytes.saturating_mul(*count as u64);
+        dims[i + 1] = *count as u64;
+        strides_bytes[i] = bytes;
     }
-    let problems = if o.stride > 0 { o.problems as u64 } else { 1 };
-    let dims = [o.cols as u64, o.rows as u64, problems];
-    if dims.iter().any(|&d| d > u64::from(u32::MAX)) {
-        return Err(format!("{name} is {} x {} as stored; TMA takes at most 2^32 - 1 elements a side", o.rows, o.cols));
+    if let Some(d) = dims.iter().find(|&&d| d > u64::from(u32::MAX)) {
+        return Err(format!("{name} has a side of {d} elements as stored; TMA takes at most 2^32 - 1 elements a side"));
     }
-    let row_stride_bytes = row_stride_bytes.max(16);
-    let problem_stride_bytes = if problems > 1 {
-        let bytes = (o.stride as u64).saturating_mul(size);
-        if bytes % 16 != 0 || bytes >= 1 << 40 {
-            return Err(format!("the problems of {name} are {bytes} bytes apart; TMA needs a multiple of 16 below 2^40"));
-        }
-        bytes
-    } else {
-        // Never stepped over; a valid stride past one problem's rows.
-        row_stride_bytes.saturating_mul(dims[1].max(1)).min((1 << 40) - 16)
-    };
-    let (rank, box_) = match *box_ {
-        [x, y] => (2, [x, y, 1]),
-        [x, y, z] => (3, [x, y, z]),
-        _ => return Err(format!("a tensor map of {name} has a box of {} sides; TMA maps take 2 or 3 here", box_.len())),
-    };
     // An empty side is never read (the kernel issues no loads then), but TMA wants at least 1.
     Ok(TensorMapArg {
         addr,
         dtype: o.dtype,
-        rank,
+        rank: box_.len() as u32,
         dims: dims.map(|d| d.max(1)),
-        strides_bytes: [row_stride_bytes, problem_stride_bytes],
-        box_,
+        strides_bytes,
+        box_: box_sides,
         swizzle_bytes,
     })
 }

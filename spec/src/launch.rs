@@ -18,6 +18,8 @@ pub const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
 /// Blocks in a cluster that Hopper launches where the kernel opts in (the runtime does, for a
 /// kernel declaring more than the portable size); whether they fit at once is the GPU's to say.
 pub const MAX_CLUSTER_BLOCKS: u32 = 16;
+/// The sides a TMA tensor map has at most.
+pub const MAX_TENSOR_MAP_SIDES: usize = 5;
 
 /// How a variant is launched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,11 +123,11 @@ pub enum ParamKind {
     /// A scalar of the call, passed as the type the family declares for it.
     Scalar { scalar: String },
     /// A TMA descriptor (`CUtensorMap`, passed by value as `const __grid_constant__`) of an
-    /// operand as stored: rows × row length with its leading dimension, the variant's element
-    /// type, copied in boxes of `box_` = [elements along a row, rows], with `swizzle`-byte
-    /// swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros. A third side of 1 maps the
-    /// operand of every problem of a batch, its batch stride apart (one problem where the
-    /// stride is 0): coordinates (x, y, problem).
+    /// operand as stored, each side with its stride, the variant's element type, copied in
+    /// boxes of `box_` = [elements along a row, rows, the sides before those innermost first],
+    /// with `swizzle`-byte swizzling (32, 64 or 128). Out-of-bounds boxes read as zeros. One
+    /// more side of 1 maps the operand of every problem of a batch, its batch stride apart
+    /// (one problem where the stride is 0): coordinates (x, y, ..., problem).
     TensorMap {
         operand: String,
         #[serde(rename = "box")]
@@ -371,8 +373,8 @@ impl LaunchSpec {
                 }
                 ParamKind::TensorMap { operand: o, box_, swizzle } => {
                     let decl = operand(o)?;
-                    if decl.dims.len() != 2 {
-                        return Err(format!("parameter `{name}`: tensor maps are of matrices; `{o}` is a vector"));
+                    if decl.dims.len() < 2 {
+                        return Err(format!("parameter `{name}`: tensor maps are of matrices or more sides; `{o}` is a vector"));
                     }
                     if decl.optional {
                         return Err(format!("parameter `{name}`: `{o}` is optional, and a call that leaves it out has no tensor to map; take it as a pointer"));
@@ -380,12 +382,22 @@ impl LaunchSpec {
                     if ![32, 64, 128].contains(swizzle) {
                         return Err(format!("parameter `{name}`: swizzle must be 32, 64 or 128 bytes, got {swizzle}"));
                     }
-                    if !(2..=3).contains(&box_.len()) || box_.iter().any(|&b| !(1..=256).contains(&b)) {
-                        return Err(format!("parameter `{name}`: a box has 2 or 3 sides of 1 to 256 elements, got {box_:?}"));
-                    }
-                    if box_.len() == 3 && (box_[2] != 1 || decl.batch_stride.is_none()) {
+                    // TMA maps up to 5 sides: the operand's, innermost first, and one over the
+                    // problems of a batch.
+                    let sides = decl.dims.len();
+                    let batched = sides + usize::from(decl.batch_stride.is_some());
+                    if !(sides..=batched).contains(&box_.len())
+                        || box_.len() > MAX_TENSOR_MAP_SIDES
+                        || box_.iter().any(|&b| !(1..=256).contains(&b))
+                    {
                         return Err(format!(
-                            "parameter `{name}`: a box's third side runs over the problems of a batch, one at a time: it must be 1, and `{o}` must have a batch_stride"
+                            "parameter `{name}`: a box of `{o}` has a side of 1 to 256 elements for each of its {sides} sides, innermost first{}, at most {MAX_TENSOR_MAP_SIDES} in all; got {box_:?}",
+                            if batched > sides { ", and may have one more over the problems of a batch" } else { "" }
+                        ));
+                    }
+                    if box_.len() > sides && box_[sides] != 1 {
+                        return Err(format!(
+                            "parameter `{name}`: a box's last side runs over the problems of a batch, one at a time: it must be 1, got {box_:?}"
                         ));
                     }
                     let row_bytes = box_[0] * family.operand_dtype(variant, decl).size_bytes();
