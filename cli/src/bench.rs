@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use tilesmith_gemm::trials::checks as trials;
 use tilesmith_gemm::trials::fused::{LtGemm, Unfused};
 use tilesmith_gemm::trials::timing::{FusedBaseline, GemmCase};
-use tilesmith_gemm::trials::GEMM_LIBRARY;
+use tilesmith_gemm::trials::{flops_record, flops_record_chosen, GEMM_FLOPS_LIBRARY, GEMM_LIBRARY};
 use tilesmith_gemm::{plan_gemm_with, with_inputs, with_output, Activation, EpilogueArgs, GemmKernel, GemmShape, Workspace};
 use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Registry};
 use tilesmith_spec::family::{Baseline, Family};
@@ -221,6 +221,31 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     }
                     Ok::<(), String>(())
                 }))?,
+                // A family of matrix products beside cuBLAS on a GEMM of as many FLOPs.
+                Baseline::Library(name) if name == GEMM_FLOPS_LIBRARY => {
+                    for &kernel in members {
+                        let record = declared::with_lds(kernel, shape.clone(), 0)
+                            .and_then(|full| declared::takes(kernel, &full, gpu.sms()))
+                            .and_then(|()| flops_record(&gpu, registry, kernel, shape.clone()));
+                        match record {
+                            Ok(record) => {
+                                println!("{}", record.summary());
+                                records.push(record);
+                            }
+                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
+                        }
+                    }
+                    if args.dispatch {
+                        let chooser = registry.family(&members[0].variant().family).map_err(|e| e.to_string())?;
+                        match flops_record_chosen(&gpu, registry, chooser, members[0], shape.clone()) {
+                            Ok(record) => {
+                                println!("{}", record.summary());
+                                records.push(record);
+                            }
+                            Err(why) => skipped.push(format!("dispatch {what}: {why}")),
+                        }
+                    }
+                }
                 Baseline::Library(name) => {
                     return Err(format!(
                         "family `{}` is timed beside library `{name}`, which bench does not link",

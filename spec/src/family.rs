@@ -545,14 +545,19 @@ impl Family {
 
     /// What work expressions of a call of `variant` read: `elem`, `elem_<operand>`, else the
     /// call's quantities, else the variant's count axes (a backend's `cost_bytes` may read
-    /// `cluster`).
+    /// `cluster`), else its word axes as their value's position in the axis's list
+    /// (attention's FLOPs halve where `causal` is 1).
     pub fn work_value(&self, variant: &Variant, name: &str, quantity: &dyn Fn(&str) -> Option<u64>) -> Option<u64> {
         if name == ELEM {
             return Some(u64::from(variant.dtype.size_bytes()));
         }
         match name.strip_prefix(ELEM).and_then(|n| n.strip_prefix('_')).and_then(|n| self.operand(n)) {
             Some(decl) => Some(u64::from(self.operand_dtype(variant, decl).size_bytes())),
-            None => quantity(name).or_else(|| variant.count(name).map(u64::from)),
+            None => quantity(name).or_else(|| variant.count(name).map(u64::from)).or_else(|| {
+                let axis = self.axes.iter().find(|axis| axis.name == name)?;
+                let word = variant.word(name)?;
+                axis.values.iter().position(|v| v == word).map(|p| p as u64)
+            }),
         }
     }
 
@@ -729,7 +734,9 @@ impl Family {
             }
         }
         let elems = self.elem_names();
-        let with_elem: Vec<&str> = quantities.iter().copied().chain([ELEM]).chain(elems.iter().map(String::as_str)).collect();
+        let own_axes = self.axes.iter().map(|axis| axis.name.as_str());
+        let with_elem: Vec<&str> =
+            quantities.iter().copied().chain([ELEM]).chain(elems.iter().map(String::as_str)).chain(own_axes).collect();
         for (what, expr) in [("work.bytes", &self.work.bytes), ("work.flops", &self.work.flops)] {
             if let Err(rule) = expr.check_names(&with_elem) {
                 problems.push(format!("{what}: {rule}"));

@@ -219,9 +219,10 @@ pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, St
 
 /// The shapes a variant is tried on, from its family's quantities and its tile: every quantity
 /// past two tiles (37 without a tile), then each at 1, a tile less one and a tile plus one, a
-/// large one (about 2^21 elements, every side odd), then the family's declared shapes (marked `true`: a variant may refuse those, as past its shared
-/// memory); an unchecked variant's are rounded up to its multiples. The first also comes with
-/// padded leading dimensions.
+/// large one (about 2^21 elements, every side odd), then the family's declared shapes; an
+/// unchecked variant's are rounded up to its multiples. Marked `true`: a variant may refuse
+/// those declared (as past its shared memory), and must refuse those that break a rule. The
+/// first keeps to the rules and also comes with padded leading dimensions.
 pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
     let entry = &kernel.info().entry;
     let (family, variant) = (&entry.declaration, &entry.variant);
@@ -249,6 +250,9 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
         raw.push((shape, true));
     }
     let multiples = &entry.requires.multiples;
+    // A shape that breaks one of the family's or the variant's rules (head_dim 37 where the
+    // variant takes 128) must be refused; the first shape within them leads.
+    let breaks = |shape: &Shape| family.rules.iter().chain(&entry.requires.rules).any(|rule| rule.check(&lookup(shape)).is_err());
     let mut out: Vec<(Shape, bool)> = Vec::new();
     for (mut shape, declared) in raw {
         if !checked {
@@ -258,9 +262,15 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
         }
         let shape = with_lds(kernel, shape, 0)?;
         if !out.iter().any(|(s, _)| *s == shape) {
-            out.push((shape, declared));
+            let may_refuse = declared || breaks(&shape);
+            out.push((shape, may_refuse));
         }
     }
+    let lead = out
+        .iter()
+        .position(|(shape, _)| !breaks(shape))
+        .ok_or(format!("every trial shape of {} breaks one of its rules: declare a shape within them (trials.shapes)", variant.name))?;
+    out.swap(0, lead);
     let first = out[0].0.clone();
     let padded = with_lds(kernel, shape_of(family, &first), 13)?;
     if !out.iter().any(|(s, _)| *s == padded) {
@@ -529,14 +539,14 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
     let mut worst_ulps: Option<f64> = None;
     let mut refused = Vec::new();
     let mut left_out = String::new();
-    for (shape, declared) in &shapes {
+    for (shape, may_refuse) in &shapes {
         let what = describe(shape);
         let ops = stored(family, variant, shape)?;
         let inputs = Buffers::random_inputs(&ops, shape)?;
         let mut mine = Buffers::new(gpu, ops.clone(), &inputs)?;
         let mut theirs = Buffers::new(gpu, stored(family, reference.variant(), shape)?, &inputs)?;
         match mine.launch(gpu, kernel, shape) {
-            Err(Error::Refused { rule, .. }) if *declared => {
+            Err(Error::Refused { rule, .. }) if *may_refuse => {
                 if !mine.untouched(gpu, &inputs)? {
                     return Err(format!("{what}: refused ({rule}) but an output was written"));
                 }
@@ -681,6 +691,11 @@ impl Case {
             })
             .collect::<Result<Vec<_>, String>>()?;
         Ok(Case { shape, sets, initial, copies, bytes })
+    }
+
+    /// How many sets of inputs the timed runs rotate through.
+    pub fn input_sets(&self) -> usize {
+        self.sets.len()
     }
 
     /// Median milliseconds of the kernel; its last result on the first set is then compared
@@ -848,11 +863,19 @@ pub fn unallocated_call(family: &Family, variant: &Variant, shape: &Shape) -> Re
     Ok(call)
 }
 
-/// The declared perf shape, with packed leading dimensions.
+/// The declared perf shape, with packed leading dimensions; for a variant whose rules it breaks
+/// (attention's head_dim 64 beside a perf shape of 128), the first bench shape within them.
 pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
-    let family = &kernel.info().entry.declaration;
+    let entry = &kernel.info().entry;
+    let family = &entry.declaration;
     if family.trials.perf.is_empty() {
         return Err(format!("family {} declares no trials.perf shape", kernel.variant().family));
     }
-    with_lds(kernel, shape_of(family, &family.trials.perf), 0)
+    let keeps = |shape: &Shape| family.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&lookup(shape)).is_ok());
+    let declared = std::iter::once(&family.trials.perf).chain(&family.trials.bench).map(|s| shape_of(family, s));
+    let shape = declared
+        .clone()
+        .find(keeps)
+        .ok_or(format!("{}: neither trials.perf nor any trials.bench shape keeps its rules; declare one that does", kernel.name()))?;
+    with_lds(kernel, shape, 0)
 }

@@ -15,9 +15,11 @@ mod types;
 use crate::{with_inputs, with_output, Activation, GemmShape};
 use host::Operands;
 use libtest_mimic::Trial;
-use tilesmith_runtime::{Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_runtime::{Chooser, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_spec::family::Baseline;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::Entry;
+use tilesmith_trials::declared;
 use tilesmith_trials::harness;
 use tilesmith_trials::report::Record;
 use tilesmith_trials::trials::Plugin;
@@ -30,6 +32,62 @@ pub struct GemmTrials;
 
 /// The library name GEMM's declaration gives its baseline and reference.
 pub const GEMM_LIBRARY: &str = "cublas_gemm";
+
+/// The baseline of a family whose work is matrix products (attention): cuBLAS on a square
+/// GEMM of as many FLOPs as the call, in its input type, so that the ratio of the two TFLOP/s
+/// reads as the fraction of a GEMM's tensor-core speed the call reaches.
+pub const GEMM_FLOPS_LIBRARY: &str = "cublas_gemm_flops";
+
+/// The side of [`GEMM_FLOPS_LIBRARY`]'s square GEMM for `flops`: ∛(flops / 2), to a multiple of
+/// 64 (cuBLAS's fast tiles), at least 64.
+pub fn flops_gemm_side(flops: f64) -> usize {
+    (((flops / 2.0).cbrt() / 64.0).round().max(1.0) * 64.0) as usize
+}
+
+/// A variant of a family with the [`GEMM_FLOPS_LIBRARY`] baseline timed on `shape` (its result
+/// checked against the reference's), then the GEMM of as many FLOPs: both in TFLOP/s.
+pub fn flops_record(gpu: &Gpu, registry: &Registry, kernel: &Kernel, shape: declared::Shape) -> Result<Record, String> {
+    let mut case = declared::Case::new(gpu, kernel, declared::with_lds(kernel, shape, 0)?)?;
+    let ms = case.time_kernel(gpu, registry, kernel)?;
+    flops_row(gpu, kernel, &case, ms)
+}
+
+/// As [`flops_record`], for the call through the family's chooser (`dispatch:<pick>`), with the
+/// host time of a cached call; `kernel` lays out the operands (packed rows).
+pub fn flops_record_chosen(
+    gpu: &Gpu,
+    registry: &Registry,
+    chooser: &Chooser,
+    kernel: &Kernel,
+    shape: declared::Shape,
+) -> Result<Record, String> {
+    let mut case = declared::Case::new(gpu, kernel, declared::with_lds(kernel, shape, 0)?)?;
+    let ([ms, _], pick, host_us) = case.time_chosen(gpu, registry, chooser)?;
+    let mut record = flops_row(gpu, &pick.kernel, &case, ms)?;
+    record.variant = format!("dispatch:{}", pick.kernel.name());
+    record.host_us = Some(host_us);
+    Ok(record)
+}
+
+fn flops_row(gpu: &Gpu, kernel: &Kernel, case: &declared::Case, kernel_ms: f64) -> Result<Record, String> {
+    let entry = &kernel.info().entry;
+    let (family, variant, shape) = (&entry.declaration, &entry.variant, &case.shape);
+    let flops = family.work.flops.eval(&|name| family.work_value(variant, name, &|q| shape.get(q).copied()))? as f64;
+    let (baseline_ms, baseline) = time_flops_gemm(gpu, variant.dtype, flops)?;
+    let sides = family.quantities.iter().map(|q| shape[q] as usize).collect();
+    let name = format!("cuBLAS GEMM {0}x{0}x{0}", flops_gemm_side(flops));
+    let tera = flops / (kernel_ms * 1e-3) / 1e12;
+    Ok(Record::new(kernel, gpu, sides, "TFLOP/s", kernel_ms, tera, &name, baseline_ms, baseline, case.input_sets()))
+}
+
+/// Median milliseconds of cuBLAS on the square GEMM of [`flops_gemm_side`], inputs and output
+/// of `dtype`, and its TFLOP/s.
+pub fn time_flops_gemm(gpu: &Gpu, dtype: Dtype, flops: f64) -> Result<(f64, f64), String> {
+    let n = flops_gemm_side(flops);
+    let shape = GemmShape::packed(n, n, n, Layout::Tn);
+    let ms = with_output!(dtype, T => timing::GemmCase::<T, T, T>::new(gpu, shape, f64::INFINITY)?.time_cublas(gpu))?;
+    Ok((ms, 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e12))
+}
 
 impl Tuner for GemmTrials {
     fn family(&self) -> &'static str {
@@ -51,15 +109,18 @@ impl Plugin for GemmTrials {
     }
 
     fn libraries(&self) -> &'static [&'static str] {
-        &[GEMM_LIBRARY]
+        &[GEMM_LIBRARY, GEMM_FLOPS_LIBRARY]
     }
 
     fn correctness(&self, gpu: &Gpu, _: &Registry, kernel: &Kernel) -> Result<String, String> {
         checks::correctness(gpu, kernel)
     }
 
-    fn performance(&self, gpu: &Gpu, _: &Registry, kernel: &Kernel) -> Result<Record, String> {
-        checks::performance(gpu, kernel)
+    fn performance(&self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<Record, String> {
+        match &kernel.info().entry.declaration.baseline {
+            Baseline::Library(name) if name == GEMM_FLOPS_LIBRARY => flops_record(gpu, registry, kernel, declared::perf_shape(kernel)?),
+            _ => checks::performance(gpu, kernel),
+        }
     }
 
     /// The dispatcher's trials and the reference's check, where the registry has GEMMs.
