@@ -872,9 +872,8 @@ pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
         return Err(format!("family {} declares no trials.perf shape", kernel.variant().family));
     }
     let keeps = |shape: &Shape| family.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&lookup(shape)).is_ok());
-    let declared = std::iter::once(&family.trials.perf).chain(&family.trials.bench).map(|s| shape_of(family, s));
+    let mut declared = std::iter::once(&family.trials.perf).chain(&family.trials.bench).map(|s| shape_of(family, s));
     let shape = declared
-        .clone()
         .find(keeps)
         .ok_or(format!("{}: neither trials.perf nor any trials.bench shape keeps its rules; declare one that does", kernel.name()))?;
     with_lds(kernel, shape, 0)
