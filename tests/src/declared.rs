@@ -168,6 +168,11 @@ pub fn shape_of(family: &Family, values: &BTreeMap<String, u64>) -> Shape {
     values.iter().filter(|(q, _)| family.quantities.contains(q)).map(|(q, v)| (q.clone(), *v)).collect()
 }
 
+/// Whether `shape` keeps the family's rules and the variant's own.
+fn keeps_rules(entry: &tilesmith_spec::Entry, shape: &Shape) -> bool {
+    entry.declaration.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&lookup(shape)).is_ok())
+}
+
 fn lookup(shape: &Shape) -> impl Fn(&str) -> Option<u64> + '_ {
     move |name| shape.get(name).copied()
 }
@@ -252,7 +257,7 @@ pub fn shapes(kernel: &Kernel) -> Result<Vec<(Shape, bool)>, String> {
     let multiples = &entry.requires.multiples;
     // A shape that breaks one of the family's or the variant's rules (head_dim 37 where the
     // variant takes 128) must be refused; the first shape within them leads.
-    let breaks = |shape: &Shape| family.rules.iter().chain(&entry.requires.rules).any(|rule| rule.check(&lookup(shape)).is_err());
+    let breaks = |shape: &Shape| !keeps_rules(entry, shape);
     let mut out: Vec<(Shape, bool)> = Vec::new();
     for (mut shape, declared) in raw {
         if !checked {
@@ -871,7 +876,7 @@ pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
     if family.trials.perf.is_empty() {
         return Err(format!("family {} declares no trials.perf shape", kernel.variant().family));
     }
-    let keeps = |shape: &Shape| family.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&lookup(shape)).is_ok());
+    let keeps = |shape: &Shape| keeps_rules(entry, shape);
     let mut declared = std::iter::once(&family.trials.perf).chain(&family.trials.bench).map(|s| shape_of(family, s));
     let shape = declared
         .find(keeps)
