@@ -15,13 +15,14 @@ fn workspace() -> PathBuf {
 
 fn succeeds(root: Option<&Path>, args: &[&str]) -> String {
     let output = xtask(root, args);
-    assert!(output.status.success(), "xtask {args:?} failed:\n{}", text(&output));
+    // The status too: a process killed by a signal prints nothing of its own.
+    assert!(output.status.success(), "xtask {args:?} failed ({}):\n{}", output.status, text(&output));
     text(&output)
 }
 
 fn fails(root: Option<&Path>, args: &[&str]) -> String {
     let output = xtask(root, args);
-    assert!(!output.status.success(), "xtask {args:?} should have failed:\n{}", text(&output));
+    assert!(!output.status.success(), "xtask {args:?} should have failed ({}):\n{}", output.status, text(&output));
     text(&output)
 }
 
