@@ -8,6 +8,7 @@
 //   warps = 12
 //   causal = none
 //   dim = 256
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 

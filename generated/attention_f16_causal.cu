@@ -8,6 +8,7 @@
 //   warps = 12
 //   causal = causal
 //   dim = 128
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 

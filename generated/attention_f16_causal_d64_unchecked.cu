@@ -8,6 +8,7 @@
 //   warps = 12
 //   causal = causal
 //   dim = 64
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_90a; PTX compute_90a
 

@@ -8,6 +8,7 @@
 //   warps = 4
 //   causal = causal
 //   dim = 128
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

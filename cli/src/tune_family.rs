@@ -1,6 +1,7 @@
 //! `tilesmith tune --family NAME`: for each dtype and problem (the family's `trials.tune`, else
-//! its `trials.bench`, or `--shapes`), times every variant that takes it beside the family's
-//! baseline (a device copy of the bytes moved), ranks them and writes the family's table for
+//! its `trials.bench`, or `--shapes`), times every variant that takes it beside a device copy
+//! of the bytes moved (whatever the family's bench baseline: a table's ratios are to a copy,
+//! which any family has), ranks them and writes the family's table for
 //! this GPU, `tuning/<family>/<GPU>-<SMs>sm.json`, after every problem. Problems are shared out
 //! among the GPUs of one kind; a second run skips what the table holds.
 
@@ -9,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Registry};
-use tilesmith_spec::family::Baseline;
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::Device;
 use tilesmith_trials::declared::{self, Case, Shape};
@@ -35,12 +35,6 @@ type Kind = tilesmith_trials::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
 pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let chooser = registry.family(options.family).map_err(|e| e.to_string())?;
     let family = chooser.declaration();
-    if let Baseline::Library(library) = &family.baseline {
-        return Err(format!(
-            "family {} declares baseline = \"{library}\"; `tune --family` measures families compared with a device copy (`baseline = \"copy\"`), and only GEMM's plug-in tunes beside a library (`--family gemm`)",
-            options.family
-        ));
-    }
     let problems = problems(chooser, options.shapes)?;
     let mut dtypes: Vec<Dtype> = chooser.kernels().iter().map(|k| k.variant().dtype).collect();
     dtypes.sort();

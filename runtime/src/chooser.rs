@@ -207,8 +207,27 @@ impl Chooser {
         let capability = (device.capability[0], device.capability[1]);
         let mut refusals: Vec<(String, String)> = Vec::new();
         let mut takers: Vec<(&Kernel, Launch)> = Vec::new();
+        // An axis that changes what a variant computes, which the call leaves out, is at the
+        // family's default: a call that does not ask for attention's causal mask gets none.
+        let defaults: Vec<(&str, String)> = self
+            .inner
+            .declaration
+            .axes
+            .iter()
+            .filter(|a| !a.tuning && !call.axes.iter().any(|(name, _)| *name == a.name))
+            .filter_map(|a| Some((a.name.as_str(), a.default.as_ref()?.to_string())))
+            .collect();
         for kernel in &self.inner.kernels {
             if !runs_on(&kernel.info().entry.targets, capability) {
+                continue;
+            }
+            let own = |axis: &str| kernel.variant().value(axis).map(|v| v.to_string());
+            if let Some((axis, default)) = defaults.iter().find(|(axis, default)| own(axis).is_some_and(|own| own != *default)) {
+                let rule = format!(
+                    "it computes {axis} = {}, and the call leaves axis `{axis}` at its default, {default} (ask with .axis(\"{axis}\", ...))",
+                    own(axis).unwrap_or_default()
+                );
+                refusals.push((kernel.name().to_string(), rule));
                 continue;
             }
             match plan_call(kernel.info(), call, device.sms) {

@@ -358,6 +358,14 @@ impl<'a, T: Target> CallBuilder<'a, T> {
         self
     }
 
+    /// The value the call asks of an axis that changes what a variant computes (attention's
+    /// `causal`): a named variant must have it; a family's chooser picks among those that do,
+    /// and takes the family's default for an axis the call leaves out.
+    pub fn axis(mut self, name: &str, value: &str) -> Self {
+        self.call = self.call.axis(name, value);
+        self
+    }
+
     /// The call as bound so far, for planning without a launch.
     pub fn arguments(&self) -> &Call {
         &self.call

@@ -23,12 +23,14 @@ impl Buffer {
 }
 
 /// One call's arguments, bound by name: operands (element type and buffer), quantities and
-/// scalars, as the family's declaration names them.
+/// scalars, as the family's declaration names them, and the values it asks of axes that change
+/// what a variant computes (attention's `causal`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Call {
     pub operands: Vec<(String, Dtype, Buffer)>,
     pub quantities: Vec<(String, u64)>,
     pub scalars: Vec<(String, f64)>,
+    pub axes: Vec<(String, String)>,
 }
 
 impl Call {
@@ -43,6 +45,7 @@ impl Call {
         for (name, value) in &self.scalars {
             (name, value.to_bits()).hash(hasher);
         }
+        self.axes.hash(hasher);
     }
 
     pub fn operand(mut self, name: &str, dtype: Dtype, buffer: Buffer) -> Call {
@@ -57,6 +60,11 @@ impl Call {
 
     pub fn scalar(mut self, name: &str, value: f64) -> Call {
         self.scalars.push((name.to_string(), value));
+        self
+    }
+
+    pub fn axis(mut self, name: &str, value: &str) -> Call {
+        self.axes.push((name.to_string(), value.to_string()));
         self
     }
 }
@@ -255,6 +263,8 @@ pub(crate) struct Bound<'a> {
     scalars: BTreeMap<&'a str, f64>,
     /// Problems of a batch: the family's batch quantity, else 1.
     problems: u64,
+    /// The axes the call asks for, each a computing axis of the family and one of its values.
+    axes: BTreeMap<&'a str, &'a str>,
 }
 
 /// Binds a call's names to the family's declaration (`name` its family, for messages): each
@@ -330,7 +340,25 @@ pub(crate) fn bind<'a>(family: &'a Family, name: &str, call: &'a Call) -> Result
         rule.check(&|q| quantities.get(q).copied())?;
     }
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
-    Ok(Bound { quantities, operands, scalars, problems })
+    let mut axes: BTreeMap<&str, &str> = BTreeMap::new();
+    for (arg, value) in &call.axes {
+        let computing: Vec<&str> = family.axes.iter().filter(|a| !a.tuning).map(|a| a.name.as_str()).collect();
+        let Some(decl) = family.axes.iter().find(|a| a.name == *arg) else {
+            return Err(unknown("axis", "axes", arg, &computing));
+        };
+        if decl.tuning {
+            return Err(format!(
+                "the call asks for axis `{arg}`, which changes how a {name} variant computes, not what: the chooser picks it (name a variant to run one)"
+            ));
+        }
+        if !decl.admits(value) {
+            return Err(format!("the call asks for {arg} = {value}, which is not a value of axis `{arg}` ({})", decl.describe_values()));
+        }
+        if axes.insert(arg, value).is_some() {
+            return Err(format!("the call asks for axis `{arg}` twice"));
+        }
+    }
+    Ok(Bound { quantities, operands, scalars, problems, axes })
 }
 
 /// Checks a bound call against what this variant takes, and each operand as stored against
@@ -339,8 +367,13 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
     let entry = &built.entry;
     let family = &entry.declaration;
     let variant = &entry.variant;
-    let Bound { quantities, operands, scalars, problems } = bound;
+    let Bound { quantities, operands, scalars, problems, axes } = bound;
     let problems = *problems;
+    for (&axis, &value) in axes {
+        if let Some(own) = variant.value(axis).map(|v| v.to_string()).filter(|own| own != value) {
+            return Err(format!("the call asks for {axis} = {value}; {} computes {axis} = {own}", variant.name));
+        }
+    }
     // What the variant takes; an optional operand or a defaulted scalar it does not take is
     // refused when the call asks for it, rather than silently left out.
     let params = &entry.launch.params;

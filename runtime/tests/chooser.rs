@@ -303,3 +303,62 @@ fn the_committed_tables_open_with_the_shipped_variants_and_are_read() {
         pick.reason
     );
 }
+
+/// A packed attention call ([batch, seq, heads, head_dim] operands, no log-sum-exp).
+fn attention_call(batch: u64, seq_q: u64, seq_k: u64, heads: u64, kv_heads: u64, head_dim: u64) -> Call {
+    let [q, k, v, o] = Buffer::unallocated([
+        (batch * seq_q * heads * head_dim) as usize,
+        (batch * seq_k * kv_heads * head_dim) as usize,
+        (batch * seq_k * kv_heads * head_dim) as usize,
+        (batch * seq_q * heads * head_dim) as usize,
+    ]);
+    let mut call =
+        Call::default().operand("q", Dtype::Bf16, q).operand("k", Dtype::Bf16, k).operand("v", Dtype::Bf16, v).operand("o", Dtype::Bf16, o);
+    for (name, value) in
+        [("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k), ("heads", heads), ("kv_heads", kv_heads), ("head_dim", head_dim)]
+    {
+        call = call.quantity(name, value);
+    }
+    for (op, seq, h) in [("q", seq_q, heads), ("k", seq_k, kv_heads), ("v", seq_k, kv_heads), ("o", seq_q, heads)] {
+        let p = &op[..1];
+        call = call
+            .quantity(&format!("s{p}h"), head_dim)
+            .quantity(&format!("s{p}s"), h * head_dim)
+            .quantity(&format!("s{p}b"), seq * h * head_dim);
+    }
+    call.quantity("slb", heads * seq_q).quantity("slh", seq_q).scalar("scale", 0.125)
+}
+
+#[test]
+fn a_call_gets_what_it_asks_of_the_axes_that_change_what_is_computed() {
+    let tuning = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuning");
+    let tables: Vec<FamilyTable> = FamilyTable::read_all(&tuning).unwrap().into_iter().map(|(_, t)| t).collect();
+    let registry = registry(tables).unwrap();
+    let attention = registry.family("attention").unwrap();
+    let causal = |name: &str| registry.kernel(name).unwrap().variant().value("causal").unwrap().to_string();
+    // The H100's table ranks a causal variant first at this prefill (it does half the work):
+    // a call that does not ask for the mask must not get it.
+    let prefill = attention_call(4, 4096, 4096, 32, 32, 128);
+    let pick = attention.pick(&h100(), H100_SMEM, &prefill).unwrap();
+    assert_eq!(causal(pick.kernel.name()), "none", "{}: {}", pick.kernel.name(), pick.reason);
+    assert_eq!(pick.kernel.variant().backend, "wgmma", "{}", pick.reason);
+    let pick = attention.pick(&h100(), H100_SMEM, &prefill.clone().axis("causal", "causal")).unwrap();
+    assert_eq!(causal(pick.kernel.name()), "causal", "{}: {}", pick.kernel.name(), pick.reason);
+    // Decoding: the split-KV backend, as measured.
+    let pick = attention.pick(&h100(), H100_SMEM, &attention_call(4, 1, 8192, 32, 8, 128)).unwrap();
+    assert_eq!(pick.kernel.variant().backend, "splitkv", "{}: {}", pick.kernel.name(), pick.reason);
+    assert_eq!(causal(pick.kernel.name()), "none", "{}", pick.kernel.name());
+
+    let refused = |call: Call| attention.pick(&h100(), H100_SMEM, &call).unwrap_err();
+    let word = refused(prefill.clone().axis("causal", "diagonal"));
+    assert!(word.contains("causal = diagonal, which is not a value of axis `causal` (none, causal)"), "{word}");
+    let tuning = refused(prefill.clone().axis("cluster", "4"));
+    assert!(tuning.contains("axis `cluster`, which changes how a attention variant computes, not what"), "{tuning}");
+    let unknown = refused(prefill.clone().axis("mask", "causal"));
+    assert!(unknown.contains("axis `mask`, which a attention call does not take (axes it takes: causal)"), "{unknown}");
+    let twice = refused(prefill.clone().axis("causal", "none").axis("causal", "none"));
+    assert!(twice.contains("asks for axis `causal` twice"), "{twice}");
+    // A variant by name computes what it computes: a call asking otherwise is refused.
+    let named = registry.kernel("attention_causal").unwrap().plan(132, &prefill.clone().axis("causal", "none")).unwrap_err().to_string();
+    assert!(named.contains("the call asks for causal = none; attention_causal computes causal = causal"), "{named}");
+}

@@ -90,6 +90,24 @@ pub struct AxisDecl {
     pub tuning: bool,
 }
 
+impl AxisDecl {
+    /// Whether `value`, as a call writes it, is one of the axis's values.
+    pub fn admits(&self, value: &str) -> bool {
+        match self.range {
+            Some([lo, hi]) => value.parse::<u32>().is_ok_and(|v| (lo..=hi).contains(&v)),
+            None => self.values.iter().any(|v| v == value),
+        }
+    }
+
+    /// Its values, as messages list them: `none, causal` or `1 to 16`.
+    pub fn describe_values(&self) -> String {
+        match self.range {
+            Some([lo, hi]) => format!("{lo} to {hi}"),
+            None => self.values.join(", "),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Show {

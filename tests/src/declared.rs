@@ -361,9 +361,14 @@ impl Buffers {
         self.bound(kernel.call(gpu), family, shape).launch()
     }
 
-    /// Launches the call through the family's chooser; returns its pick.
-    pub fn launch_chosen(&mut self, gpu: &Gpu, chooser: &Chooser, shape: &Shape) -> Result<Pick, Error> {
-        self.bound(chooser.call(gpu), chooser.declaration(), shape).launch()
+    /// Launches the call through the family's chooser, asking these computing axes; returns
+    /// its pick.
+    pub fn launch_chosen(&mut self, gpu: &Gpu, chooser: &Chooser, shape: &Shape, axes: &[(String, String)]) -> Result<Pick, Error> {
+        let mut call = self.bound(chooser.call(gpu), chooser.declaration(), shape);
+        for (axis, value) in axes {
+            call = call.axis(axis, value);
+        }
+        call.launch()
     }
 
     /// `call` with these buffers, the shape's quantities and the trial scalars bound.
@@ -662,6 +667,9 @@ pub struct Case {
     initial: Vec<Option<Buf>>,
     copies: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
     bytes: u64,
+    /// What the variant it was made for computes (attention's `causal`): the call through the
+    /// chooser asks the same.
+    axes: Vec<(String, String)>,
 }
 
 impl Case {
@@ -695,7 +703,9 @@ impl Case {
                 Ok((src, dst))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Case { shape, sets, initial, copies, bytes })
+        let axes =
+            family.axes.iter().filter(|a| !a.tuning).filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect();
+        Ok(Case { shape, sets, initial, copies, bytes, axes })
     }
 
     /// How many sets of inputs the timed runs rotate through.
@@ -761,15 +771,16 @@ impl Case {
         const HOST_CALLS: usize = 64;
         let (shape, count) = (&self.shape, self.sets.len());
         let (sets, copies) = (&mut self.sets, &mut self.copies);
-        let pick = sets[0].launch_chosen(gpu, chooser, shape).map_err(|e| e.to_string())?;
+        let axes = &self.axes;
+        let pick = sets[0].launch_chosen(gpu, chooser, shape, axes).map_err(|e| e.to_string())?;
         let ms = medians_ms(gpu.stream(), WARMUP, RUNS, count.max(copies.len()), |i, side| match side {
-            0 => sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string()),
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes).map(drop).map_err(|e| e.to_string()),
             _ => copy_once(gpu, copies, i),
         })?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let start = std::time::Instant::now();
         for i in 0..HOST_CALLS {
-            sets[i % count].launch_chosen(gpu, chooser, shape).map_err(|e| e.to_string())?;
+            sets[i % count].launch_chosen(gpu, chooser, shape, axes).map_err(|e| e.to_string())?;
         }
         let host_us = start.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64;
         gpu.synchronize().map_err(|e| e.to_string())?;
@@ -783,10 +794,10 @@ impl Case {
     /// what says whether the pick is as fast as the fastest variant, without the spread between
     /// cases timed apart (up to 15% on 0.05-0.1 ms calls).
     pub fn time_beside(&mut self, gpu: &Gpu, chooser: &Chooser, kernel: &Kernel) -> Result<[f64; 2], String> {
-        let (shape, count) = (&self.shape, self.sets.len());
+        let (shape, count, axes) = (&self.shape, self.sets.len(), &self.axes);
         let sets = &mut self.sets;
         medians_ms(gpu.stream(), WARMUP, RUNS, count, |i, side| match side {
-            0 => sets[i % count].launch_chosen(gpu, chooser, shape).map(drop).map_err(|e| e.to_string()),
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes).map(drop).map_err(|e| e.to_string()),
             _ => sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()),
         })
     }
