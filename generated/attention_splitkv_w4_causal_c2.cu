@@ -12,7 +12,6 @@
 //   bounds = checked
 //   targets = SASS sm_90; PTX compute_90
 
-#include <cooperative_groups.h>
 #include <type_traits>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -89,8 +88,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-namespace cg = cooperative_groups;
-
 #define D 128
 #define BM 64
 #define BN 64
@@ -101,6 +98,14 @@ namespace cg = cooperative_groups;
 // 8 rows an ldmatrix reads at one column fall in 8 different bank groups.
 #define CHUNKS (D / 8)
 #define TILE_BYTES (BN * D * 2)
+
+// The parts of a row tile are the cluster's blocks': merged through distributed shared memory.
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__device__ __forceinline__ int part_rank() { return (int)cg::this_cluster().block_rank(); }
+__device__ __forceinline__ void parts_sync() { cg::this_cluster().sync(); }
+template <typename P>
+__device__ __forceinline__ P* part_of(P* p, int rank) { return cg::this_cluster().map_shared_rank(p, rank); }
 
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
     return (uint32_t)((row * CHUNKS + (chunk ^ (row & 7))) * 16);
@@ -139,8 +144,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
     constexpr int KS = 4 / RT;       // warps per row tile
     constexpr int KW = BN / KS;      // keys of a tile per warp
     constexpr int NT = KW / 8;       // n8 tiles of a warp's scores
-    cg::cluster_group cluster = cg::this_cluster();
-    const int rank = (int)cluster.block_rank();
+    const int rank = part_rank();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int rt = warp % RT, ks = warp / RT;
 
@@ -286,7 +290,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
         *reinterpret_cast<float2*>(&parts[(warp * 16 + g) * D + n * 8 + 2 * t]) = make_float2(o[n][0], o[n][1]);
         *reinterpret_cast<float2*>(&parts[(warp * 16 + g + 8) * D + n * 8 + 2 * t]) = make_float2(o[n][2], o[n][3]);
     }
-    cluster.sync();
+    parts_sync();
 
     // The merge: block `rank` writes rows rank, rank + CLUSTER, ... of the block's, each from
     // the CLUSTER × KS parts of its row tile.
@@ -296,7 +300,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
         float m = -INFINITY;
 #pragma unroll 4
         for (int p = 0; p < CLUSTER * KS; ++p) {
-            const float2* st = cluster.map_shared_rank(stats, p / KS);
+            const float2* st = part_of(stats, p / KS);
             m = fmaxf(m, st[(p % KS) * RT * 16 + r].x);
         }
         float l = 0.f;
@@ -305,10 +309,10 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
         for (int p = 0; p < CLUSTER * KS; ++p) {
             // Row r of the block is row r % 16 of warp r / 16 + ks·RT.
             const int w_row = (p % KS) * RT * 16 + r;
-            const float2 st = cluster.map_shared_rank(stats, p / KS)[w_row];
+            const float2 st = part_of(stats, p / KS)[w_row];
             const float w = exp2f(st.x - m);  // a part that saw no key: 2^-inf = 0
             l += st.y * w;
-            const float4 part = cluster.map_shared_rank(reinterpret_cast<float4*>(parts), p / KS)[w_row * (D / 4) + c4];
+            const float4 part = part_of(reinterpret_cast<float4*>(parts), p / KS)[w_row * (D / 4) + c4];
             acc.x += part.x * w; acc.y += part.y * w; acc.z += part.z * w; acc.w += part.w * w;
         }
         const int row = row0 + r, query = row / group, head = kvh * group + row % group;
@@ -320,7 +324,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
         if (Lse != nullptr && c4 == 0) Lse[b * slb + head * slh + query] = (m + log2f(l)) * 0.69314718055994531f;
     }
     // No block leaves while another may still read its shared memory.
-    cluster.sync();
+    parts_sync();
 }
 
 // O[b, i, h, :] = softmax(scale · Q[b, i, h, :]·K[b, :, g, :]ᵀ + mask) · V[b, :, g, :], g = h / (heads /

@@ -412,6 +412,12 @@ pub struct Reference {
     /// grows with its square root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduction: Option<Expr>,
+    /// Outputs that are the difference of two values the size of another output, by name:
+    /// their error is judged against that output's magnitude where it is the larger (f32
+    /// rounds cross-entropy's loss = lse − logit to lse's units in the last place, however
+    /// near 0 the loss).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub relative_to: BTreeMap<String, String>,
 }
 
 /// Shapes for the trials, beside those made from the quantities and tiles.
@@ -786,6 +792,14 @@ impl Family {
         }
         if let Some(Err(rule)) = reference.reduction.as_ref().map(|r| r.check_names(&quantities)) {
             problems.push(format!("reference.reduction: {rule}"));
+        }
+        let written = |name: &str| self.operand(name).is_some_and(|o| o.access.writes());
+        for (output, scale) in &reference.relative_to {
+            if !written(output) || !written(scale) || output == scale {
+                problems.push(format!(
+                    "reference.relative_to: `{output} = \"{scale}\"` names two different outputs of the family (operands it writes)"
+                ));
+            }
         }
         let all = self.all_quantities();
         let shapes = self

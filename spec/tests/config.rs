@@ -708,3 +708,17 @@ ptx = "compute_90"
         assert!(message.starts_with("variants.toml:1: [rope.family]: ") && message.contains(rule), "{rule}: {message}");
     }
 }
+
+#[test]
+fn an_output_is_judged_relative_to_another_output_only() {
+    let scale = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/standalone/variants.toml")).unwrap();
+    let with = |pair: &str| scale.replace("bf16 = 1e-2 } }", &format!("bf16 = 1e-2 }}, relative_to = {{ {pair} }} }}"));
+    assert_ne!(with("y = \"x\""), scale);
+    for pair in ["y = \"x\"", "y = \"y\"", "z = \"y\""] {
+        let message = Config::parse(Path::new("variants.toml"), &with(pair)).map(drop).unwrap_err().to_string();
+        assert!(
+            message.contains("reference.relative_to: `") && message.contains("names two different outputs of the family"),
+            "{pair}: {message}"
+        );
+    }
+}

@@ -569,7 +569,8 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
         gpu.synchronize().map_err(|e| e.to_string())?;
         let tolerance = tolerance(kernel, shape)?;
         let want = theirs.outputs(gpu)?;
-        worst = worst.max(compare(&what, reference.name(), mine.outputs(gpu)?, &want, tolerance)?);
+        let relative_to = &family.reference.relative_to;
+        worst = worst.max(compare(&what, reference.name(), mine.outputs(gpu)?, &want, tolerance, relative_to)?);
         // Once, the call that leaves the optional outputs out: the kernel gets null pointers
         // for them and must still write the rest.
         let optional = |op: &Stored| op.decl.optional && op.decl.access.writes();
@@ -579,7 +580,7 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             let mut lean = Buffers::new(gpu, ops.iter().filter(|op| !optional(op)).cloned().collect(), &inputs)?;
             lean.launch(gpu, kernel, shape).map_err(|e| format!("{what}: {e}"))?;
             gpu.synchronize().map_err(|e| e.to_string())?;
-            worst = worst.max(compare(&what, reference.name(), lean.outputs(gpu)?, &want, tolerance)?);
+            worst = worst.max(compare(&what, reference.name(), lean.outputs(gpu)?, &want, tolerance, relative_to)?);
         }
         if let Some(&ulps) = family.reference.ulps.get(&variant.dtype) {
             let distance = check_ulps(gpu, registry, kernel, shape, &inputs, &mine, ulps).map_err(|e| format!("{what}: {e}"))?;
@@ -600,11 +601,18 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
 /// The worst relative error of each output in `got` against the reference's of the same name
 /// in `want`; an error where an element is left unwritten, written outside its output, or off
 /// by more than `tolerance`.
-fn compare(what: &str, reference: &str, got: Vec<Output>, want: &[Output], tolerance: f64) -> Result<f64, String> {
+fn compare(
+    what: &str,
+    reference: &str,
+    got: Vec<Output>,
+    outputs: &[Output],
+    tolerance: f64,
+    relative_to: &BTreeMap<String, String>,
+) -> Result<f64, String> {
     let mut worst: f64 = 0.0;
     for got in got {
         let name = &got.name;
-        let want = want.iter().find(|w| w.name == got.name).ok_or(format!("{what}: the reference has no output {name}"))?;
+        let want = outputs.iter().find(|w| w.name == got.name).ok_or(format!("{what}: the reference has no output {name}"))?;
         if got.unwritten > 0 || got.outside > 0 {
             return Err(format!(
                 "{what}: {} of {} elements of {name} left unwritten, {} written outside it",
@@ -616,13 +624,27 @@ fn compare(what: &str, reference: &str, got: Vec<Output>, want: &[Output], toler
         if want.unwritten > 0 {
             return Err(format!("{what}: the reference {reference} left {} elements of {name} unwritten", want.unwritten));
         }
-        let error = relative_error(&got.region, &want.region);
+        let error = output_error(&got, want, outputs, relative_to);
         if error > tolerance {
             return Err(format!("{what}: {name}: relative error {error:.3e} against {reference} over the {tolerance:.1e} allowed"));
         }
         worst = worst.max(error);
     }
     Ok(worst)
+}
+
+/// The relative (Frobenius) error of `got` against `want`, the reference's output of its name;
+/// for an output the family declares `relative_to` another, against the larger of the two
+/// reference outputs' magnitudes.
+fn output_error(got: &Output, want: &Output, outputs: &[Output], relative_to: &BTreeMap<String, String>) -> f64 {
+    let error = relative_error(&got.region, &want.region);
+    let Some(scale) = relative_to.get(&got.name).and_then(|other| outputs.iter().find(|w| w.name == *other)) else { return error };
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.filter(|x| x.is_finite()).map(|x| x * x).sum::<f64>().sqrt();
+    let larger = norm(&mut scale.region.iter().copied()).max(norm(&mut want.region.iter().copied()));
+    if !error.is_finite() || larger == 0.0 {
+        return error;
+    }
+    norm(&mut got.region.iter().zip(&want.region).filter(|(_, w)| w.is_finite()).map(|(g, w)| g - w)) / larger
 }
 
 /// A call the variant must refuse, which must write nothing: an output one element short for
@@ -754,8 +776,9 @@ impl Case {
         theirs.launch(gpu, reference, shape).map_err(|e| e.to_string())?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let tolerance = tolerance(kernel, shape)?;
-        for (got, want) in first.outputs_within(gpu, SAMPLED)?.into_iter().zip(theirs.outputs_within(gpu, SAMPLED)?) {
-            let error = relative_error(&got.region, &want.region);
+        let outputs = theirs.outputs_within(gpu, SAMPLED)?;
+        for (got, want) in first.outputs_within(gpu, SAMPLED)?.into_iter().zip(outputs.iter()) {
+            let error = output_error(&got, want, &outputs, &family.reference.relative_to);
             if got.unwritten > 0 || error > tolerance {
                 return Err(format!("the timed result is wrong: {} has {} unwritten, relative error {error:.3e}", got.name, got.unwritten));
             }
