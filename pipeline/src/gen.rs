@@ -167,10 +167,13 @@ pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) 
         orphans.len()
     );
     if !unlisted.is_empty() {
+        // A few names: a first selective gen of a large project leaves hundreds.
+        const NAMED: usize = 8;
+        let more = if unlisted.len() > NAMED { format!(" and {} more", unlisted.len() - NAMED) } else { String::new() };
         println!(
-            "{} unselected variant(s) have no current source and no manifest entry, so they are not listed until generated: {}",
+            "{} unselected variant(s) have no current source and no manifest entry, so they are not listed until generated: {}{more}",
             unlisted.len(),
-            unlisted.join(", ")
+            unlisted[..unlisted.len().min(NAMED)].join(", ")
         );
     }
     Ok(())
