@@ -362,3 +362,27 @@ fn a_call_gets_what_it_asks_of_the_axes_that_change_what_is_computed() {
     let named = registry.kernel("attention_causal").unwrap().plan(132, &prefill.clone().axis("causal", "none")).unwrap_err().to_string();
     assert!(named.contains("the call asks for causal = none; attention_causal computes causal = causal"), "{named}");
 }
+
+#[test]
+fn attention_calls_that_break_a_rule_are_refused_naming_it() {
+    let registry = registry(Vec::new()).unwrap();
+    let plan = |name: &str, call: &Call| registry.kernel(name).unwrap().plan(132, call).unwrap_err().to_string();
+    let grouped = plan("attention", &attention_call(1, 64, 64, 6, 4, 128));
+    assert!(grouped.contains("heads must be a multiple of kv_heads"), "{grouped}");
+    let dim = plan("attention", &attention_call(1, 64, 64, 8, 8, 64));
+    assert!(dim.contains("this variant's head_dim is 128"), "{dim}");
+    let causal = plan("attention_causal", &attention_call(1, 65, 64, 8, 8, 128));
+    assert!(causal.contains("give seq_q <= seq_k"), "{causal}");
+    // Every variant of the family refuses the grouping, and the chooser says so.
+    let chosen = registry.family("attention").unwrap().pick(&h100(), H100_SMEM, &attention_call(1, 64, 64, 6, 4, 128)).unwrap_err();
+    assert!(chosen.contains("heads must be a multiple of kv_heads"), "{chosen}");
+    // An LSE one element short, and an O that is Q: refused before anything runs.
+    let [lse] = Buffer::unallocated([8 * 64 - 1]);
+    let short = plan("attention", &attention_call(1, 64, 64, 8, 8, 128).operand("lse", Dtype::F32, Buffer { addr: 7 << 48, ..lse }));
+    assert!(short.contains("lse") && short.contains(&format!("{}", 8 * 64 - 1)), "{short}");
+    let mut aliased = attention_call(1, 64, 64, 8, 8, 128);
+    let q = aliased.operands[0].2;
+    aliased.operands[3].2 = q;
+    let overlap = plan("attention", &aliased);
+    assert!(overlap.contains("overlaps") && overlap.contains("which the kernel writes"), "{overlap}");
+}
