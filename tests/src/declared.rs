@@ -599,7 +599,7 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
 }
 
 /// The worst relative error of each output in `got` against the reference's of the same name
-/// in `want`; an error where an element is left unwritten, written outside its output, or off
+/// in `outputs` ([`output_error`]); an error where an element is left unwritten, written outside its output, or off
 /// by more than `tolerance`.
 fn compare(
     what: &str,
