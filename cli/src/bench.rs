@@ -227,23 +227,12 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         let record = declared::with_lds(kernel, shape.clone(), 0)
                             .and_then(|full| declared::takes(kernel, &full, gpu.sms()))
                             .and_then(|()| flops_record(&gpu, registry, kernel, shape.clone()));
-                        match record {
-                            Ok(record) => {
-                                println!("{}", record.summary());
-                                records.push(record);
-                            }
-                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
-                        }
+                        keep(record, &format!("{} {what}", kernel.name()), &mut records, &mut skipped);
                     }
                     if args.dispatch {
                         let chooser = registry.family(&members[0].variant().family).map_err(|e| e.to_string())?;
-                        match flops_record_chosen(&gpu, registry, chooser, members[0], shape.clone()) {
-                            Ok(record) => {
-                                println!("{}", record.summary());
-                                records.push(record);
-                            }
-                            Err(why) => skipped.push(format!("dispatch {what}: {why}")),
-                        }
+                        let record = flops_record_chosen(&gpu, registry, chooser, members[0], shape.clone());
+                        keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
                     }
                 }
                 Baseline::Library(name) => {
@@ -276,13 +265,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         let (_, case) = &mut cases[index];
                         // A variant refusing the launch (shared memory past the GPU's, say) loses
                         // its row only.
-                        match case.record(&gpu, registry, kernel) {
-                            Ok(record) => {
-                                println!("{}", record.summary());
-                                records.push(record);
-                            }
-                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
-                        }
+                        keep(case.record(&gpu, registry, kernel), &format!("{} {what}", kernel.name()), &mut records, &mut skipped);
                     }
                     // The call as users make it (rows packed), through the family's chooser.
                     if args.dispatch {
@@ -307,16 +290,11 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                             record.beside = Some((name.clone(), fastest_ms / chosen_ms));
                             Ok(())
                         };
-                        match case.record_chosen(&gpu, registry, chooser).and_then(|mut record| {
+                        let record = case.record_chosen(&gpu, registry, chooser).and_then(|mut record| {
                             beside(&mut case, &mut record)?;
                             Ok(record)
-                        }) {
-                            Ok(record) => {
-                                println!("{}", record.summary());
-                                records.push(record);
-                            }
-                            Err(why) => skipped.push(format!("dispatch {what}: {why}")),
-                        }
+                        });
+                        keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
                     }
                 }
             }
@@ -331,6 +309,17 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     }
     println!("\n{}", report::table(&records));
     Ok(())
+}
+
+/// A timed row, printed and kept; or, where timing it failed, `label` and why among the skipped.
+fn keep(outcome: Result<Record, String>, label: &str, records: &mut Vec<Record>, skipped: &mut Vec<String>) {
+    match outcome {
+        Ok(record) => {
+            println!("{}", record.summary());
+            records.push(record);
+        }
+        Err(why) => skipped.push(format!("{label}: {why}")),
+    }
 }
 
 /// The baselines of activation(A·B + bias), the first the record's: cuBLASLt's own epilogue
