@@ -74,9 +74,7 @@ pub fn run(table: &FamilyTable, registry: &Registry, smem_per_block: u32, verbos
             registry.kernel(name).is_ok_and(|k| {
                 chooser
                     .declaration()
-                    .axes
-                    .iter()
-                    .filter(|a| !a.tuning)
+                    .computing_axes()
                     .all(|a| a.default.as_ref().is_none_or(|default| k.variant().value(&a.name).is_none_or(|own| own == *default)))
             })
         };

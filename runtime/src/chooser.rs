@@ -212,20 +212,20 @@ impl Chooser {
         let defaults: Vec<(&str, String)> = self
             .inner
             .declaration
-            .axes
-            .iter()
-            .filter(|a| !a.tuning && !call.axes.iter().any(|(name, _)| *name == a.name))
+            .computing_axes()
+            .filter(|a| !call.axes.iter().any(|(name, _)| *name == a.name))
             .filter_map(|a| Some((a.name.as_str(), a.default.as_ref()?.to_string())))
             .collect();
         for kernel in &self.inner.kernels {
             if !runs_on(&kernel.info().entry.targets, capability) {
                 continue;
             }
-            let own = |axis: &str| kernel.variant().value(axis).map(|v| v.to_string());
-            if let Some((axis, default)) = defaults.iter().find(|(axis, default)| own(axis).is_some_and(|own| own != *default)) {
+            let other = defaults.iter().find_map(|(axis, default)| {
+                kernel.variant().value(axis).map(|v| v.to_string()).filter(|own| own != default).map(|own| (axis, default, own))
+            });
+            if let Some((axis, default, own)) = other {
                 let rule = format!(
-                    "it computes {axis} = {}, and the call leaves axis `{axis}` at its default, {default} (ask with .axis(\"{axis}\", ...))",
-                    own(axis).unwrap_or_default()
+                    "it computes {axis} = {own}, and the call leaves axis `{axis}` at its default, {default} (ask with .axis(\"{axis}\", ...))"
                 );
                 refusals.push((kernel.name().to_string(), rule));
                 continue;

@@ -516,6 +516,12 @@ impl Family {
         self.operands.iter().filter_map(|o| o.batch_stride.as_deref())
     }
 
+    /// Its own axes that change what a variant computes (attention's `causal`), not only how
+    /// (those marked `tuning`): what a call may ask for, and the chooser matches.
+    pub fn computing_axes(&self) -> impl Iterator<Item = &AxisDecl> {
+        self.axes.iter().filter(|a| !a.tuning)
+    }
+
     /// The quantities a call gives: the shape's, the leading dimensions, then the batch's
     /// count and strides.
     pub fn all_quantities(&self) -> Vec<&str> {

@@ -725,8 +725,7 @@ impl Case {
                 Ok((src, dst))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let axes =
-            family.axes.iter().filter(|a| !a.tuning).filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect();
+        let axes = family.computing_axes().filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect();
         Ok(Case { shape, sets, initial, copies, bytes, axes })
     }
 
