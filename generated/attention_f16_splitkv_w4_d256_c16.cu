@@ -12,7 +12,6 @@
 //   bounds = checked
 //   targets = SASS sm_90; PTX compute_90
 
-#include <type_traits>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -112,13 +111,8 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    if constexpr (std::is_same<T, __half>::value) {
-        const __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<const uint32_t*>(&v);
-    } else {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<const uint32_t*>(&v);
-    }
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // One tile of BN keys of K and V, rows past seq_k zero-filled (their scores are masked).
