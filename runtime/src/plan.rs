@@ -341,9 +341,9 @@ pub(crate) fn bind<'a>(family: &'a Family, name: &str, call: &'a Call) -> Result
     }
     let problems = family.batch.as_deref().and_then(|b| quantities.get(b)).copied().unwrap_or(1);
     let mut axes: BTreeMap<&str, &str> = BTreeMap::new();
-    let computing: Vec<&str> = family.computing_axes().map(|a| a.name.as_str()).collect();
     for (arg, value) in &call.axes {
         let Some(decl) = family.axes.iter().find(|a| a.name == *arg) else {
+            let computing: Vec<&str> = family.computing_axes().map(|a| a.name.as_str()).collect();
             return Err(unknown("axis", "axes", arg, &computing));
         };
         if decl.tuning {
