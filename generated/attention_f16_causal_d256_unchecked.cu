@@ -253,6 +253,8 @@ attention_f16_causal_d256_unchecked(const __grid_constant__ CUtensorMap tmQ, con
     auto vs = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
     const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
     const int h = blockIdx.y, b = blockIdx.z, g = h / (heads / kv_heads);
+    T* const o_seq = O + b * sob;
+    float* const lse_seq = Lse == nullptr ? nullptr : Lse + b * slb;
     const int diag = seq_k - seq_q;
     int n_kv = (seq_k + BC - 1) / BC;
 #if CAUSAL
@@ -434,12 +436,13 @@ attention_f16_causal_d256_unchecked(const __grid_constant__ CUtensorMap tmQ, con
         for (int r = 0; r < 2; ++r) {
             const int row = row0 + 8 * r;
             if (row >= seq_q) continue;
-            const float inv = 1.f / l_run[r];
-            T* out = O + b * sob + row * sos + h * soh;
+            // A row that saw no key (varlen) has the sum 0: O = 0.
+            const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f;
+            T* out = o_seq + row * sos + h * soh;
 #pragma unroll
             for (int i = 0; i < D / 8; ++i)
                 *reinterpret_cast<uint32_t*>(out + 8 * i + 2 * quad) = pack2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-            if (Lse != nullptr && quad == 0) Lse[b * slb + h * slh + row] = (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f;
+            if (lse_seq != nullptr && quad == 0) lse_seq[h * slh + row] = (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f;
         }
     }
 }

@@ -132,8 +132,8 @@ __device__ __forceinline__ void load_kv(uint32_t k_dst, uint32_t v_dst, const T*
 // rows the block takes (1, 2 or 4); the 4 / RT warps of a row tile split each key tile.
 template <int RT>
 __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict__ Q, T* __restrict__ O, float* __restrict__ Lse, int seq_q, int seq_k, int group, int row0, int rows,
-                                       int b, int kvh, long long sqb, long long sqs, long long sqh, long long sks, long long svs,
-                                       long long sob, long long sos, long long soh, long long slb, long long slh, float scale_log2,
+                                       int kvh, long long sqs, long long sqh, long long sks, long long svs,
+                                       long long sos, long long soh, long long slh, float scale_log2,
                                        const T* k, const T* v) {
     constexpr int KS = 4 / RT;       // warps per row tile
     constexpr int KW = BN / KS;      // keys of a tile per warp
@@ -154,7 +154,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
     for (int i = threadIdx.x; i < BM * CHUNKS; i += 128) {
         const int r = i / CHUNKS, c = i % CHUNKS, row = row0 + r;
         const bool in = r < rows;
-        const T* src = in ? Q + b * sqb + (row / group) * sqs + (kvh * group + row % group) * sqh + c * 8 : Q;
+        const T* src = in ? Q + (row / group) * sqs + (kvh * group + row % group) * sqh + c * 8 : Q;
         cp_async_16(q_tile + swizzled(r, c), src, in ? 16 : 0);
     }
 #pragma unroll
@@ -297,6 +297,8 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
             const float2* st = part_of(stats, p / KS);
             m = fmaxf(m, st[(p % KS) * RT * 16 + r].x);
         }
+        // A row no part saw a key of (varlen) weighs every part 0: O = 0, LSE = -inf.
+        const float m_sub = m == -INFINITY ? 0.f : m;
         float l = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
@@ -304,18 +306,18 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
             // Row r of the block is row r % 16 of warp r / 16 + ks·RT.
             const int w_row = (p % KS) * RT * 16 + r;
             const float2 st = part_of(stats, p / KS)[w_row];
-            const float w = exp2f(st.x - m);  // a part that saw no key: 2^-inf = 0
+            const float w = exp2f(st.x - m_sub);  // a part that saw no key: 2^-inf = 0
             l += st.y * w;
             const float4 part = part_of(reinterpret_cast<float4*>(parts), p / KS)[w_row * (D / 4) + c4];
             acc.x += part.x * w; acc.y += part.y * w; acc.z += part.z * w; acc.w += part.w * w;
         }
         const int row = row0 + r, query = row / group, head = kvh * group + row % group;
-        const float inv = 1.f / l;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
         uint2 out;
         out.x = pack2(acc.x * inv, acc.y * inv);
         out.y = pack2(acc.z * inv, acc.w * inv);
-        *reinterpret_cast<uint2*>(O + b * sob + query * sos + head * soh + c4 * 4) = out;
-        if (Lse != nullptr && c4 == 0) Lse[b * slb + head * slh + query] = (m + log2f(l)) * 0.69314718055994531f;
+        *reinterpret_cast<uint2*>(O + query * sos + head * soh + c4 * 4) = out;
+        if (Lse != nullptr && c4 == 0) Lse[head * slh + query] = (m + log2f(l)) * 0.69314718055994531f;
     }
     // No block leaves while another may still read its shared memory.
     parts_sync();
@@ -328,14 +330,17 @@ attention_f16_splitkv_w4_causal_d256_c16(const T* __restrict__ Q, const T* __res
 {
     extern __shared__ __align__(128) unsigned char smem[];
     const int group = heads / kv_heads, kvh = blockIdx.y, b = blockIdx.z;
-    const int row0 = (blockIdx.x / CLUSTER) * BM, rows = min(BM, seq_q * group - row0);
+    const T* q = Q + b * sqb;
+    T* o = O + b * sob;
+    float* lse = Lse == nullptr ? nullptr : Lse + b * slb;
     const T* k = K + b * skb + kvh * skh;
     const T* v = V + b * svb + kvh * svh;
+    const int row0 = (blockIdx.x / CLUSTER) * BM, rows = min(BM, seq_q * group - row0);
     const float scale_log2 = scale * 1.4426950408889634f;
     if (rows <= 16)
-        attend<1>(smem, Q, O, Lse, seq_q, seq_k, group, row0, rows, b, kvh, sqb, sqs, sqh, sks, svs, sob, sos, soh, slb, slh, scale_log2, k, v);
+        attend<1>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
     else if (rows <= 32)
-        attend<2>(smem, Q, O, Lse, seq_q, seq_k, group, row0, rows, b, kvh, sqb, sqs, sqh, sks, svs, sob, sos, soh, slb, slh, scale_log2, k, v);
+        attend<2>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
     else
-        attend<4>(smem, Q, O, Lse, seq_q, seq_k, group, row0, rows, b, kvh, sqb, sqs, sqh, sks, svs, sob, sos, soh, slb, slh, scale_log2, k, v);
+        attend<4>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
 }

@@ -91,7 +91,8 @@ attention_reference_w4_causal(const T* __restrict__ Q, const T* __restrict__ K, 
 #pragma unroll
     for (int u = 0; u < PER_THREAD; ++u) {
         const int d = threadIdx.x + u * THREADS;
-        if (d < head_dim) o[d] = from_float<T>((float)(acc[u] / l));
+        // A row that sees no key: O = 0 (and the LSE log 0 = -inf).
+        if (d < head_dim) o[d] = from_float<T>(l > 0.0 ? (float)(acc[u] / l) : 0.f);
     }
     if (Lse != nullptr && threadIdx.x == 0) Lse[b * slb + h * slh + i] = (float)(m + log(l));
 }

@@ -2,7 +2,7 @@
 
 use crate::error::{Context as _, Error};
 use crate::fatbin::Fatbin;
-use crate::plan::{runs_on, Arg, Launch, TensorMapArg};
+use crate::plan::{runs_on, Arg, Launch, OffsetsCheck, TensorMapArg};
 use crate::Result;
 use cudarc::driver::sys::{
     self, CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchAttributeValue,
@@ -189,6 +189,9 @@ impl Gpu {
             });
         }
         let function = self.load(info, fatbin)?;
+        for check in &launch.offsets {
+            self.check_offsets(name, check)?;
+        }
         // The tensor maps the arguments name, encoded (once per GPU) before the launch.
         let maps = launch
             .args
@@ -200,6 +203,18 @@ impl Gpu {
             .collect::<std::result::Result<Vec<CUtensorMap>, _>>()
             .map_err(|err| Error::Cuda { what: format!("encoding a tensor map for {name}"), source: err })?;
         self.launch_ex(&function, &launch, &maps).map_err(|err| Error::Cuda { what: format!("launching {name}"), source: err })
+    }
+
+    /// Reads back an operand of offsets (after the work queued before, which may write them)
+    /// and refuses the launch where they break their rules: the kernel would index with them.
+    fn check_offsets(&self, name: &str, check: &OffsetsCheck) -> Result<()> {
+        let mut values = vec![0i32; check.len];
+        let what = format!("reading back {} to check its offsets", check.operand);
+        self.ctx.bind_to_thread().during(&what)?;
+        // The plan checked that the buffer holds `len` i32 elements at `addr`.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut values, check.addr, self.stream.cu_stream()) }.during(&what)?;
+        self.stream.synchronize().during(&what)?;
+        check.check(&values).map_err(|rule| Error::Refused { name: name.to_string(), rule })
     }
 
     /// The driver's tensor map for `map`, encoded once.

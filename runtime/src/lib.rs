@@ -38,7 +38,7 @@ pub use fatbin::Fatbin;
 pub use float8::{F8E4M3, F8E5M2};
 pub use gpu::Gpu;
 pub use kernel::{CallBuilder, Element, Kernel, Planned, Target};
-pub use plan::{batch_span, check_stored, plan_call, runs_on, span, Arg, Buffer, Call, Launch, Stored, TensorMapArg};
+pub use plan::{batch_span, check_stored, plan_call, runs_on, span, Arg, Buffer, Call, Launch, OffsetsCheck, Stored, TensorMapArg};
 pub use registry::{Embedded, Registry, REGISTRY_VAR};
 pub use tilesmith_spec::{Bounds, Built, Dtype, Family, Layout, Variant};
 

@@ -82,6 +82,30 @@ pub struct Launch {
     pub dynamic_smem_bytes: u32,
     /// One per kernel parameter, in the order of the manifest's parameter list.
     pub args: Vec<Arg>,
+    /// Operands holding offsets the kernel indexes with: their values are checked on the host
+    /// before the launch ([`OffsetsCheck::check`]).
+    pub offsets: Vec<OffsetsCheck>,
+}
+
+/// An operand of cumulative offsets a call passes (the family's `offsets`), with its rules'
+/// quantities evaluated: what the launch reads back and checks, since the kernel would index
+/// out of bounds with values that break them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffsetsCheck {
+    pub operand: String,
+    pub addr: u64,
+    /// Its elements (i32), one more than the pieces.
+    pub len: usize,
+    pub total: u64,
+    pub longest: Option<u64>,
+}
+
+impl OffsetsCheck {
+    /// The rules of [`Offsets`](tilesmith_spec::family::Offsets) on the values read back.
+    pub fn check(&self, values: &[i32]) -> Result<(), String> {
+        let wide: Vec<i64> = values.iter().map(|&v| i64::from(v)).collect();
+        tilesmith_spec::family::Offsets::check(&self.operand, &wide, self.total, self.longest)
+    }
 }
 
 /// A kernel argument, as the kernel's parameter takes it.
@@ -603,7 +627,22 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .and_then(|b| u32::try_from(b).map_err(|_| format!("{b} bytes of shared memory")))
         .map_err(|rule| format!("its shared memory: {rule}"))?;
     let persistent = matches!(spec.grid, GridRule::Persistent { .. } | GridRule::Expr { persistent: true, .. });
-    Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args }))
+    let offsets = family
+        .operands
+        .iter()
+        .filter_map(|decl| Some((decl, decl.offsets.as_ref()?, stored.get(decl.name.as_str())?)))
+        .map(|(decl, offsets, o)| {
+            let longest = offsets.longest.as_ref().map(|e| e.eval(&env)).transpose();
+            Ok(OffsetsCheck {
+                operand: decl.name.clone(),
+                addr: o.buffer.addr,
+                len: o.cols,
+                total: offsets.total.eval(&env)?,
+                longest: longest?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args, offsets }))
 }
 
 /// TMA's rules for a tensor: a 16-byte-aligned start, each side past the first a multiple of 16

@@ -386,3 +386,86 @@ fn attention_calls_that_break_a_rule_are_refused_naming_it() {
     let overlap = plan("attention", &aliased);
     assert!(overlap.contains("overlaps") && overlap.contains("which the kernel writes"), "{overlap}");
 }
+
+/// A varlen attention call: `batch` sequences packed into `total_q` query and `total_k` key
+/// rows ([total, heads, head_dim] operands), their offsets in two i32 buffers.
+fn varlen_call(batch: u64, [total_q, total_k]: [u64; 2], [max_q, max_k]: [u64; 2], heads: u64, kv_heads: u64, head_dim: u64) -> Call {
+    let [q, k, v, o, cu_q, cu_k] = Buffer::unallocated([
+        (total_q * heads * head_dim) as usize,
+        (total_k * kv_heads * head_dim) as usize,
+        (total_k * kv_heads * head_dim) as usize,
+        (total_q * heads * head_dim) as usize,
+        batch as usize + 1,
+        batch as usize + 1,
+    ]);
+    let mut call = Call::default()
+        .operand("q", Dtype::Bf16, q)
+        .operand("k", Dtype::Bf16, k)
+        .operand("v", Dtype::Bf16, v)
+        .operand("o", Dtype::Bf16, o)
+        .operand("cu_q", Dtype::I32, cu_q)
+        .operand("cu_k", Dtype::I32, cu_k);
+    let quantities = [
+        ("batch", batch),
+        ("total_q", total_q),
+        ("total_k", total_k),
+        ("max_seq_q", max_q),
+        ("max_seq_k", max_k),
+        ("heads", heads),
+        ("kv_heads", kv_heads),
+        ("head_dim", head_dim),
+    ];
+    for (name, value) in quantities {
+        call = call.quantity(name, value);
+    }
+    for (p, h) in [("q", heads), ("k", kv_heads), ("v", kv_heads), ("o", heads)] {
+        call = call.quantity(&format!("s{p}h"), head_dim).quantity(&format!("s{p}s"), h * head_dim);
+    }
+    call.quantity("slh", total_q).scalar("scale", 0.125)
+}
+
+#[test]
+fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offsets() {
+    let registry = registry(Vec::new()).unwrap();
+    let call = varlen_call(3, [300, 700], [200, 400], 8, 2, 128);
+    let planned = registry.kernel("attention_varlen").unwrap().plan(132, &call).unwrap().unwrap();
+    let launch = planned.launch();
+    // The grid covers the longest query sequence of each of the 3, for every head.
+    assert_eq!(launch.grid, [2, 8, 3]);
+    let checks: Vec<(&str, usize, u64, Option<u64>)> =
+        launch.offsets.iter().map(|c| (c.operand.as_str(), c.len, c.total, c.longest)).collect();
+    assert_eq!(checks, [("cu_q", 4, 300, Some(200)), ("cu_k", 4, 700, Some(400))]);
+    let cu_q = &launch.offsets[0];
+    assert_eq!(cu_q.check(&[0, 100, 250, 300]), Ok(()));
+    assert_eq!(cu_q.check(&[0, 0, 0, 0]), Ok(()));
+    let refused = |values: &[i32]| cu_q.check(values).unwrap_err();
+    assert!(refused(&[0, 100, 50, 300]).contains("cu_q[2] = 50 is less than cu_q[1] = 100: offsets must not decrease"));
+    assert!(refused(&[0, 100, 250, 301]).contains("cu_q[3] = 301 is past the end: offsets end at 300 or less"));
+    assert!(refused(&[0, 201, 250, 300]).contains("cu_q[1] - cu_q[0] = 201: a piece is longer than the 200"));
+    assert!(refused(&[-1, 100, 250, 300]).contains("cu_q[0] = -1: offsets start at 0 or more"));
+
+    // Buffers and quantities are checked as any operand's, before anything runs.
+    let plan = |name: &str, call: &Call| registry.kernel(name).unwrap().plan(132, call).unwrap_err().to_string();
+    let mut short = call.clone();
+    short.operands[4].2.len = 3;
+    let message = plan("attention_varlen", &short);
+    assert!(message.contains("cu_q holds 3 elements, but it takes batch + 1 = 4"), "{message}");
+    let mut floats = call.clone();
+    floats.operands[5].1 = Dtype::F32;
+    let message = plan("attention_varlen", &floats);
+    assert!(message.contains("it takes i32 elements for cu_k, but the buffer holds f32"), "{message}");
+    let message = plan("attention_varlen", &varlen_call(3, [300, 700], [0, 400], 8, 2, 128));
+    assert!(message.contains("max_seq_q, the longest query sequence, sizes the grid"), "{message}");
+    let message = plan("attention_varlen_d64", &call);
+    assert!(message.contains("this variant's head_dim is 64"), "{message}");
+    // Dense attention's rules on seq_q and seq_k are not varlen's: rows without keys are
+    // defined there (O = 0), so a causal variant takes any lengths.
+    assert!(registry.kernel("attention_varlen_causal").unwrap().plan(132, &call).is_ok());
+
+    // The chooser picks among the family's variants (no tables: the cost model).
+    let family = registry.family("attention_varlen").unwrap();
+    let prefill = family.pick(&h100(), H100_SMEM, &varlen_call(8, [16384, 16384], [2048, 2048], 32, 8, 128)).unwrap();
+    assert_eq!(prefill.kernel.variant().backend, "wgmma", "{}", prefill.reason);
+    let decode = family.pick(&h100(), H100_SMEM, &varlen_call(4, [4, 32768], [1, 8192], 32, 8, 128)).unwrap();
+    assert_ne!(decode.kernel.variant().backend, "wgmma", "{}: {}", decode.kernel.name(), decode.reason);
+}

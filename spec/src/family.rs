@@ -162,6 +162,90 @@ pub struct OperandDecl {
     /// What the trials fill it with, where it is read; none: uniform in [-1, 1) for floats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values: Option<Values>,
+    /// It holds cumulative offsets into other operands' sides (varlen attention's sequence
+    /// starts): what a call's values must keep, which the runtime checks before each launch,
+    /// and the trials draw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offsets: Option<Offsets>,
+}
+
+/// Cumulative offsets of `n` + 1 elements o: piece i of a packed side spans [o[i], o[i + 1]).
+/// A call's offsets start at 0 or more, never decrease, end at `total` or less, and, with
+/// `longest`, no piece is longer. A kernel indexes with them, so the runtime copies them back
+/// and checks them before every launch (a synchronization of the stream); the trials draw
+/// pieces of random lengths that fill `total` exactly (every one `longest` long where `total`
+/// is `longest` times the pieces).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offsets {
+    /// The elements of the side the pieces are packed along (`total_q`).
+    pub total: Expr,
+    /// The most elements one piece may have (`max_seq_q`), which a kernel's grid is sized by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest: Option<Expr>,
+}
+
+impl Offsets {
+    /// Whether `offsets` keep the rules, with `total` and `longest` evaluated; the first broken
+    /// one names the operand (`name`), the elements and the rule.
+    pub fn check(name: &str, offsets: &[i64], total: u64, longest: Option<u64>) -> Result<(), String> {
+        let total = i64::try_from(total).unwrap_or(i64::MAX);
+        if let Some(&first) = offsets.first().filter(|first| **first < 0) {
+            return Err(format!("{name}[0] = {first}: offsets start at 0 or more"));
+        }
+        for (i, pair) in offsets.windows(2).enumerate() {
+            let (start, end) = (pair[0], pair[1]);
+            if end < start {
+                return Err(format!("{name}[{}] = {end} is less than {name}[{i}] = {start}: offsets must not decrease", i + 1));
+            }
+            if let Some(longest) = longest.filter(|&l| (end - start) as u64 > l) {
+                return Err(format!(
+                    "{name}[{}] - {name}[{i}] = {}: a piece is longer than the {longest} elements the call gives as the longest",
+                    i + 1,
+                    end - start
+                ));
+            }
+        }
+        match offsets.last() {
+            Some(&last) if last > total => {
+                Err(format!("{name}[{}] = {last} is past the end: offsets end at {total} or less", offsets.len() - 1))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `pieces` random lengths of at most `longest` (none: any), filling `total` exactly, as
+    /// offsets from 0; `uniform(lo, hi)` draws a whole number in [lo, hi]. `None` where they
+    /// cannot fill it.
+    pub fn draw(pieces: u64, total: u64, longest: Option<u64>, uniform: &mut dyn FnMut(u64, u64) -> u64) -> Option<Vec<u64>> {
+        let cap = longest.unwrap_or(total);
+        if pieces == 0 {
+            return (total == 0).then(|| vec![0]);
+        }
+        if pieces.checked_mul(cap)? < total {
+            return None;
+        }
+        // Each piece between what the rest can no longer take and what is left, in a random
+        // order of the pieces.
+        let mut lengths = Vec::with_capacity(pieces as usize);
+        let mut left = total;
+        for i in 0..pieces {
+            let rest = (pieces - 1 - i) * cap;
+            let length = uniform(left.saturating_sub(rest), left.min(cap));
+            lengths.push(length);
+            left -= length;
+        }
+        for i in (1..lengths.len()).rev() {
+            let j = uniform(0, i as u64) as usize;
+            lengths.swap(i, j);
+        }
+        let mut offsets = vec![0];
+        offsets.extend(lengths.iter().scan(0, |end, l| {
+            *end += l;
+            Some(*end)
+        }));
+        Some(offsets)
+    }
 }
 
 /// The values trials draw for an operand: one of `uniform = [lo, hi]`, `normal = [mean, std]`
@@ -551,7 +635,7 @@ impl Family {
         let undrawn = self
             .operands
             .iter()
-            .filter(|o| o.access.reads() && o.values.is_none())
+            .filter(|o| o.access.reads() && o.values.is_none() && o.offsets.is_none())
             .map(|o| (o, self.operand_dtype(variant, o)))
             .find(|(_, dtype)| dtype.is_integer());
         match undrawn {
@@ -741,8 +825,23 @@ impl Family {
                         }
                     }
                 }
-                (None, true) if operand.dtype.is_some_and(Dtype::is_integer) => problems.push(format!("{what} {}", UNDRAWN_INTEGERS)),
+                (None, true) if operand.offsets.is_none() && operand.dtype.is_some_and(Dtype::is_integer) => {
+                    problems.push(format!("{what} {}", UNDRAWN_INTEGERS))
+                }
                 (None, _) => {}
+            }
+            if let Some(offsets) = &operand.offsets {
+                let shape_ok = operand.access == Access::Read && operand.dims.len() == 1 && !operand.optional;
+                if !shape_ok || operand.dtype != Some(Dtype::I32) || operand.values.is_some() {
+                    problems.push(format!(
+                        "{what}: offsets are a vector the kernel only reads, of `dtype = \"i32\"`, passed by every call, and drawn by the trials (no `values`)"
+                    ));
+                }
+                for expr in std::iter::once(&offsets.total).chain(&offsets.longest) {
+                    if let Err(rule) = expr.check_names(&quantities) {
+                        problems.push(format!("{what}: offsets: {rule}"));
+                    }
+                }
             }
         }
         for scalar in &self.scalars {

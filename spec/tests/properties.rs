@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use std::path::Path;
+use tilesmith_spec::family::Offsets;
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::{Config, Expr, Rule};
 
@@ -24,6 +25,41 @@ proptest! {
             let _ = expr.eval(&|name| match name { "a" => Some(a), "b" => Some(b), _ => None });
             prop_assert_eq!(Expr::parse(&expr.to_string()).map(|e| e.to_string()), Ok(expr.to_string()));
         }
+    }
+
+    /// Offsets: a draw fills the total with pieces no longer than the longest, and passes the
+    /// check; changing one offset so that it breaks a rule fails the check, naming the operand
+    /// and the element.
+    #[test]
+    fn drawn_offsets_keep_their_rules_and_broken_ones_are_refused(
+        pieces in 0u64..40, longest in 0u64..50, fill in 0.0f64..=1.0, seed in any::<u64>(), at in any::<prop::sample::Index>(),
+    ) {
+        let total = ((pieces * longest) as f64 * fill) as u64;
+        let mut state = seed | 1;
+        let mut uniform = |lo: u64, hi: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            lo + state % (hi - lo + 1)
+        };
+        let drawn = Offsets::draw(pieces, total, Some(longest), &mut uniform).expect("pieces × longest holds the total");
+        prop_assert_eq!(drawn.len() as u64, pieces + 1);
+        prop_assert_eq!(*drawn.last().unwrap(), total);
+        let wide: Vec<i64> = drawn.iter().map(|&o| o as i64).collect();
+        prop_assert_eq!(Offsets::check("cu", &wide, total, Some(longest)), Ok(()));
+        prop_assert!(drawn.windows(2).all(|w| w[1] >= w[0] && w[1] - w[0] <= longest));
+        if pieces > 0 {
+            let i = at.index(wide.len());
+            let mut past = wide.clone();
+            *past.last_mut().unwrap() = total as i64 + 1;
+            let refused = Offsets::check("cu", &past, total, None).unwrap_err();
+            prop_assert!(refused.contains("past the end") || refused.contains("must not decrease"), "{}", refused);
+            let mut below = wide.clone();
+            below[i] = -1;
+            let refused = Offsets::check("cu", &below, total, Some(longest)).unwrap_err();
+            prop_assert!(refused.starts_with("cu["), "{}", refused);
+        }
+        prop_assert!(Offsets::draw(pieces, pieces * longest + 1, Some(longest), &mut uniform).is_none());
     }
 
     /// Rules: any text parses or is refused, and a parsed one holds, or is broken with a

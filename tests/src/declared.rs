@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use tilesmith_runtime::{
     plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
 };
-use tilesmith_spec::family::{Family, Law, OperandDecl, Values};
+use tilesmith_spec::family::{Family, Law, Offsets, OperandDecl, Values};
 use tilesmith_spec::{Access, Variant};
 
 /// A call's quantities, shape and leading dimensions, by name.
@@ -324,6 +324,9 @@ impl Buffers {
         ops.iter()
             .filter(|op| op.decl.access.reads())
             .map(|op| {
+                if let Some(offsets) = &op.decl.offsets {
+                    return Ok((op.decl.name.clone(), draw_offsets(op, offsets, shape, &mut rng)?));
+                }
                 let draw = draw(op, shape).map_err(|rule| format!("operand `{}`: values: {rule}", op.decl.name))?;
                 let block: Vec<f64> = (0..op.span().min(period)).map(|_| round(op.dtype, draw(&mut rng))).collect();
                 let mut values: Vec<f64> = block.iter().copied().cycle().take(op.span()).collect();
@@ -444,6 +447,18 @@ fn draw(op: &Stored, shape: &Shape) -> Result<impl Fn(&mut rand::rngs::ThreadRng
             Law::Integers { lo, hi } => rng.random_range(lo..hi).floor(),
         }
     })
+}
+
+/// Offsets for `op` on `shape` ([`Offsets::draw`]): pieces of random lengths filling the
+/// declared total, each at most the longest.
+fn draw_offsets(op: &Stored, offsets: &Offsets, shape: &Shape, rng: &mut rand::rngs::ThreadRng) -> Result<Vec<f64>, String> {
+    let name = &op.decl.name;
+    let total = offsets.total.eval(&lookup(shape))?;
+    let longest = offsets.longest.as_ref().map(|e| e.eval(&lookup(shape))).transpose()?;
+    let pieces = op.span().saturating_sub(1) as u64;
+    let drawn = Offsets::draw(pieces, total, longest, &mut |lo, hi| rng.random_range(lo..=hi))
+        .ok_or_else(|| format!("operand `{name}`: {pieces} pieces of at most {longest:?} elements cannot fill {total}"))?;
+    Ok(drawn.into_iter().map(|v| v as f64).collect())
 }
 
 /// An output operand after a call: its region's values, how many of them were left unwritten
@@ -587,7 +602,10 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             worst_ulps = Some(worst_ulps.unwrap_or(0.0f64).max(distance));
         }
     }
-    let refusal = refusal(gpu, kernel, &shapes[0].0)?;
+    let mut refusal = refusal(gpu, kernel, &shapes[0].0)?;
+    for rule in bad_offsets(gpu, kernel, &shapes[0].0)? {
+        refusal = format!("{refusal}; {rule}");
+    }
     let tried = shapes.len() - refused.len();
     let limits = if refused.is_empty() { String::new() } else { format!("; past its limits, refused: {}", refused.join("; ")) };
     let ulps = worst_ulps.map_or(String::new(), |u| format!(", every element within {u:.3} ulp of the exact result"));
@@ -678,6 +696,41 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
         Err(other) => Err(format!("expected a refusal, got: {other}")),
         Ok(()) => Err(format!("a call with {} launched; it should have been refused", describe(&shape))),
     }
+}
+
+/// Calls whose offsets break each of their rules, which the variant must refuse before writing
+/// anything: a piece of negative length, an end past the total, a piece longer than the
+/// longest (where declared). The rules, as refused.
+fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>, String> {
+    let entry = &kernel.info().entry;
+    let ops = stored(&entry.declaration, &entry.variant, shape)?;
+    let mut rules = Vec::new();
+    for (index, op) in ops.iter().enumerate() {
+        let Some(offsets) = &op.decl.offsets else { continue };
+        let good = Buffers::random_inputs(&ops, shape)?;
+        let total = offsets.total.eval(&lookup(shape))? as f64;
+        let longest = offsets.longest.as_ref().map(|e| e.eval(&lookup(shape))).transpose()?;
+        let n = good[&op.decl.name].len();
+        if n < 2 {
+            return Err(format!("offsets `{}` of {n} elements: a trial shape needs at least one piece", op.decl.name));
+        }
+        // One offset changed: the second below the first, the last past the total, the first
+        // piece too long.
+        let breaks =
+            [("decreasing", 1, Some(-1.0)), ("past the total", n - 1, Some(total + 1.0)), ("too long", 1, longest.map(|l| l as f64 + 1.0))];
+        for (what, at, value) in breaks.into_iter().filter_map(|(what, at, v)| Some((what, at, v?))) {
+            let mut inputs = good.clone();
+            inputs.get_mut(&op.decl.name).ok_or("no offsets drawn")?[at] = value;
+            let mut buffers = Buffers::new(gpu, ops.clone(), &inputs)?;
+            match buffers.launch(gpu, kernel, shape) {
+                Err(Error::Refused { rule, .. }) if buffers.untouched(gpu, &inputs)? => rules.push(rule),
+                Err(Error::Refused { rule, .. }) => return Err(format!("offsets {what}: refused ({rule}) but an output was written")),
+                Err(other) => return Err(format!("offsets {what} ({}): expected a refusal, got: {other}", ops[index].decl.name)),
+                Ok(()) => return Err(format!("offsets {what} ({}) launched; they should have been refused", ops[index].decl.name)),
+            }
+        }
+    }
+    Ok(rules)
 }
 
 /// One problem of a family with a copy baseline, ready to time: input sets rotated past the L2.
