@@ -9,7 +9,7 @@ use cudarc::driver::sys::{
     CUlaunchAttributeValue_union__bindgen_ty_1, CUlaunchConfig, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError, PinnedHostSlice};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -47,6 +47,9 @@ pub struct Gpu {
     /// Tensor maps encoded before: encoding three costs the host microseconds a launch, and
     /// repeated calls (the same weights and activations each step) ask for the same ones.
     maps: Mutex<HashMap<TensorMapArg, CUtensorMap>>,
+    /// Page-locked host memory that offsets are read back into before a launch (grown as
+    /// calls need): one copy and one wait for all of a call's, no pageable staging.
+    staging: Mutex<Option<PinnedHostSlice<i32>>>,
 }
 
 /// Tensor maps a GPU keeps encoded; past this many it forgets them all.
@@ -88,6 +91,7 @@ impl Gpu {
             clocks,
             loaded: Mutex::new(HashMap::new()),
             maps: Mutex::new(HashMap::new()),
+            staging: Mutex::new(None),
         })
     }
 
@@ -189,9 +193,7 @@ impl Gpu {
             });
         }
         let function = self.load(info, fatbin)?;
-        for check in &launch.offsets {
-            self.check_offsets(name, check)?;
-        }
+        self.check_offsets(name, &launch.offsets)?;
         // The tensor maps the arguments name, encoded (once per GPU) before the launch.
         let maps = launch
             .args
@@ -205,16 +207,39 @@ impl Gpu {
         self.launch_ex(&function, &launch, &maps).map_err(|err| Error::Cuda { what: format!("launching {name}"), source: err })
     }
 
-    /// Reads back an operand of offsets (after the work queued before, which may write them)
-    /// and refuses the launch where they break their rules: the kernel would index with them.
-    fn check_offsets(&self, name: &str, check: &OffsetsCheck) -> Result<()> {
-        let mut values = vec![0i32; check.len];
-        let what = format!("reading back {} to check its offsets", check.operand);
+    /// Reads back the operands of offsets (after the work queued before, which may write them),
+    /// all in one wait, and refuses the launch where they break their rules: the kernel would
+    /// index with them.
+    fn check_offsets(&self, name: &str, checks: &[OffsetsCheck]) -> Result<()> {
+        if checks.is_empty() {
+            return Ok(());
+        }
+        let what = format!("reading back the offsets of {name}");
+        let len: usize = checks.iter().map(|c| c.len).sum();
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if staging.as_ref().is_none_or(|s| s.len() < len) {
+            let grown = len.checked_next_power_of_two().unwrap_or(len);
+            // Plain page-locked memory (write-combined is slow to read on the host).
+            *staging = Some(unsafe { self.ctx.alloc_pinned_with_flags::<i32>(grown, 0) }.during(&what)?);
+        }
+        let base = staging.as_mut().map_or(Ok(std::ptr::null_mut()), |s| s.as_mut_ptr()).during(&what)?;
         self.ctx.bind_to_thread().during(&what)?;
-        // The plan checked that the buffer holds `len` i32 elements at `addr`.
-        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut values, check.addr, self.stream.cu_stream()) }.during(&what)?;
+        let mut at = 0;
+        for check in checks {
+            // The plan checked that the buffer holds `len` i32 elements at `addr`; the staging
+            // memory holds `len` in all, and stays locked until the values are read.
+            let into = unsafe { std::slice::from_raw_parts_mut(base.add(at), check.len) };
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(into, check.addr, self.stream.cu_stream()) }.during(&what)?;
+            at += check.len;
+        }
         self.stream.synchronize().during(&what)?;
-        check.check(&values).map_err(|rule| Error::Refused { name: name.to_string(), rule })
+        let values = unsafe { std::slice::from_raw_parts(base, len) };
+        let mut at = 0;
+        for check in checks {
+            check.check(&values[at..at + check.len]).map_err(|rule| Error::Refused { name: name.to_string(), rule })?;
+            at += check.len;
+        }
+        Ok(())
     }
 
     /// The driver's tensor map for `map`, encoded once.

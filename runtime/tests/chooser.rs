@@ -468,4 +468,15 @@ fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offse
     assert_eq!(prefill.kernel.variant().backend, "wgmma", "{}", prefill.reason);
     let decode = family.pick(&h100(), H100_SMEM, &varlen_call(4, [4, 32768], [1, 8192], 32, 8, 128)).unwrap();
     assert_ne!(decode.kernel.variant().backend, "wgmma", "{}: {}", decode.kernel.name(), decode.reason);
+
+    // The committed H100 table: split-KV for decoding, and never the causal variant its
+    // prefill entries rank first for a call that does not ask for the mask.
+    let tuning = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuning");
+    let tables: Vec<FamilyTable> = FamilyTable::read_all(&tuning).unwrap().into_iter().map(|(_, t)| t).collect();
+    let tuned = self::registry(tables).unwrap();
+    let family = tuned.family("attention_varlen").unwrap();
+    let decode = family.pick(&h100(), H100_SMEM, &varlen_call(4, [4, 32768], [1, 8192], 32, 8, 128)).unwrap();
+    assert_eq!(decode.kernel.name(), "attention_varlen_splitkv_w4_c4", "{}", decode.reason);
+    let prefill = family.pick(&h100(), H100_SMEM, &varlen_call(8, [16384, 16384], [2048, 2048], 32, 8, 128)).unwrap();
+    assert_eq!(prefill.kernel.name(), "attention_varlen", "{}", prefill.reason);
 }
