@@ -216,13 +216,16 @@ impl Gpu {
         }
         let what = format!("reading back the offsets of {name}");
         let len: usize = checks.iter().map(|c| c.len).sum();
-        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        if staging.as_ref().is_none_or(|s| s.len() < len) {
-            let grown = len.checked_next_power_of_two().unwrap_or(len);
-            // Plain page-locked memory (write-combined is slow to read on the host).
-            *staging = Some(unsafe { self.ctx.alloc_pinned_with_flags::<i32>(grown, 0) }.during(&what)?);
-        }
-        let base = staging.as_mut().map_or(Ok(std::ptr::null_mut()), |s| s.as_mut_ptr()).during(&what)?;
+        let mut kept = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let staging = match &mut *kept {
+            Some(staging) if staging.len() >= len => staging,
+            slot => {
+                let grown = len.checked_next_power_of_two().unwrap_or(len);
+                // Plain page-locked memory (write-combined is slow to read on the host).
+                slot.insert(unsafe { self.ctx.alloc_pinned_with_flags::<i32>(grown, 0) }.during(&what)?)
+            }
+        };
+        let base = staging.as_mut_ptr().during(&what)?;
         self.ctx.bind_to_thread().during(&what)?;
         let mut at = 0;
         for check in checks {

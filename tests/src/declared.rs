@@ -602,10 +602,8 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             worst_ulps = Some(worst_ulps.unwrap_or(0.0f64).max(distance));
         }
     }
-    let mut refusal = refusal(gpu, kernel, &shapes[0].0)?;
-    for rule in bad_offsets(gpu, kernel, &shapes[0].0)? {
-        refusal = format!("{refusal}; {rule}");
-    }
+    let refusal =
+        std::iter::once(refusal(gpu, kernel, &shapes[0].0)?).chain(bad_offsets(gpu, kernel, &shapes[0].0)?).collect::<Vec<_>>().join("; ");
     let tried = shapes.len() - refused.len();
     let limits = if refused.is_empty() { String::new() } else { format!("; past its limits, refused: {}", refused.join("; ")) };
     let ulps = worst_ulps.map_or(String::new(), |u| format!(", every element within {u:.3} ulp of the exact result"));
@@ -705,14 +703,15 @@ fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>,
     let entry = &kernel.info().entry;
     let ops = stored(&entry.declaration, &entry.variant, shape)?;
     let mut rules = Vec::new();
-    for (index, op) in ops.iter().enumerate() {
+    for op in &ops {
         let Some(offsets) = &op.decl.offsets else { continue };
+        let name = &op.decl.name;
         let good = Buffers::random_inputs(&ops, shape)?;
         let total = offsets.total.eval(&lookup(shape))? as f64;
         let longest = offsets.longest.as_ref().map(|e| e.eval(&lookup(shape))).transpose()?;
-        let n = good[&op.decl.name].len();
+        let n = good[name].len();
         if n < 2 {
-            return Err(format!("offsets `{}` of {n} elements: a trial shape needs at least one piece", op.decl.name));
+            return Err(format!("offsets `{name}` of {n} elements: a trial shape needs at least one piece"));
         }
         // One offset changed: the second below the first, the last past the total, the first
         // piece too long.
@@ -720,13 +719,15 @@ fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>,
             [("decreasing", 1, Some(-1.0)), ("past the total", n - 1, Some(total + 1.0)), ("too long", 1, longest.map(|l| l as f64 + 1.0))];
         for (what, at, value) in breaks.into_iter().filter_map(|(what, at, v)| Some((what, at, v?))) {
             let mut inputs = good.clone();
-            inputs.get_mut(&op.decl.name).ok_or("no offsets drawn")?[at] = value;
+            inputs.get_mut(name).ok_or("no offsets drawn")?[at] = value;
             let mut buffers = Buffers::new(gpu, ops.clone(), &inputs)?;
             match buffers.launch(gpu, kernel, shape) {
                 Err(Error::Refused { rule, .. }) if buffers.untouched(gpu, &inputs)? => rules.push(rule),
-                Err(Error::Refused { rule, .. }) => return Err(format!("offsets {what}: refused ({rule}) but an output was written")),
-                Err(other) => return Err(format!("offsets {what} ({}): expected a refusal, got: {other}", ops[index].decl.name)),
-                Ok(()) => return Err(format!("offsets {what} ({}) launched; they should have been refused", ops[index].decl.name)),
+                Err(Error::Refused { rule, .. }) => {
+                    return Err(format!("offsets {name} {what}: refused ({rule}) but an output was written"))
+                }
+                Err(other) => return Err(format!("offsets {name} {what}: expected a refusal, got: {other}")),
+                Ok(()) => return Err(format!("offsets {name} {what}: launched; they should have been refused")),
             }
         }
     }
