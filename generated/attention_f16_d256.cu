@@ -319,8 +319,6 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
             wgmma_commit();
         };
         auto issue_pv = [&]() {
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
             mbar_wait(smem_addr(&v_full[prev]), prev_phase);
             wgmma_fence();
             // MN-major V: 16 keys (rows of 128 bytes) a step; its 64-element panels BC rows apart.
@@ -405,6 +403,9 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
             fence_regs(l_run);
             wgmma_wait<0>();
             fence_regs(o);
+            // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
             release(prev);
             to_p(s);
         };
