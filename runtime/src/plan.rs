@@ -632,14 +632,8 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .iter()
         .filter_map(|decl| Some((decl, decl.offsets.as_ref()?, stored.get(decl.name.as_str())?)))
         .map(|(decl, offsets, o)| {
-            let longest = offsets.longest.as_ref().map(|e| e.eval(&env)).transpose();
-            Ok(OffsetsCheck {
-                operand: decl.name.clone(),
-                addr: o.buffer.addr,
-                len: o.cols,
-                total: offsets.total.eval(&env)?,
-                longest: longest?,
-            })
+            let (total, longest) = offsets.bounds(&env)?;
+            Ok(OffsetsCheck { operand: decl.name.clone(), addr: o.buffer.addr, len: o.cols, total, longest })
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args, offsets }))

@@ -186,6 +186,15 @@ pub struct Offsets {
 }
 
 impl Offsets {
+    /// `total` and `longest` for a call with these quantities.
+    pub fn bounds(&self, quantity: &dyn Fn(&str) -> Option<u64>) -> Result<(u64, Option<u64>), String> {
+        let longest = match &self.longest {
+            Some(expr) => Some(expr.eval(quantity)?),
+            None => None,
+        };
+        Ok((self.total.eval(quantity)?, longest))
+    }
+
     /// Whether `offsets` keep the rules, with `total` and `longest` evaluated; the first broken
     /// one names the operand (`name`), the elements and the rule.
     pub fn check(name: &str, offsets: &[i64], total: u64, longest: Option<u64>) -> Result<(), String> {

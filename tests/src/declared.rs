@@ -453,8 +453,7 @@ fn draw(op: &Stored, shape: &Shape) -> Result<impl Fn(&mut rand::rngs::ThreadRng
 /// declared total, each at most the longest.
 fn draw_offsets(op: &Stored, offsets: &Offsets, shape: &Shape, rng: &mut rand::rngs::ThreadRng) -> Result<Vec<f64>, String> {
     let name = &op.decl.name;
-    let total = offsets.total.eval(&lookup(shape))?;
-    let longest = offsets.longest.as_ref().map(|e| e.eval(&lookup(shape))).transpose()?;
+    let (total, longest) = offsets.bounds(&lookup(shape))?;
     let pieces = op.span().saturating_sub(1) as u64;
     let drawn = Offsets::draw(pieces, total, longest, &mut |lo, hi| rng.random_range(lo..=hi))
         .ok_or_else(|| format!("operand `{name}`: {pieces} pieces of at most {longest:?} elements cannot fill {total}"))?;
@@ -707,16 +706,18 @@ fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>,
         let Some(offsets) = &op.decl.offsets else { continue };
         let name = &op.decl.name;
         let good = Buffers::random_inputs(&ops, shape)?;
-        let total = offsets.total.eval(&lookup(shape))? as f64;
-        let longest = offsets.longest.as_ref().map(|e| e.eval(&lookup(shape))).transpose()?;
+        let (total, longest) = offsets.bounds(&lookup(shape))?;
         let n = good[name].len();
         if n < 2 {
             return Err(format!("offsets `{name}` of {n} elements: a trial shape needs at least one piece"));
         }
         // One offset changed: the second below the first, the last past the total, the first
         // piece too long.
-        let breaks =
-            [("decreasing", 1, Some(-1.0)), ("past the total", n - 1, Some(total + 1.0)), ("too long", 1, longest.map(|l| l as f64 + 1.0))];
+        let breaks = [
+            ("decreasing", 1, Some(-1.0)),
+            ("past the total", n - 1, Some(total as f64 + 1.0)),
+            ("too long", 1, longest.map(|l| l as f64 + 1.0)),
+        ];
         for (what, at, value) in breaks.into_iter().filter_map(|(what, at, v)| Some((what, at, v?))) {
             let mut inputs = good.clone();
             inputs.get_mut(name).ok_or("no offsets drawn")?[at] = value;
