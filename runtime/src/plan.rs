@@ -103,8 +103,7 @@ pub struct OffsetsCheck {
 impl OffsetsCheck {
     /// The rules of [`Offsets`](tilesmith_spec::family::Offsets) on the values read back.
     pub fn check(&self, values: &[i32]) -> Result<(), String> {
-        let wide: Vec<i64> = values.iter().map(|&v| i64::from(v)).collect();
-        tilesmith_spec::family::Offsets::check(&self.operand, &wide, self.total, self.longest)
+        tilesmith_spec::family::Offsets::check(&self.operand, values, self.total, self.longest)
     }
 }
 

@@ -197,8 +197,7 @@ impl Offsets {
 
     /// Whether `offsets` keep the rules, with `total` and `longest` evaluated; the first broken
     /// one names the operand (`name`), the elements and the rule.
-    pub fn check(name: &str, offsets: &[i64], total: u64, longest: Option<u64>) -> Result<(), String> {
-        let total = i64::try_from(total).unwrap_or(i64::MAX);
+    pub fn check(name: &str, offsets: &[i32], total: u64, longest: Option<u64>) -> Result<(), String> {
         if let Some(&first) = offsets.first().filter(|first| **first < 0) {
             return Err(format!("{name}[0] = {first}: offsets start at 0 or more"));
         }
@@ -207,16 +206,17 @@ impl Offsets {
             if end < start {
                 return Err(format!("{name}[{}] = {end} is less than {name}[{i}] = {start}: offsets must not decrease", i + 1));
             }
-            if let Some(longest) = longest.filter(|&l| (end - start) as u64 > l) {
+            // Both at least 0 (the first is, and none decreases): the length fits a u64.
+            let length = (i64::from(end) - i64::from(start)) as u64;
+            if let Some(longest) = longest.filter(|&l| length > l) {
                 return Err(format!(
-                    "{name}[{}] - {name}[{i}] = {}: a piece is longer than the {longest} elements the call gives as the longest",
-                    i + 1,
-                    end - start
+                    "{name}[{}] - {name}[{i}] = {length}: a piece is longer than the {longest} elements the call gives as the longest",
+                    i + 1
                 ));
             }
         }
         match offsets.last() {
-            Some(&last) if last > total => {
+            Some(&last) if u64::try_from(last).is_ok_and(|last| last > total) => {
                 Err(format!("{name}[{}] = {last} is past the end: offsets end at {total} or less", offsets.len() - 1))
             }
             _ => Ok(()),

@@ -45,13 +45,13 @@ proptest! {
         let drawn = Offsets::draw(pieces, total, Some(longest), &mut uniform).expect("pieces × longest holds the total");
         prop_assert_eq!(drawn.len() as u64, pieces + 1);
         prop_assert_eq!(*drawn.last().unwrap(), total);
-        let wide: Vec<i64> = drawn.iter().map(|&o| o as i64).collect();
+        let wide: Vec<i32> = drawn.iter().map(|&o| o as i32).collect();
         prop_assert_eq!(Offsets::check("cu", &wide, total, Some(longest)), Ok(()));
         prop_assert!(drawn.windows(2).all(|w| w[1] >= w[0] && w[1] - w[0] <= longest));
         if pieces > 0 {
             let i = at.index(wide.len());
             let mut past = wide.clone();
-            *past.last_mut().unwrap() = total as i64 + 1;
+            *past.last_mut().unwrap() = total as i32 + 1;
             let refused = Offsets::check("cu", &past, total, None).unwrap_err();
             prop_assert!(refused.contains("past the end") || refused.contains("must not decrease"), "{}", refused);
             let mut below = wide.clone();
