@@ -246,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ Lse, const int* __restrict__ cu_q, const int* __restrict__ cu_k, int batch, int total_q, int total_k, int max_seq_q, int max_seq_k, int heads, int kv_heads, int head_dim, long long sos, long long soh, long long slh, float scale)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
-    __shared__ __align__(8) uint64_t q_full, k_full[STAGES], v_full[STAGES], empty[STAGES];
+    __shared__ __align__(8) uint64_t q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     // 128-byte swizzling repeats every 1024 bytes: tiles start on such a boundary.
     const uint32_t base = (smem_addr(smem) + 1023) & ~1023u;
     const uint32_t qs = base;
@@ -286,7 +286,8 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&k_full[s]), 1);
             mbar_init(smem_addr(&v_full[s]), 1);
-            mbar_init(smem_addr(&empty[s]), 2);
+            mbar_init(smem_addr(&k_empty[s]), 2);
+            mbar_init(smem_addr(&v_empty[s]), 2);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -301,10 +302,11 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             for (int p = 0; p < PANELS; ++p) tma_load_3d(qs + p * BM * 128, &tmQ, p * 64, h, q_start + m0, smem_addr(&q_full));
             int stage = 0, phase = 0;
             for (int j = 0; j < n_kv; ++j) {
-                mbar_wait(smem_addr(&empty[stage]), phase ^ 1);
+                mbar_wait(smem_addr(&k_empty[stage]), phase ^ 1);
                 mbar_expect_bytes(smem_addr(&k_full[stage]), KV_BYTES);
                 // Rows past the sequence are the next one's keys: masked, as keys past seq_k.
                 for (int p = 0; p < PANELS; ++p) tma_load_3d(ks(stage) + p * BC * 128, &tmK, p * 64, g, k_start + j * BC, smem_addr(&k_full[stage]));
+                mbar_wait(smem_addr(&v_empty[stage]), phase ^ 1);
                 mbar_expect_bytes(smem_addr(&v_full[stage]), KV_BYTES);
                 for (int p = 0; p < PANELS; ++p) tma_load_3d(vs(stage) + p * BC * 128, &tmV, p * 64, g, k_start + j * BC, smem_addr(&v_full[stage]));
                 if (++stage == STAGES) { stage = 0; phase ^= 1; }
@@ -385,7 +387,9 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             prev_phase = phase;
             if (++stage == STAGES) { stage = 0; phase ^= 1; }
         };
-        auto release = [&](int s) {
+        // A slot's K goes back to the producer once S is in, its V once P·V is: K_{j+2} then
+        // loads during step j + 1, not after it.
+        auto release = [&](uint64_t (&empty)[STAGES], int s) {
             if (t == 0) mbar_arrive(smem_addr(&empty[s]));
         };
         // The consumers take turns issuing products: c waits on barrier 1 + c and then lets
@@ -399,6 +403,7 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             named_arrive(2 - c, 256);
             wgmma_wait<0>();
             fence_regs(s);
+            release(k_empty, stage);
             softmax(s, 0, std::true_type{});
             to_p(s);
         }
@@ -413,6 +418,7 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             named_arrive(2 - c, 256);
             wgmma_wait<1>();
             fence_regs(s);
+            release(k_empty, stage);
             softmax(s, j, masked);
             // The softmax stays above the wait, beside the product in flight.
             fence_regs(s);
@@ -422,7 +428,7 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
 #pragma unroll
             for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-            release(prev);
+            release(v_empty, prev);
             to_p(s);
         };
         int unmasked = n_kv;
@@ -439,7 +445,7 @@ attention_varlen_f16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
         named_arrive(2 - c, 256);
         wgmma_wait<0>();
         fence_regs(o);
-        release(prev);
+        release(v_empty, prev);
         // Balances consumer 1's last turn.
         if (c == 0) named_sync(1, 256);
 
