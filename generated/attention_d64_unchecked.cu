@@ -245,29 +245,47 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 attention_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ Lse, int batch, int seq_q, int seq_k, int heads, int kv_heads, int head_dim, long long sob, long long sos, long long soh, long long slb, long long slh, float scale)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
-    __shared__ __align__(8) uint64_t q_full, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
+    __shared__ __align__(8) uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     // 128-byte swizzling repeats every 1024 bytes: tiles start on such a boundary.
     const uint32_t base = (smem_addr(smem) + 1023) & ~1023u;
     const uint32_t qs = base;
     auto ks = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES; };
     auto vs = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
-    const int h = blockIdx.y, b = blockIdx.z, g = h / (heads / kv_heads);
-    T* const o_seq = O + b * sob;
-    float* const lse_seq = Lse == nullptr ? nullptr : Lse + b * slb;
-    const int diag = seq_k - seq_q;
-    int n_kv = (seq_k + BC - 1) / BC;
-#if CAUSAL
-    // The block's last row sees keys up to m0 + BM - 1 + diag (seq_q <= seq_k: at least one).
-    n_kv = min(n_kv, (m0 + BM + diag + BC - 1) / BC);
-#endif
     const float scale_log2 = scale * 1.4426950408889634f;
+    // Work tiles: BM query rows of one head of one sequence, head by head, each head's last
+    // rows first (under a causal mask the longest first). A block takes tiles blockIdx.x,
+    // + gridDim.x, ...: one, or several where the grid is smaller (persistent: the
+    // next tile's Q and K load while this one's last products and stores run).
+    const int n_m = (seq_q + BM - 1) / BM, n_tiles = n_m * heads * batch;
+    struct Tile {
+        int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
+        // The grid covers the longest sequence; a tile past this one's rows has no work.
+        __device__ bool empty() const { return m0 >= seq_q; }
+    };
+    auto tile_at = [&](int i) {
+        Tile w;
+        w.m0 = (n_m - 1 - i % n_m) * BM;
+        w.h = i / n_m % heads;
+        w.b = i / n_m / heads;
+        w.g = w.h / (heads / kv_heads);
+        w.q_start = 0;
+        w.k_start = 0;
+        w.seq_q = seq_q;
+        w.seq_k = seq_k;
+        w.n_kv = (seq_k + BC - 1) / BC;
+#if CAUSAL
+        // The tile's last row sees keys up to m0 + BM - 1 + seq_k - seq_q (seq_q <= seq_k: at least one).
+        w.n_kv = min(w.n_kv, (w.m0 + BM + seq_k - seq_q + BC - 1) / BC);
+#endif
+        return w;
+    };
 
     if (threadIdx.x == 0) {
         prefetch_tensor_map(&tmQ);
         prefetch_tensor_map(&tmK);
         prefetch_tensor_map(&tmV);
         mbar_init(smem_addr(&q_full), 1);
+        mbar_init(smem_addr(&q_empty), 2);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&k_full[s]), 1);
             mbar_init(smem_addr(&v_full[s]), 1);
@@ -279,177 +297,195 @@ attention_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_co
     __syncthreads();
 
     if (threadIdx.x < 128) {
-        // Producer: one thread loads Q, then keeps the ring of K and V tiles full. TMA fills
-        // rows past seq_q and seq_k with zeros.
+        // Producer: one thread loads each tile's Q, once the consumers are done with the last
+        // one's, and keeps the ring of K and V tiles full. TMA fills rows past seq_q and seq_k
+        // with zeros.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (threadIdx.x == 0) {
-            mbar_expect_bytes(smem_addr(&q_full), Q_BYTES);
-            for (int p = 0; p < PANELS; ++p) tma_load_4d(qs + p * BM * 128, &tmQ, p * 64, h, m0, b, smem_addr(&q_full));
-            int stage = 0, phase = 0;
-            for (int j = 0; j < n_kv; ++j) {
-                mbar_wait(smem_addr(&k_empty[stage]), phase ^ 1);
-                mbar_expect_bytes(smem_addr(&k_full[stage]), KV_BYTES);
-                for (int p = 0; p < PANELS; ++p) tma_load_4d(ks(stage) + p * BC * 128, &tmK, p * 64, g, j * BC, b, smem_addr(&k_full[stage]));
-                mbar_wait(smem_addr(&v_empty[stage]), phase ^ 1);
-                mbar_expect_bytes(smem_addr(&v_full[stage]), KV_BYTES);
-                for (int p = 0; p < PANELS; ++p) tma_load_4d(vs(stage) + p * BC * 128, &tmV, p * 64, g, j * BC, b, smem_addr(&v_full[stage]));
-                if (++stage == STAGES) { stage = 0; phase ^= 1; }
+            int stage = 0, phase = 0, q_phase = 0;
+            for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+                const Tile w = tile_at(tile);
+                if (w.empty() || w.n_kv <= 0) continue;
+                mbar_wait(smem_addr(&q_empty), q_phase ^ 1);
+                q_phase ^= 1;
+                mbar_expect_bytes(smem_addr(&q_full), Q_BYTES);
+                for (int p = 0; p < PANELS; ++p) tma_load_4d(qs + p * BM * 128, &tmQ, p * 64, w.h, w.m0, w.b, smem_addr(&q_full));
+                for (int j = 0; j < w.n_kv; ++j) {
+                    mbar_wait(smem_addr(&k_empty[stage]), phase ^ 1);
+                    mbar_expect_bytes(smem_addr(&k_full[stage]), KV_BYTES);
+                    for (int p = 0; p < PANELS; ++p) tma_load_4d(ks(stage) + p * BC * 128, &tmK, p * 64, w.g, j * BC, w.b, smem_addr(&k_full[stage]));
+                    mbar_wait(smem_addr(&v_empty[stage]), phase ^ 1);
+                    mbar_expect_bytes(smem_addr(&v_full[stage]), KV_BYTES);
+                    for (int p = 0; p < PANELS; ++p) tma_load_4d(vs(stage) + p * BC * 128, &tmV, p * 64, w.g, j * BC, w.b, smem_addr(&v_full[stage]));
+                    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+                }
             }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
-        // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
-        // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
         const int c = threadIdx.x / 128 - 1, t = threadIdx.x % 128;
         const int quad = t % 4;
-        const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
-        float o[D / 2];
+        int stage = 0, phase = 0, prev = 0, prev_phase = 0, q_phase = 0;
+        // The consumers take turns issuing products, across tiles too: c waits on barrier
+        // 1 + c and then lets the other go. Consumer 0 goes first.
+        if (c == 1) named_arrive(1, 256);
+        for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+            const Tile w = tile_at(tile);
+            if (w.empty()) continue;
+            const int m0 = w.m0, h = w.h, seq_q = w.seq_q, seq_k = w.seq_k, n_kv = w.n_kv;
+            const int diag = seq_k - seq_q;
+            T* const o_seq = O + w.b * sob;
+            float* const lse_seq = Lse == nullptr ? nullptr : Lse + w.b * slb;
+            // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
+            // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
+            const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
+            float o[D / 2];
 #pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-        // Running max (in log2 units, scaled) and sum of each of the two rows.
-        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
-        uint32_t pa[BC / 16][4];
-        int stage = 0, phase = 0, prev = 0, prev_phase = 0;
-        auto issue_s = [&](float (&s)[BC / 2]) {
-            mbar_wait(smem_addr(&k_full[stage]), phase);
-            wgmma_fence();
-            // K-major Q and K: 16 elements of head_dim (32 bytes) a step, a panel every 4.
+            for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+            // Running max (in log2 units, scaled) and sum of each of the two rows.
+            float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
+            uint32_t pa[BC / 16][4];
+            auto issue_s = [&](float (&s)[BC / 2]) {
+                mbar_wait(smem_addr(&k_full[stage]), phase);
+                wgmma_fence();
+                // K-major Q and K: 16 elements of head_dim (32 bytes) a step, a panel every 4.
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk)
-                wgmma_m64n128k16<0, 0>(s, smem_desc(qs + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 0),
-                                          smem_desc(ks(stage) + (kk / 4) * BC * 128 + (kk % 4) * 32, 0), kk > 0);
-            wgmma_commit();
-        };
-        auto issue_pv = [&]() {
-            mbar_wait(smem_addr(&v_full[prev]), prev_phase);
-            wgmma_fence();
-            // MN-major V: 16 keys (rows of 128 bytes) a step; its 64-element panels BC rows apart.
+                for (int kk = 0; kk < D / 16; ++kk)
+                    wgmma_m64n128k16<0, 0>(s, smem_desc(qs + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 0),
+                                              smem_desc(ks(stage) + (kk / 4) * BC * 128 + (kk % 4) * 32, 0), kk > 0);
+                wgmma_commit();
+            };
+            auto issue_pv = [&]() {
+                mbar_wait(smem_addr(&v_full[prev]), prev_phase);
+                wgmma_fence();
+                // MN-major V: 16 keys (rows of 128 bytes) a step; its 64-element panels BC rows apart.
 #pragma unroll
-            for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs_m64n64k16<1>(o, pa[kk], smem_desc(vs(prev) + kk * 16 * 128, BC * 128), 1);
-            wgmma_commit();
-        };
-        // S_j into unnormalized probabilities in place, updating the running max and sum and
-        // the factor alpha that rescales O.
-        auto softmax = [&](float (&s)[BC / 2], int j, auto masked) {
-            if constexpr (decltype(masked)::value) {
-                const int col0 = j * BC;
+                for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs_m64n64k16<1>(o, pa[kk], smem_desc(vs(prev) + kk * 16 * 128, BC * 128), 1);
+                wgmma_commit();
+            };
+            // S_j into unnormalized probabilities in place, updating the running max and sum and
+            // the factor alpha that rescales O.
+            auto softmax = [&](float (&s)[BC / 2], int j, auto masked) {
+                if constexpr (decltype(masked)::value) {
+                    const int col0 = j * BC;
+#pragma unroll
+                    for (int i = 0; i < BC / 2; ++i) {
+                        const int col = col0 + 8 * (i / 4) + 2 * quad + (i & 1);
+                        const int row = row0 + ((i & 2) ? 8 : 0);
+                        if ((CHECKED && col >= seq_k) || (CAUSAL && col > row + diag)) s[i] = -INFINITY;
+                    }
+                }
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int i = 0; i < BC / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+                float sub[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
+                    // A row with no key yet subtracts 0, not -inf (which would make NaNs).
+                    sub[r] = m_new == -INFINITY ? 0.f : m_new;
+                    alpha[r] = ex2(m_run[r] - sub[r]);
+                    m_run[r] = m_new;
+                }
+                float sum[2] = {0.f, 0.f};
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
-                    const int col = col0 + 8 * (i / 4) + 2 * quad + (i & 1);
-                    const int row = row0 + ((i & 2) ? 8 : 0);
-                    if ((CHECKED && col >= seq_k) || (CAUSAL && col > row + diag)) s[i] = -INFINITY;
+                    s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
+                    sum[(i >> 1) & 1] += s[i];
                 }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + sum[r];
+            };
+            // S's accumulators of 16 keys are the A registers of a k16 step, in order.
+            auto to_p = [&](float (&s)[BC / 2]) {
+#pragma unroll
+                for (int i = 0; i < BC / 2; i += 2) pa[i / 8][(i % 8) / 2] = pack2(s[i], s[i + 1]);
+                prev = stage;
+                prev_phase = phase;
+                if (++stage == STAGES) { stage = 0; phase ^= 1; }
+            };
+            // A slot's K goes back to the producer once S is in, its V once P·V is: K_{j+2} then
+            // loads during step j + 1, not after it.
+            auto release = [&](uint64_t (&empty)[STAGES], int s) {
+                if (t == 0) mbar_arrive(smem_addr(&empty[s]));
+            };
+            mbar_wait(smem_addr(&q_full), q_phase);
+            q_phase ^= 1;
+            {
+                float s[BC / 2];
+                named_sync(1 + c, 256);
+                issue_s(s);
+                named_arrive(2 - c, 256);
+                wgmma_wait<0>();
+                fence_regs(s);
+                release(k_empty, stage);
+                softmax(s, 0, std::true_type{});
+                to_p(s);
             }
-            float mx[2] = {-INFINITY, -INFINITY};
+            // The loop is peeled (first and last products outside it), and split where tiles start
+            // to need masks (keys past seq_k, or past the diagonal for the block's first row): a
+            // branch in the body makes ptxas wait for the product in flight before the softmax.
+            auto step = [&](int j, auto masked) {
+                float s[BC / 2];
+                named_sync(1 + c, 256);
+                issue_s(s);
+                issue_pv();
+                named_arrive(2 - c, 256);
+                wgmma_wait<1>();
+                fence_regs(s);
+                release(k_empty, stage);
+                softmax(s, j, masked);
+                // The softmax stays above the wait, beside the product in flight.
+                fence_regs(s);
+                fence_regs(l_run);
+                wgmma_wait<0>();
+                fence_regs(o);
+                // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
 #pragma unroll
-            for (int i = 0; i < BC / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-            float sub[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);
-                // A row with no key yet subtracts 0, not -inf (which would make NaNs).
-                sub[r] = m_new == -INFINITY ? 0.f : m_new;
-                alpha[r] = ex2(m_run[r] - sub[r]);
-                m_run[r] = m_new;
-            }
-            float sum[2] = {0.f, 0.f};
-#pragma unroll
-            for (int i = 0; i < BC / 2; ++i) {
-                s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
-                sum[(i >> 1) & 1] += s[i];
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + sum[r];
-        };
-        // S's accumulators of 16 keys are the A registers of a k16 step, in order.
-        auto to_p = [&](float (&s)[BC / 2]) {
-#pragma unroll
-            for (int i = 0; i < BC / 2; i += 2) pa[i / 8][(i % 8) / 2] = pack2(s[i], s[i + 1]);
-            prev = stage;
-            prev_phase = phase;
-            if (++stage == STAGES) { stage = 0; phase ^= 1; }
-        };
-        // A slot's K goes back to the producer once S is in, its V once P·V is: K_{j+2} then
-        // loads during step j + 1, not after it.
-        auto release = [&](uint64_t (&empty)[STAGES], int s) {
-            if (t == 0) mbar_arrive(smem_addr(&empty[s]));
-        };
-        // The consumers take turns issuing products: c waits on barrier 1 + c and then lets
-        // the other go. Consumer 0 goes first.
-        if (c == 1) named_arrive(1, 256);
-        mbar_wait(smem_addr(&q_full), 0);
-        {
-            float s[BC / 2];
-            named_sync(1 + c, 256);
-            issue_s(s);
-            named_arrive(2 - c, 256);
-            wgmma_wait<0>();
-            fence_regs(s);
-            release(k_empty, stage);
-            softmax(s, 0, std::true_type{});
-            to_p(s);
-        }
-        // The loop is peeled (first and last products outside it), and split where tiles start
-        // to need masks (keys past seq_k, or past the diagonal for the block's first row): a
-        // branch in the body makes ptxas wait for the product in flight before the softmax.
-        auto step = [&](int j, auto masked) {
-            float s[BC / 2];
-            named_sync(1 + c, 256);
-            issue_s(s);
-            issue_pv();
-            named_arrive(2 - c, 256);
-            wgmma_wait<1>();
-            fence_regs(s);
-            release(k_empty, stage);
-            softmax(s, j, masked);
-            // The softmax stays above the wait, beside the product in flight.
-            fence_regs(s);
-            fence_regs(l_run);
-            wgmma_wait<0>();
-            fence_regs(o);
-            // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-            release(v_empty, prev);
-            to_p(s);
-        };
-        int unmasked = n_kv;
+                for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+                release(v_empty, prev);
+                to_p(s);
+            };
+            int unmasked = n_kv;
 #if CHECKED
-        unmasked = min(unmasked, seq_k / BC);
+            unmasked = min(unmasked, seq_k / BC);
 #endif
 #if CAUSAL
-        unmasked = min(unmasked, max(0, m0 + diag + 1) / BC);
+            unmasked = min(unmasked, max(0, m0 + diag + 1) / BC);
 #endif
-        for (int j = 1; j < unmasked; ++j) step(j, std::false_type{});
-        for (int j = max(1, unmasked); j < n_kv; ++j) step(j, std::true_type{});
-        named_sync(1 + c, 256);
-        issue_pv();
-        named_arrive(2 - c, 256);
-        wgmma_wait<0>();
-        fence_regs(o);
-        release(v_empty, prev);
+            for (int j = 1; j < unmasked; ++j) step(j, std::false_type{});
+            for (int j = max(1, unmasked); j < n_kv; ++j) step(j, std::true_type{});
+            // Every S is in: Q's tile goes back to the producer, for the next tile.
+            if (t == 0) mbar_arrive(smem_addr(&q_empty));
+            named_sync(1 + c, 256);
+            issue_pv();
+            named_arrive(2 - c, 256);
+            wgmma_wait<0>();
+            fence_regs(o);
+            release(v_empty, prev);
+
+            // The row sums are split over the 4 threads of a row.
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = row0 + 8 * r;
+                if (row >= seq_q) continue;
+                // A row that saw no key (varlen) has the sum 0: O = 0.
+                const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f;
+                T* out = o_seq + row * sos + h * soh;
+#pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+                    *reinterpret_cast<uint32_t*>(out + 8 * i + 2 * quad) = pack2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+                if (lse_seq != nullptr && quad == 0) lse_seq[h * slh + row] = (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f;
+            }
+        }
         // Balances consumer 1's last turn.
         if (c == 0) named_sync(1, 256);
-
-        // The row sums are split over the 4 threads of a row.
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = row0 + 8 * r;
-            if (row >= seq_q) continue;
-            // A row that saw no key (varlen) has the sum 0: O = 0.
-            const float inv = l_run[r] > 0.f ? 1.f / l_run[r] : 0.f;
-            T* out = o_seq + row * sos + h * soh;
-#pragma unroll
-            for (int i = 0; i < D / 8; ++i)
-                *reinterpret_cast<uint32_t*>(out + 8 * i + 2 * quad) = pack2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-            if (lse_seq != nullptr && quad == 0) lse_seq[h * slh + row] = (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f;
-        }
     }
 }
