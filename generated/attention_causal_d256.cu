@@ -252,10 +252,15 @@ attention_causal_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     auto ks = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES; };
     auto vs = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
     const float scale_log2 = scale * 1.4426950408889634f;
-    // Work tiles: BM query rows of one head of one sequence, head by head, each head's last
-    // rows first (under a causal mask the longest first). A block takes tiles blockIdx.x,
-    // + gridDim.x, ...: one.
-    const int n_m = (seq_q + BM - 1) / BM, n_tiles = n_m * heads * batch;
+    // Work tiles: BM query rows of one head of one sequence. A block takes tiles blockIdx.x,
+    // + gridDim.x, ...: several where the grid is smaller than the tiles (persistent: the next
+    // tile's Q and K load while this one's last products and stores run).
+    const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch, n_tiles = n_m * n_hb;
+    // Causal tiles run in groups of (sequence, head) pairs whose K and V fit the L2 together
+    // (16 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
+    // so that blocks striding through them get alike amounts of work and the shortest tiles
+    // come last. Heads that share a kv head are neighbours.
+    const int group_hb = (int)min((long long)n_hb, max(1LL, (16LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
     struct Tile {
         int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
         // The grid covers the longest sequence; a tile past this one's rows has no work.
@@ -263,9 +268,12 @@ attention_causal_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_cons
     };
     auto tile_at = [&](int i) {
         Tile w;
-        w.m0 = (n_m - 1 - i % n_m) * BM;
-        w.h = i / n_m % heads;
-        w.b = i / n_m / heads;
+        const int hb0 = i / (group_hb * n_m) * group_hb, in_group = min(group_hb, n_hb - hb0);
+        const int r = i - hb0 * n_m;
+        w.m0 = (n_m - 1 - r / in_group) * BM;
+        const int hb = hb0 + r % in_group;
+        w.h = hb % heads;
+        w.b = hb / heads;
         w.g = w.h / (heads / kv_heads);
         w.q_start = 0;
         w.k_start = 0;

@@ -252,11 +252,10 @@ attention_f16_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_co
     auto ks = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES; };
     auto vs = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
     const float scale_log2 = scale * 1.4426950408889634f;
-    // Work tiles: BM query rows of one head of one sequence, head by head, each head's last
-    // rows first (under a causal mask the longest first). A block takes tiles blockIdx.x,
-    // + gridDim.x, ...: one, or several where the grid is smaller (persistent: the
-    // next tile's Q and K load while this one's last products and stores run).
-    const int n_m = (seq_q + BM - 1) / BM, n_tiles = n_m * heads * batch;
+    // Work tiles: BM query rows of one head of one sequence. A block takes tiles blockIdx.x,
+    // + gridDim.x, ...: several where the grid is smaller than the tiles (persistent: the next
+    // tile's Q and K load while this one's last products and stores run).
+    const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch, n_tiles = n_m * n_hb;
     struct Tile {
         int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
         // The grid covers the longest sequence; a tile past this one's rows has no work.
@@ -264,9 +263,12 @@ attention_f16_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_co
     };
     auto tile_at = [&](int i) {
         Tile w;
+        // Head by head, which keeps the fewest K and V tiles in the L2 at once (unmasked tiles
+        // are alike); each head's last rows first, the longest tiles of a causal packed call.
         w.m0 = (n_m - 1 - i % n_m) * BM;
-        w.h = i / n_m % heads;
-        w.b = i / n_m / heads;
+        const int hb = i / n_m;
+        w.h = hb % heads;
+        w.b = hb / heads;
         w.g = w.h / (heads / kv_heads);
         w.q_start = 0;
         w.k_start = 0;
