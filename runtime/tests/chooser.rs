@@ -430,8 +430,9 @@ fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offse
     let call = varlen_call(3, [300, 700], [200, 400], 8, 2, 128);
     let planned = registry.kernel("attention_varlen").unwrap().plan(132, &call).unwrap().unwrap();
     let launch = planned.launch();
-    // The grid covers the longest query sequence of each of the 3, for every head.
-    assert_eq!(launch.grid, [2, 8, 3]);
+    // A block per tile: the longest query sequence's 2 tiles of 128 rows, for every head of each
+    // of the 3 sequences.
+    assert_eq!(launch.grid, [2 * 8 * 3, 1, 1]);
     let checks: Vec<(&str, usize, u64, Option<u64>)> =
         launch.offsets.iter().map(|c| (c.operand.as_str(), c.len, c.total, c.longest)).collect();
     assert_eq!(checks, [("cu_q", 4, 300, Some(200)), ("cu_k", 4, 700, Some(400))]);
