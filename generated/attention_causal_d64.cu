@@ -257,10 +257,10 @@ attention_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
     // tile's Q and K load while this one's last products and stores run).
     const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch, n_tiles = n_m * n_hb;
     // Causal tiles run in groups of (sequence, head) pairs whose K and V fit the L2 together
-    // (16 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
+    // (8 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
     // so that blocks striding through them get alike amounts of work and the shortest tiles
     // come last. Heads that share a kv head are neighbours.
-    const int group_hb = (int)min((long long)n_hb, max(1LL, (16LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
+    const int group_hb = (int)min((long long)n_hb, max(1LL, (8LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
     struct Tile {
         int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
         // The grid covers the longest sequence; a tile past this one's rows has no work.
@@ -447,6 +447,10 @@ attention_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 // The softmax stays above the wait, beside the product in flight.
                 fence_regs(s);
                 fence_regs(l_run);
+                // The wait has no operands, so ptxas hoists it above the softmax; a branch on the
+                // softmax's last result (never taken: sums of exponentials are not negative) pins
+                // it below. At head_dim 64 the registers of O, S and P fit together.
+                if (l_run[0] + l_run[1] < 0.f) __trap();
                 wgmma_wait<0>();
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.

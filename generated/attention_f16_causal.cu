@@ -257,10 +257,10 @@ attention_f16_causal(const __grid_constant__ CUtensorMap tmQ, const __grid_const
     // tile's Q and K load while this one's last products and stores run).
     const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch, n_tiles = n_m * n_hb;
     // Causal tiles run in groups of (sequence, head) pairs whose K and V fit the L2 together
-    // (16 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
+    // (8 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
     // so that blocks striding through them get alike amounts of work and the shortest tiles
     // come last. Heads that share a kv head are neighbours.
-    const int group_hb = (int)min((long long)n_hb, max(1LL, (16LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
+    const int group_hb = (int)min((long long)n_hb, max(1LL, (8LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
     struct Tile {
         int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
         // The grid covers the longest sequence; a tile past this one's rows has no work.

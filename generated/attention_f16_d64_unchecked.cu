@@ -442,6 +442,10 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
                 // The softmax stays above the wait, beside the product in flight.
                 fence_regs(s);
                 fence_regs(l_run);
+                // The wait has no operands, so ptxas hoists it above the softmax; a branch on the
+                // softmax's last result (never taken: sums of exponentials are not negative) pins
+                // it below. At head_dim 64 the registers of O, S and P fit together.
+                if (l_run[0] + l_run[1] < 0.f) __trap();
                 wgmma_wait<0>();
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
