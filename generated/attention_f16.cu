@@ -264,7 +264,7 @@ attention_f16(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ C
     auto tile_at = [&](int i) {
         Tile w;
         // Head by head, which keeps the fewest K and V tiles in the L2 at once (unmasked tiles
-        // are alike); each head's last rows first, the longest tiles of a causal packed call.
+        // are alike); each head's last rows first, the longest tiles of a causal call.
         w.m0 = (n_m - 1 - i % n_m) * BM;
         const int hb = i / n_m;
         w.h = hb % heads;

@@ -255,12 +255,16 @@ attention_f16_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     // Work tiles: BM query rows of one head of one sequence. A block takes tiles blockIdx.x,
     // + gridDim.x, ...: several where the grid is smaller than the tiles (persistent: the next
     // tile's Q and K load while this one's last products and stores run).
-    const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch, n_tiles = n_m * n_hb;
-    // Causal tiles run in groups of (sequence, head) pairs whose K and V fit the L2 together
-    // (8 MiB); within a group, the longest tiles (each pair's last rows) of every pair first,
-    // so that blocks striding through them get alike amounts of work and the shortest tiles
-    // come last. Heads that share a kv head are neighbours.
-    const int group_hb = (int)min((long long)n_hb, max(1LL, (8LL << 20) / ((long long)seq_k * D * 4)) * (heads / kv_heads));
+    const int n_m = (seq_q + BM - 1) / BM, n_hb = heads * batch;
+    // Causal tiles go in pairs, a head's k-th longest and k-th shortest, which take about the
+    // same time together whatever k; a block runs its pairs' two tiles one after the other, so
+    // blocks striding over the pairs (head by head) stay abreast, and the tiles in flight stay
+    // those of neighbouring heads, whose K and V the L2 holds. Unpaired, blocks drifted apart
+    // over the tiles: -10% at 4,096 keys on the H100 (docs/attention/NOTES.md, step 15). A call
+    // of no more tiles than blocks gives each block one.
+    const int per_hb = (n_m + 1) / 2, n_pairs = per_hb * n_hb;
+    const bool paired = n_m * n_hb > (int)gridDim.x;
+    const int n_tiles = paired ? 2 * gridDim.x * ((n_pairs + gridDim.x - 1) / gridDim.x) : n_m * n_hb;
     struct Tile {
         int m0, h, b, g, seq_q, seq_k, q_start, k_start, n_kv;
         // The grid covers the longest sequence; a tile past this one's rows has no work.
@@ -268,10 +272,19 @@ attention_f16_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
     };
     auto tile_at = [&](int i) {
         Tile w;
-        const int hb0 = i / (group_hb * n_m) * group_hb, in_group = min(group_hb, n_hb - hb0);
-        const int r = i - hb0 * n_m;
-        w.m0 = (n_m - 1 - r / in_group) * BM;
-        const int hb = hb0 + r % in_group;
+        bool none = false;
+        if (paired) {
+            // Block i % gridDim.x's (i / gridDim.x)-th tile is of its (i / gridDim.x / 2)-th pair,
+            // the long tile first: its head-by-head index below. Of an odd n_m the middle tile is
+            // a pair alone; past the last pair, and as a middle tile's partner, no tile.
+            const int k = i / gridDim.x, pair = i % gridDim.x + k / 2 * gridDim.x, r = pair % per_hb;
+            none = pair >= n_pairs || (k % 2 == 1 && 2 * r == n_m - 1);
+            i = pair / per_hb * n_m + (k % 2 == 0 ? r : n_m - 1 - r);
+        }
+        // Head by head, which keeps the fewest K and V tiles in the L2 at once (unmasked tiles
+        // are alike); each head's last rows first, the longest tiles of a causal call.
+        w.m0 = none ? n_m * BM : (n_m - 1 - i % n_m) * BM;
+        const int hb = i / n_m;
         w.h = hb % heads;
         w.b = hb / heads;
         w.g = w.h / (heads / kv_heads);
@@ -447,10 +460,6 @@ attention_f16_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_c
                 // The softmax stays above the wait, beside the product in flight.
                 fence_regs(s);
                 fence_regs(l_run);
-                // The wait has no operands, so ptxas hoists it above the softmax; a branch on the
-                // softmax's last result (never taken: sums of exponentials are not negative) pins
-                // it below. At head_dim 64 the registers of O, S and P fit together.
-                if (l_run[0] + l_run[1] < 0.f) __trap();
                 wgmma_wait<0>();
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.

@@ -264,7 +264,7 @@ attention_varlen_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __gri
     auto tile_at = [&](int i) {
         Tile w;
         // Head by head, which keeps the fewest K and V tiles in the L2 at once (unmasked tiles
-        // are alike); each head's last rows first, the longest tiles of a causal packed call.
+        // are alike); each head's last rows first, the longest tiles of a causal call.
         w.m0 = (n_m - 1 - i % n_m) * BM;
         const int hb = i / n_m;
         w.h = hb % heads;
@@ -456,10 +456,6 @@ attention_varlen_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __gri
                 // The softmax stays above the wait, beside the product in flight.
                 fence_regs(s);
                 fence_regs(l_run);
-                // The wait has no operands, so ptxas hoists it above the softmax; a branch on the
-                // softmax's last result (never taken: sums of exponentials are not negative) pins
-                // it below. At head_dim 64 the registers of O, S and P fit together.
-                if (l_run[0] + l_run[1] < 0.f) __trap();
                 wgmma_wait<0>();
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
