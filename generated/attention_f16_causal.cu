@@ -395,12 +395,17 @@ attention_f16_causal(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                         if ((CHECKED && col >= seq_k) || (CAUSAL && col > row + diag)) s[i] = -INFINITY;
                     }
                 }
-                float mx[2] = {-INFINITY, -INFINITY};
+                // Four running maxima a row, joined at the end: ptxas keeps the order written, and
+                // one max a row made a chain of BC / 4 dependent FMNMX ahead of the exponentials.
+                float part[2][4];
 #pragma unroll
-                for (int i = 0; i < BC / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-                float sub[2];
+                for (int i = 0; i < 8; ++i) part[i / 4][i % 4] = -INFINITY;
+#pragma unroll
+                for (int i = 0; i < BC / 2; ++i) part[(i >> 1) & 1][(i >> 2) & 3] = fmaxf(part[(i >> 1) & 1][(i >> 2) & 3], s[i]);
+                float mx[2], sub[2];
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
+                    mx[r] = fmaxf(fmaxf(part[r][0], part[r][1]), fmaxf(part[r][2], part[r][3]));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
                     const float m_new = fmaxf(m_run[r], mx[r] * scale_log2);

@@ -1,7 +1,10 @@
 # torch's scaled_dot_product_attention by backend (cuDNN, flash), bf16 forward: CUDA events,
 # the median of 15 runs after 3 warm-ups, TFLOP/s counted as `tilesmith bench` counts them
 # (4·batch·heads·seq_q·seq_k·head_dim, halved under the causal mask). Run on the device beside
-# bench, in the same call: `python3 docs/attention/torch_sdpa.py` (docs/attention/NOTES.md).
+# bench, in the same call: `python3 docs/attention/torch_sdpa.py [WORD ...]`, where each WORD
+# keeps the rows whose label holds it (`16384`, `x64`), else every row (docs/attention/NOTES.md).
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -36,6 +39,9 @@ def tflops(fn, flops):
 
 print(torch.cuda.get_device_name())
 for b, h, kh, sq, sk, d, causal in SHAPES:
+    label = "%dx%d(%d)x%dx%dx%d %s" % (b, h, kh, sq, sk, d, "causal" if causal else "")
+    if len(sys.argv) > 1 and not any(word in label for word in sys.argv[1:]):
+        continue
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16)
@@ -47,4 +53,4 @@ for b, h, kh, sq, sk, d, causal in SHAPES:
                 row.append("%.1f" % tflops(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=h != kh), flops))
         except RuntimeError:
             row.append("-")
-    print("| %dx%d(%d)x%dx%dx%d %s | cudnn %s | flash %s |" % (b, h, kh, sq, sk, d, "causal" if causal else "", row[0], row[1]))
+    print("| %s | cudnn %s | flash %s |" % (label, row[0], row[1]))
