@@ -36,7 +36,8 @@ pub struct Args {
     pub replot: Option<PathBuf>,
     /// Also time the call that picks its own variant (the registry's `gemm` for GEMM shapes, the
     /// family's chooser for the others) for every shape and every dtype (and GEMM layout) of
-    /// the variants benchmarked: a row per shape, named after the pick.
+    /// the variants benchmarked, and every value they have of the axes a call states
+    /// (attention's `causal`): a row per shape and call, named after the pick.
     #[arg(long)]
     dispatch: bool,
     /// Folder for bench.json and the charts (default: target/tilesmith-bench in the project, else
@@ -231,8 +232,10 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     }
                     if args.dispatch {
                         let chooser = registry.family(&members[0].variant().family).map_err(|e| e.to_string())?;
-                        let record = flops_record_chosen(&gpu, registry, chooser, members[0], shape.clone());
-                        keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
+                        for kernel in one_per_call(members) {
+                            let record = flops_record_chosen(&gpu, registry, chooser, kernel, shape.clone());
+                            keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
+                        }
                     }
                 }
                 Baseline::Library(name) => {
@@ -309,6 +312,21 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     }
     println!("\n{}", report::table(&records));
     Ok(())
+}
+
+/// The first of `members` for each value of the family's computing axes among them (attention's
+/// `causal`): the calls that ask the chooser different questions of one shape, each a row.
+fn one_per_call<'k>(members: &[&'k Kernel]) -> Vec<&'k Kernel> {
+    let family = &members[0].info().entry.declaration;
+    let call = |kernel: &Kernel| family.computing_axes().map(|a| kernel.variant().value(&a.name)).collect::<Vec<_>>();
+    let mut calls: Vec<(Vec<_>, &Kernel)> = Vec::new();
+    for &kernel in members {
+        let asked = call(kernel);
+        if !calls.iter().any(|(seen, _)| *seen == asked) {
+            calls.push((asked, kernel));
+        }
+    }
+    calls.into_iter().map(|(_, kernel)| kernel).collect()
 }
 
 /// A timed row, printed and kept; or, where timing it failed, `label` and why among the skipped.
