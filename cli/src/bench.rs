@@ -317,11 +317,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
 /// The first of `members` for each value of the family's computing axes among them (attention's
 /// `causal`): the calls that ask the chooser different questions of one shape, each a row.
 fn one_per_call<'k>(members: &[&'k Kernel]) -> Vec<&'k Kernel> {
-    let family = &members[0].info().entry.declaration;
-    let call = |kernel: &Kernel| family.computing_axes().map(|a| kernel.variant().value(&a.name)).collect::<Vec<_>>();
-    let mut calls: Vec<(Vec<_>, &Kernel)> = Vec::new();
+    let mut calls: Vec<(Vec<(String, String)>, &Kernel)> = Vec::new();
     for &kernel in members {
-        let asked = call(kernel);
+        let asked = declared::call_axes(kernel);
         if !calls.iter().any(|(seen, _)| *seen == asked) {
             calls.push((asked, kernel));
         }

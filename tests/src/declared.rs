@@ -474,6 +474,14 @@ fn round(dtype: Dtype, x: f64) -> f64 {
     crate::with_element!(dtype, T => T::from_f64(x).to_f64())
 }
 
+/// The axes a call of `kernel` states: its values of the family's computing axes (attention's
+/// `causal`), which the chooser matches.
+pub fn call_axes(kernel: &Kernel) -> Vec<(String, String)> {
+    let entry = &kernel.info().entry;
+    let (family, variant) = (&entry.declaration, &entry.variant);
+    family.computing_axes().filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect()
+}
+
 /// The family's reference variant for `kernel`: of its reference backend, the same dtype and
 /// the family's own axes, checked.
 pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kernel, String> {
@@ -784,8 +792,7 @@ impl Case {
                 Ok((src, dst))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let axes = family.computing_axes().filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect();
-        Ok(Case { shape, sets, initial, copies, bytes, axes })
+        Ok(Case { shape, sets, initial, copies, bytes, axes: call_axes(kernel) })
     }
 
     /// How many sets of inputs the timed runs rotate through.
