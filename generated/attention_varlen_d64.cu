@@ -207,8 +207,9 @@ __device__ __forceinline__ void wgmma_rs_m64n64k16(float (&d)[32], const uint32_
 
 #define D 64
 #define BM 128
+#define CONSUMERS 2
 #define BC 128
-#define STAGES 2
+#define STAGES 3
 #define CAUSAL 0
 #define CHECKED true
 // Shared memory: the Q tile, then per stage a K and a V tile; each tile is D / 64 panels of
@@ -241,7 +242,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // kv_heads); Lse[b, h, i] = the natural log of the softmax's sum, where the call passes it.
 // Query i sees keys j <= i + seq_k - seq_q under the causal mask. Sequence b's queries are rows
 // cu_q[b] .. cu_q[b + 1] of Q, O and the LSE, its keys rows cu_k[b] .. cu_k[b + 1] of K and V.
-// Warp specialization needs the register cap at entry that (384, 1) gives, for setmaxnreg.
+// Warp specialization needs the register cap at entry that (threads, 1) gives, for setmaxnreg.
 extern "C" __global__ void __launch_bounds__(384, 1)
 attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ Lse, const int* __restrict__ cu_q, const int* __restrict__ cu_k, int batch, int total_q, int total_k, int max_seq_q, int max_seq_k, int heads, int kv_heads, int head_dim, long long sos, long long soh, long long slh, float scale)
 {
@@ -290,12 +291,12 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
         prefetch_tensor_map(&tmK);
         prefetch_tensor_map(&tmV);
         mbar_init(smem_addr(&q_full), 1);
-        mbar_init(smem_addr(&q_empty), 2);
+        mbar_init(smem_addr(&q_empty), CONSUMERS);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&k_full[s]), 1);
             mbar_init(smem_addr(&v_full[s]), 1);
-            mbar_init(smem_addr(&k_empty[s]), 2);
-            mbar_init(smem_addr(&v_empty[s]), 2);
+            mbar_init(smem_addr(&k_empty[s]), CONSUMERS);
+            mbar_init(smem_addr(&v_empty[s]), CONSUMERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -333,8 +334,9 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
         const int quad = t % 4;
         int stage = 0, phase = 0, prev = 0, prev_phase = 0, q_phase = 0;
         // The consumers take turns issuing products, across tiles too: c waits on barrier
-        // 1 + c and then lets the other go. Consumer 0 goes first.
-        if (c == 1) named_arrive(1, 256);
+        // 1 + c and then lets the next one go (barrier 1 + next). Consumer 0 goes first.
+        const int next = 1 + (c + 1) % CONSUMERS;
+        if (c == CONSUMERS - 1) named_arrive(1, 256);
         for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
             const Tile w = tile_at(tile);
             if (w.empty()) continue;
@@ -345,13 +347,35 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
             if (n_kv <= 0) {
                 // No row of the tile sees a key (no keys, or all before the causal diagonal): the
                 // softmax of nothing, O = 0 and LSE = log 0.
-                for (int i = threadIdx.x - 128; i < min(BM, seq_q - m0) * D; i += 256) {
+                for (int i = threadIdx.x - 128; i < min(BM, seq_q - m0) * D; i += 128 * CONSUMERS) {
                     const int row = m0 + i / D;
                     o_seq[row * sos + h * soh + i % D] = from_float<T>(0.f);
                     if (lse_seq != nullptr && i % D == 0) lse_seq[h * slh + row] = -INFINITY;
                 }
                 continue;
             }
+#if CHECKED
+            if (m0 + c * 64 >= seq_q) {
+                // None of this consumer's rows is a query (a last tile of few rows): it keeps its
+                // turns and hands back each slot and Q, computing nothing.
+                mbar_wait(smem_addr(&q_full), q_phase);
+                q_phase ^= 1;
+                for (int j = 0; j <= n_kv; ++j) {
+                    named_sync(1 + c, 256);
+                    named_arrive(next, 256);
+                    if (j == n_kv) break;
+                    mbar_wait(smem_addr(&k_full[stage]), phase);
+                    mbar_wait(smem_addr(&v_full[stage]), phase);
+                    if (t == 0) {
+                        mbar_arrive(smem_addr(&k_empty[stage]));
+                        mbar_arrive(smem_addr(&v_empty[stage]));
+                    }
+                    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+                }
+                if (t == 0) mbar_arrive(smem_addr(&q_empty));
+                continue;
+            }
+#endif
             // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
             // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
             const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
@@ -438,7 +462,7 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 float s[BC / 2];
                 named_sync(1 + c, 256);
                 issue_s(s);
-                named_arrive(2 - c, 256);
+                named_arrive(next, 256);
                 wgmma_wait<0>();
                 fence_regs(s);
                 release(k_empty, stage);
@@ -453,7 +477,7 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 named_sync(1 + c, 256);
                 issue_s(s);
                 issue_pv();
-                named_arrive(2 - c, 256);
+                named_arrive(next, 256);
                 wgmma_wait<1>();
                 fence_regs(s);
                 release(k_empty, stage);
@@ -482,7 +506,7 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
             if (t == 0) mbar_arrive(smem_addr(&q_empty));
             named_sync(1 + c, 256);
             issue_pv();
-            named_arrive(2 - c, 256);
+            named_arrive(next, 256);
             wgmma_wait<0>();
             fence_regs(o);
             release(v_empty, prev);
@@ -506,7 +530,7 @@ attention_varlen_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_const
                 if (lse_seq != nullptr && quad == 0) lse_seq[h * slh + row] = (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f;
             }
         }
-        // Balances consumer 1's last turn.
+        // Balances the last consumer's last turn.
         if (c == 0) named_sync(1, 256);
     }
 }

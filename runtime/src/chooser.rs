@@ -49,14 +49,16 @@ struct Inner {
 /// not the repeated ones the cache is for).
 const PICKS_KEPT: usize = 4096;
 
-/// What a pick depends on: the GPU, and the call's names, element types, values and how its
-/// buffers are aligned (variants differ in the alignment they need), never its addresses.
+/// What a pick depends on: the GPU, and the call's names, element types, values, the axes it
+/// asks for (attention's causal mask) and how its buffers are aligned (variants differ in the
+/// alignment they need), never its addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct PickKey {
     device: (String, u32),
     operands: Vec<(String, Dtype, u32)>,
     quantities: Vec<(String, u64)>,
     scalars: Vec<(String, u64)>,
+    axes: Vec<(String, String)>,
 }
 
 /// The alignment of an address, as far as any rule asks (256 bytes).
@@ -65,20 +67,22 @@ fn aligned(addr: u64) -> u32 {
 }
 
 impl PickKey {
-    fn new(gpu: &Gpu, call: &Call) -> PickKey {
+    /// The key of `call` on the GPU named `device` with `sms` multiprocessors.
+    fn new((device, sms): (&str, u32), call: &Call) -> PickKey {
         PickKey {
-            device: (gpu.name().to_string(), gpu.sms()),
+            device: (device.to_string(), sms),
             operands: call.operands.iter().map(|(name, dtype, buffer)| (name.clone(), *dtype, aligned(buffer.addr))).collect(),
             quantities: call.quantities.clone(),
             scalars: call.scalars.iter().map(|(name, value)| (name.clone(), value.to_bits())).collect(),
+            axes: call.axes.clone(),
         }
     }
 
     /// Its hash, computed from the GPU and the call without making the key.
-    fn hash_of(gpu: &Gpu, call: &Call) -> u64 {
+    fn hash_of(device: (&str, u32), call: &Call) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (gpu.name(), gpu.sms()).hash(&mut hasher);
+        device.hash(&mut hasher);
         for (name, dtype, buffer) in &call.operands {
             (name, dtype, aligned(buffer.addr)).hash(&mut hasher);
         }
@@ -86,13 +90,14 @@ impl PickKey {
         for (name, value) in &call.scalars {
             (name, value.to_bits()).hash(&mut hasher);
         }
+        call.axes.hash(&mut hasher);
         hasher.finish()
     }
 
     /// Whether it is the key of this GPU and call, compared without making one.
-    fn is(&self, gpu: &Gpu, call: &Call) -> bool {
-        self.device.0 == gpu.name()
-            && self.device.1 == gpu.sms()
+    fn is(&self, (device, sms): (&str, u32), call: &Call) -> bool {
+        self.device.0 == device
+            && self.device.1 == sms
             && self.operands.len() == call.operands.len()
             && self
                 .operands
@@ -102,6 +107,7 @@ impl PickKey {
             && self.quantities == call.quantities
             && self.scalars.len() == call.scalars.len()
             && self.scalars.iter().zip(&call.scalars).all(|((n, bits), (name, value))| n == name && *bits == value.to_bits())
+            && self.axes == call.axes
     }
 }
 
@@ -183,9 +189,10 @@ impl Chooser {
     /// ([`Device::table_in`], as plug-in dispatchers read theirs); the first of
     /// those variants that takes the call. Otherwise the cost model's least estimate.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
-        let hash = PickKey::hash_of(gpu, call);
+        let device = (gpu.name(), gpu.sms());
+        let hash = PickKey::hash_of(device, call);
         if let Some(kept) = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&hash) {
-            if let Some((_, pick)) = kept.iter().find(|(key, _)| key.is(gpu, call)) {
+            if let Some((_, pick)) = kept.iter().find(|(key, _)| key.is(device, call)) {
                 return Ok(pick.clone());
             }
         }
@@ -196,7 +203,7 @@ impl Chooser {
         if picks.len() >= PICKS_KEPT {
             picks.clear();
         }
-        picks.entry(hash).or_default().push((PickKey::new(gpu, call), pick.clone()));
+        picks.entry(hash).or_default().push((PickKey::new(device, call), pick.clone()));
         Ok(pick)
     }
 
@@ -427,4 +434,25 @@ pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call:
     let rate = f64::from(gflops) * 1e9 * (resident.min(sms) as f64) * f64::from(clocks.sm_mhz.max(1)) / 1980.0;
     let waves = blocks.div_ceil(sms * per_sm) as f64;
     (bytes / bandwidth).max(flops / rate) + FIXED_SECONDS + waves * WAVE_SECONDS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PickKey;
+    use crate::plan::Call;
+
+    /// A call asking for attention's causal mask is another question than the same call
+    /// without it: a pick kept for one must not answer the other (it ran the unmasked
+    /// variant, which then refused the launch).
+    #[test]
+    fn a_pick_is_kept_per_axes_asked() {
+        let device = ("NVIDIA H200", 132);
+        let plain = Call::default().quantity("seq_q", 2048);
+        let causal = plain.clone().axis("causal", "causal");
+        let key = PickKey::new(device, &plain);
+        assert!(key.is(device, &plain));
+        assert!(!key.is(device, &causal));
+        assert_ne!(PickKey::hash_of(device, &plain), PickKey::hash_of(device, &causal));
+        assert!(PickKey::new(device, &causal).is(device, &causal));
+    }
 }
