@@ -795,6 +795,44 @@ fn tuning_tables_are_checked_then_carried_into_the_registry() {
     assert!(!carried.exists());
 }
 
+/// A build of some variants (`--kernels`) with a table ranking others: the registry carries
+/// the table ranking those it holds, and opens (it refused a table ranking variants it lacks,
+/// so that a registry built for an A/B of two variants was unreadable with the committed
+/// tables); a full build carries the table as it is.
+#[test]
+fn a_build_of_some_variants_carries_tables_ranking_those_it_holds() {
+    let project = generated(TRANSPOSE_ONLY);
+    let root = Some(project.path());
+    let tables = project.path().join("tuning/transpose");
+    std::fs::create_dir_all(&tables).unwrap();
+    let table = r#"{"format": 1, "family": "transpose", "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
+        "quantities": ["m", "n"], "entries": [
+        {"dtype": "f32", "problem": [64, 64], "baseline_ms": 1.0, "ranked": [{"variant": "transpose_64x64_unchecked", "ms": 0.25}]},
+        {"dtype": "f32", "problem": [4096, 4096], "baseline_ms": 1.0,
+        "ranked": [{"variant": "transpose_64x64_unchecked", "ms": 0.4}, {"variant": "transpose_64x64", "ms": 0.5}]}]}"#;
+    std::fs::write(tables.join("GPU-132sm.json"), table).unwrap();
+    let out = succeeds(root, &["build", "--kernels", "transpose_64x64"]);
+    assert!(
+        out.contains("tuning/transpose/GPU-132sm.json carried ranking the registry's variants only: 1 it ranks are not built (transpose_64x64_unchecked)"),
+        "{out}"
+    );
+    let carried = project.path().join("registry/tuning/transpose/GPU-132sm.json");
+    let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&carried).unwrap()).unwrap();
+    let entries = kept["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "the entry ranking only the unbuilt variant is dropped: {kept}");
+    assert_eq!(entries[0]["problem"], serde_json::json!([4096, 4096]));
+    assert_eq!(entries[0]["ranked"], serde_json::json!([{"variant": "transpose_64x64", "ms": 0.5}]));
+    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
+        .current_dir(project.path())
+        .args(["test", "--registry", "registry", "--list"])
+        .output()
+        .unwrap();
+    assert!(output.status.success() && text(&output).contains("transpose_64x64::correctness"), "{}", text(&output));
+
+    succeeds(root, &["build"]);
+    assert_eq!(std::fs::read_to_string(&carried).unwrap(), table);
+}
+
 /// A GEMM table of the format before tables lay in a folder per family.
 const EARLIER_GEMM_TABLE: &str = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
     "entries": [{"key": {"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [12, 12, 12]}, "shape": [4096, 4096, 4096],

@@ -278,7 +278,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         let names: Vec<&str> = left.iter().map(|(name, _)| name.as_str()).collect();
         println!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
     }
-    if let Err(err) = carry_tables(project, &carried) {
+    if let Err(err) = carry_tables(project, &carried, |variant| records.contains_key(variant)) {
         also.push(format!("{err:#}"));
     }
 
@@ -821,13 +821,28 @@ fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>
 
 /// Copies the tuning tables into the registry, each at its path in the tuning folder, and
 /// removes those the project no longer has. Each goes through a temporary file, removed again
-/// when the copy fails.
-fn carry_tables(project: &Project, tables: &[(String, PathBuf)]) -> Result<()> {
+/// when the copy fails. A table ranking variants the registry does not hold (`built`: a build
+/// of some variants only, `--kernels`) is carried ranking those it holds, since a registry
+/// refuses a table ranking others.
+fn carry_tables(project: &Project, tables: &[(String, PathBuf)], built: impl Fn(&str) -> bool) -> Result<()> {
     let to = project.registry_dir().join(TUNING_DIR);
     for (name, path) in tables {
         let target = to.join(name);
         let folder = target.parent().expect("inside the tuning folder");
         std::fs::create_dir_all(folder).with_context(|| format!("cannot create {}", folder.display()))?;
+        let table = FamilyTable::read(path).map_err(|err| anyhow!("tuning table {err}"))?;
+        let unbuilt = table.unknown_variants(&built);
+        if !unbuilt.is_empty() {
+            let text = table.keeping(&built).and_then(|kept| kept.to_text()).map_err(|err| anyhow!("tuning table tuning/{name}: {err}"))?;
+            write_atomic(&target, text.as_bytes()).with_context(|| format!("cannot write {}", target.display()))?;
+            println!(
+                "tuning/{name} carried ranking the registry's variants only: {} it ranks are not built ({}{})",
+                unbuilt.len(),
+                unbuilt[0],
+                if unbuilt.len() > 1 { ", ..." } else { "" }
+            );
+            continue;
+        }
         let temporary = temporary_sibling(&target);
         let copied = std::fs::copy(path, &temporary).and_then(|_| std::fs::rename(&temporary, &target));
         if let Err(err) = copied {

@@ -244,6 +244,22 @@ impl FamilyTable {
         Ok(())
     }
 
+    /// The table as a registry built for some variants only carries it: each entry ranks those
+    /// `built` holds (ranked again), and an entry left with none is dropped.
+    pub fn keeping(&self, built: impl Fn(&str) -> bool) -> Result<FamilyTable, String> {
+        let mut table = self.clone();
+        for entry in &mut table.entries {
+            entry.ranked = rank(entry.ranked.drain(..).filter(|t| built(&t.variant)).collect())?;
+        }
+        table.entries.retain(|e| !e.ranked.is_empty());
+        Ok(table)
+    }
+
+    /// The table's file text: pretty JSON, one line at the end.
+    pub fn to_text(&self) -> Result<String, String> {
+        serde_json::to_string_pretty(self).map(|json| json + "\n").map_err(|e| e.to_string())
+    }
+
     /// The variants the entries rank that `known` does not hold.
     pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
         let mut unknown: Vec<String> =
