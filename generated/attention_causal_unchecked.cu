@@ -358,28 +358,6 @@ attention_causal_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid
             const int diag = seq_k - seq_q;
             T* const o_seq = O + w.b * sob;
             float* const lse_seq = Lse == nullptr ? nullptr : Lse + w.b * slb;
-#if CHECKED
-            if (m0 + c * 64 >= seq_q) {
-                // None of this consumer's rows is a query (a last tile of few rows): it keeps its
-                // turns and hands back each slot and Q, computing nothing.
-                mbar_wait(smem_addr(&q_full), q_phase);
-                q_phase ^= 1;
-                for (int j = 0; j <= n_kv; ++j) {
-                    named_sync(1 + c, 256);
-                    named_arrive(next, 256);
-                    if (j == n_kv) break;
-                    mbar_wait(smem_addr(&k_full[stage]), phase);
-                    mbar_wait(smem_addr(&v_full[stage]), phase);
-                    if (t == 0) {
-                        mbar_arrive(smem_addr(&k_empty[stage]));
-                        mbar_arrive(smem_addr(&v_empty[stage]));
-                    }
-                    if (++stage == STAGES) { stage = 0; phase ^= 1; }
-                }
-                if (t == 0) mbar_arrive(smem_addr(&q_empty));
-                continue;
-            }
-#endif
             // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
             // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
             const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;

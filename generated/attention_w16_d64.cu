@@ -340,10 +340,11 @@ attention_w16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
             const int diag = seq_k - seq_q;
             T* const o_seq = O + w.b * sob;
             float* const lse_seq = Lse == nullptr ? nullptr : Lse + w.b * slb;
-#if CHECKED
             if (m0 + c * 64 >= seq_q) {
-                // None of this consumer's rows is a query (a last tile of few rows): it keeps its
-                // turns and hands back each slot and Q, computing nothing.
+                // None of this consumer's rows is a query (a last tile of few rows: 64 of 192 at
+                // 1,024 queries): it keeps its turns and hands back each slot and Q, computing
+                // nothing. Two consumers do without (a 128-row tile's empty half is rarer; there
+                // the path made ptxas spill at head_dim 256 over packed sequences).
                 mbar_wait(smem_addr(&q_full), q_phase);
                 q_phase ^= 1;
                 for (int j = 0; j <= n_kv; ++j) {
@@ -361,7 +362,6 @@ attention_w16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
                 if (t == 0) mbar_arrive(smem_addr(&q_empty));
                 continue;
             }
-#endif
             // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
             // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
             const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
