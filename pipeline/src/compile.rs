@@ -272,8 +272,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     // A partial build (`--kernels`) may hold no variant of some family: its tables stay out,
     // as a registry refuses a table of a family it has no variant of.
     let held: BTreeSet<&str> = records.values().map(|built| built.entry.variant.family.as_str()).collect();
-    let (carried, left): (Vec<_>, Vec<_>) =
-        tables.into_iter().partition(|(name, _)| name.split('/').next().is_some_and(|family| held.contains(family)));
+    let (carried, left): (Vec<_>, Vec<_>) = tables.into_iter().partition(|(_, table)| held.contains(table.family.as_str()));
     if !left.is_empty() {
         let names: Vec<&str> = left.iter().map(|(name, _)| name.as_str()).collect();
         println!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
@@ -787,10 +786,14 @@ fn indent(text: &str) -> String {
 }
 
 /// The project's tuning tables (`tuning/<family>/*.json`, [`FamilyTable`]: format, file name,
-/// entries), each checked, by their paths in the tuning folder: each may rank only declared
+/// entries), each checked, with their paths in the tuning folder: each may rank only declared
 /// variants of its own family, and passes the `checks` of the plug-ins linked. A table in the
 /// tuning folder itself is of an earlier format, and refused with the way to convert it.
-fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>, checks: &[TableCheck]) -> Result<Vec<(String, PathBuf)>> {
+fn project_tables(
+    project: &Project,
+    declared: Option<&BTreeMap<String, String>>,
+    checks: &[TableCheck],
+) -> Result<Vec<(String, FamilyTable)>> {
     let dir = project.tuning_dir();
     let fix = "fix it, remove it or run `tilesmith tune` again";
     if let Some(old) = tuning::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?.first() {
@@ -816,7 +819,7 @@ fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>
             );
         }
     }
-    FamilyTable::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))
+    Ok(family_tables)
 }
 
 /// Copies the tuning tables into the registry, each at its path in the tuning folder, and
@@ -824,13 +827,13 @@ fn project_tables(project: &Project, declared: Option<&BTreeMap<String, String>>
 /// when the copy fails. A table ranking variants the registry does not hold (`built`: a build
 /// of some variants only, `--kernels`) is carried ranking those it holds, since a registry
 /// refuses a table ranking others.
-fn carry_tables(project: &Project, tables: &[(String, PathBuf)], built: impl Fn(&str) -> bool) -> Result<()> {
+fn carry_tables(project: &Project, tables: &[(String, FamilyTable)], built: impl Fn(&str) -> bool) -> Result<()> {
     let to = project.registry_dir().join(TUNING_DIR);
-    for (name, path) in tables {
+    for (name, table) in tables {
+        let path = project.tuning_dir().join(name);
         let target = to.join(name);
         let folder = target.parent().expect("inside the tuning folder");
         std::fs::create_dir_all(folder).with_context(|| format!("cannot create {}", folder.display()))?;
-        let table = FamilyTable::read(path).map_err(|err| anyhow!("tuning table {err}"))?;
         let unbuilt = table.unknown_variants(&built);
         if !unbuilt.is_empty() {
             let text = table.keeping(&built).and_then(|kept| kept.to_text()).map_err(|err| anyhow!("tuning table tuning/{name}: {err}"))?;
@@ -844,7 +847,7 @@ fn carry_tables(project: &Project, tables: &[(String, PathBuf)], built: impl Fn(
             continue;
         }
         let temporary = temporary_sibling(&target);
-        let copied = std::fs::copy(path, &temporary).and_then(|_| std::fs::rename(&temporary, &target));
+        let copied = std::fs::copy(&path, &temporary).and_then(|_| std::fs::rename(&temporary, &target));
         if let Err(err) = copied {
             let _ = std::fs::remove_file(&temporary);
             return Err(err).with_context(|| format!("cannot copy {} into {}", path.display(), to.display()));
