@@ -233,19 +233,6 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-// 2^x on the FMA and integer pipes, as FlashAttention-4 spreads its exponentials: 2^floor(x)
-// added to the exponent bits of a polynomial for 2^(x - floor(x)) in [1, 2) (minimax relative
-// error 8.6e-5, a fiftieth of a bf16 P's half unit; degree 3). -inf (a masked
-// score) is clamped to -127, where the polynomial's 1 exactly plus the bits of 2^-127 make 0.
-__device__ __forceinline__ float ex2_fma(float x) {
-    x = fmaxf(x, -127.f);
-    // 1.5 · 2^23 rounded down to: floor(x) in the low bits of t's mantissa.
-    const float t = __fadd_rd(x, 12582912.f);
-    const float f = x - (t - 12582912.f);
-    const float p = fmaf(fmaf(fmaf(0.07706724107f, f, 0.22764497995f), f, 0.69511663914f), f, 1.f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
@@ -436,8 +423,7 @@ attention_w16_d64(const __grid_constant__ CUtensorMap tmQ, const __grid_constant
                 float sum[2] = {0.f, 0.f};
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
-                    const float x = fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]);
-                    s[i] = i % 4 == 3 ? ex2_fma(x) : ex2(x);
+                    s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
                     sum[(i >> 1) & 1] += s[i];
                 }
 #pragma unroll
