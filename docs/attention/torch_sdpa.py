@@ -1,9 +1,14 @@
-# torch's scaled_dot_product_attention by backend (cuDNN, flash), bf16 forward: CUDA events,
-# the median of 15 runs after 3 warm-ups, TFLOP/s counted as `tilesmith bench` counts them
-# (4·batch·heads·seq_q·seq_k·head_dim, halved under the causal mask). Run on the device beside
-# bench, in the same call: `python3 docs/attention/torch_sdpa.py [WORD ...]`, where each WORD
-# keeps the rows whose label holds it (`16384`, `x64`), else every row (docs/attention/NOTES.md).
+# torch's scaled_dot_product_attention by backend (cuDNN, flash), bf16 forward, timed as
+# `tilesmith bench` times a variant: input sets rotated past the L2 (twice its size, 2 to 64
+# sets), warm-up calls on every set for at least 10 ms, then 25 calls each between two CUDA events,
+# all enqueued before one wait (a wait after each call would time the host's dispatch with the
+# kernel: 5-10% more on sub-millisecond calls), and the median; TFLOP/s counted as bench counts
+# them (4·batch·heads·seq_q·seq_k·head_dim, halved under the causal mask). Run on the device
+# beside bench, in the same call: `python3 docs/attention/torch_sdpa.py [WORD ...]`, where each
+# WORD keeps the rows whose label holds it (`16384`, `x64`), else every row
+# (docs/attention/NOTES.md).
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -22,18 +27,20 @@ SHAPES = [
 ]
 
 
-def tflops(fn, flops):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(15):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
+def tflops(fn, sets, flops):
+    start = time.perf_counter()
+    i = 0
+    while i < max(3, sets) or time.perf_counter() - start < 0.01:
+        fn(i % sets)
+        torch.cuda.synchronize()
+        i += 1
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(25)]
+    for k, (begin, end) in enumerate(events):
+        begin.record()
+        fn((i + k) % sets)
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+    torch.cuda.synchronize()
+    times = sorted(begin.elapsed_time(end) for begin, end in events)
     return flops / times[len(times) // 2] / 1e9
 
 
@@ -42,15 +49,18 @@ for b, h, kh, sq, sk, d, causal in SHAPES:
     label = "%dx%d(%d)x%dx%dx%d %s" % (b, h, kh, sq, sk, d, "causal" if causal else "")
     if len(sys.argv) > 1 and not any(word in label for word in sys.argv[1:]):
         continue
-    q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16)
+    per_set = 2 * (2 * b * h * sq * d + 2 * b * kh * sk * d)
+    sets = min(64, max(2, -(-2 * torch.cuda.get_device_properties(0).L2_cache_size // per_set)))
+    q = [torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    k = [torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    v = [torch.randn(b, kh, sk, d, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
     flops = 4 * b * h * sq * sk * d / (2 if causal else 1)
     row = []
     for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION):
         try:
             with sdpa_kernel(backend):
-                row.append("%.1f" % tflops(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=h != kh), flops))
+                call = lambda i: F.scaled_dot_product_attention(q[i], k[i], v[i], is_causal=causal, enable_gqa=h != kh)
+                row.append("%.1f" % tflops(call, sets, flops))
         except RuntimeError:
             row.append("-")
     print("| %s | cudnn %s | flash %s |" % (label, row[0], row[1]))
