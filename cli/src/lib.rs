@@ -174,6 +174,7 @@ impl Compile {
             repair,
             cache: self.cache.clone(),
             table_checks: TABLE_CHECKS.to_vec(),
+            references: true,
         }
     }
 }

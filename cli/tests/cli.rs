@@ -833,6 +833,23 @@ fn a_build_of_some_variants_carries_tables_ranking_those_it_holds() {
     assert_eq!(std::fs::read_to_string(&carried).unwrap(), table);
 }
 
+#[test]
+fn a_build_of_some_variants_builds_the_references_that_check_them() {
+    let variants = format!("{TRANSPOSE_ONLY}\n[[transpose.groups]]\ndtype = [\"f32\", \"f16\"]\nbackend = \"reference\"\n");
+    let project = generated(&variants);
+    let root = Some(project.path());
+    let out = succeeds(root, &["build", "--kernels", "transpose_64x64"]);
+    assert!(out.contains("with the reference variant(s) that check them: transpose_64x64_reference"), "{out}");
+    // Of the selected variant's dtype only: the f16 reference checks no variant built.
+    assert_eq!(built_names(project.path()), ["transpose_64x64", "transpose_64x64_reference"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
+        .current_dir(project.path())
+        .args(["test", "--registry", "registry", "--list"])
+        .output()
+        .unwrap();
+    assert!(output.status.success() && text(&output).contains("transpose_64x64::correctness"), "{}", text(&output));
+}
+
 /// A GEMM table of the format before tables lay in a folder per family.
 const EARLIER_GEMM_TABLE: &str = r#"{"format": 1, "device": {"name": "GPU", "capability": [9, 0], "sms": 132}, "compiler": "",
     "entries": [{"key": {"dtype": "bf16", "layout": "tn", "alignment": "aligned", "bucket": [12, 12, 12]}, "shape": [4096, 4096, 4096],

@@ -123,6 +123,10 @@ pub struct Options {
     /// before anything is built; none (a crate's build.rs) checks what every table states, and
     /// a plug-in checks the rest of its own (its classes and strategies) when it reads them.
     pub table_checks: Vec<TableCheck>,
+    /// With a selection, also the reference variants that check the selected ones: the CLI's
+    /// build, whose partial registry `test` and `bench` then check; a crate's build.rs embeds
+    /// only what it names.
+    pub references: bool,
 }
 
 /// A plug-in's check of the tables it reads (of their classes and strategies), passed every
@@ -138,6 +142,7 @@ impl Options {
             repair: false,
             cache: std::env::var_os(CACHE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from),
             table_checks: Vec::new(),
+            references: false,
         }
     }
 }
@@ -184,8 +189,8 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
 
     let registry = RegistryDir::lock(project)?;
     registry.check_index(options.repair)?;
-    let generated = read_generated(project, selection, &registry)?;
-    let manifest = &generated.manifest;
+    let generated = read_generated(project, selection, &registry, options.references)?;
+    let (manifest, selection) = (&generated.manifest, &generated.selection);
     let mut records = generated.records;
     let mut queue = Vec::new();
     let mut failures: Vec<(String, Failure)> =
@@ -212,6 +217,9 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         queue.len(),
         options.jobs
     );
+    if !generated.references.is_empty() {
+        println!("with the reference variant(s) that check them: {}", generated.references.join(", "));
+    }
 
     if let Some(dir) = &options.cache {
         if dir.exists() && !dir.is_dir() {
@@ -341,6 +349,9 @@ fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
 /// the manifest, and the bytes of each selected source that match its SHA-256 there.
 struct Generated {
     manifest: Manifest,
+    /// The selection the build works on: the one asked for, with the references it added.
+    selection: Selection,
+    references: Vec<String>,
     /// The registry's records of declared variants whose fatbins are unchanged.
     records: BTreeMap<String, Built>,
     sources: Vec<(Entry, Vec<u8>)>,
@@ -348,13 +359,16 @@ struct Generated {
     stale: Vec<(String, String)>,
 }
 
-fn read_generated(project: &Project, selection: &Selection, registry: &RegistryDir) -> Result<Generated> {
+fn read_generated(project: &Project, selection: &Selection, registry: &RegistryDir, references: bool) -> Result<Generated> {
     let _lock = project::lock(project, &project.generated_lock(), false, "a gen writing generated/")?;
     let manifest_path = project.generated_dir().join(MANIFEST_FILE);
     let manifest: Manifest = manifest::read(&manifest_path).map_err(|err| anyhow!("{err}: run `tilesmith gen`"))?;
     if !manifest.variants.iter().any(|e| selection.matches(&e.variant.name)) {
         bail!("--kernels matches none of the {} variants in generated/manifest.json", manifest.variants.len());
     }
+    let mut building = selection.clone();
+    let references = if references { building.add_references(&manifest.variants) } else { Vec::new() };
+    let selection = &building;
     // Unselected variants whose records are broken are compiled again, as the build says.
     let (records, broken) = registry.records(&manifest, selection);
     let selected: Vec<&Entry> =
@@ -378,7 +392,7 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
             Ok(bytes) => sources.push((entry.clone(), bytes)),
         }
     }
-    Ok(Generated { manifest, records, sources, stale })
+    Ok(Generated { manifest, selection: building, references, records, sources, stale })
 }
 
 /// The variants variants.toml declares, if it reads: a build removes the fatbins of variants

@@ -249,6 +249,19 @@ impl Entry {
         self.declaration.reference.backend.as_deref() == Some(self.variant.backend.as_str())
     }
 
+    /// Whether it is the reference variant the trials check `variant` with in `dtype`: of the
+    /// same family, checked, with `variant`'s values of the axes that change what is computed
+    /// (tuning axes, how it is computed, need not match).
+    pub fn is_reference_for(&self, variant: &crate::Variant, dtype: crate::Dtype) -> bool {
+        let r = &self.variant;
+        let computes = |(name, _): &(&String, _)| self.declaration.computing_axes().any(|a| &a.name == *name);
+        r.family == variant.family
+            && self.is_reference()
+            && r.dtype == dtype
+            && r.is_checked()
+            && r.axes.iter().filter(computes).eq(variant.axes.iter().filter(computes))
+    }
+
     /// The element type of its operand `name` (an output whose type an axis sets, as `out` does); none
     /// where its family has no such operand.
     pub fn operand_dtype(&self, name: &str) -> Option<crate::Dtype> {

@@ -493,16 +493,11 @@ fn reference_of<'r>(registry: &'r Registry, kernel: &Kernel, dtype: Dtype) -> Re
     let family = &kernel.info().entry.declaration;
     let v = kernel.variant();
     let backend = family.reference.backend.as_deref().ok_or("the family's reference is a library, not a variant")?;
-    // The axes that change what is computed must match; tuning axes (how) need not.
-    let computes = |(name, _): &(&String, _)| !family.axes.iter().any(|a| &a.name == *name && a.tuning);
     registry
         .kernels()
-        .find(|k| {
-            let r = k.variant();
-            r.family == v.family && k.is_reference() && r.dtype == dtype && r.is_checked() && r.axes.iter().filter(computes).eq(v.axes.iter().filter(computes))
-        })
+        .find(|k| k.info().entry.is_reference_for(v, dtype))
         .ok_or(format!(
-            "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {dtype}, checked): declare one in variants.toml",
+            "the registry has no reference variant for {} (family {}, backend `{backend}`, dtype {dtype}, checked): declare one in variants.toml; `build --kernels` builds it with the variants it checks",
             v.name, v.family
         ))
 }
