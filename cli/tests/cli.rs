@@ -822,12 +822,8 @@ fn a_build_of_some_variants_carries_tables_ranking_those_it_holds() {
     assert_eq!(entries.len(), 1, "the entry ranking only the unbuilt variant is dropped: {kept}");
     assert_eq!(entries[0]["problem"], serde_json::json!([4096, 4096]));
     assert_eq!(entries[0]["ranked"], serde_json::json!([{"variant": "transpose_64x64", "ms": 0.5}]));
-    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
-        .current_dir(project.path())
-        .args(["test", "--registry", "registry", "--list"])
-        .output()
-        .unwrap();
-    assert!(output.status.success() && text(&output).contains("transpose_64x64::correctness"), "{}", text(&output));
+    let listed = trials_listed(project.path());
+    assert!(listed.contains("transpose_64x64::correctness"), "{listed}");
 
     succeeds(root, &["build"]);
     assert_eq!(std::fs::read_to_string(&carried).unwrap(), table);
@@ -842,12 +838,8 @@ fn a_build_of_some_variants_builds_the_references_that_check_them() {
     assert!(out.contains("with the reference variant(s) that check them: transpose_64x64_reference"), "{out}");
     // Of the selected variant's dtype only: the f16 reference checks no variant built.
     assert_eq!(built_names(project.path()), ["transpose_64x64", "transpose_64x64_reference"]);
-    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
-        .current_dir(project.path())
-        .args(["test", "--registry", "registry", "--list"])
-        .output()
-        .unwrap();
-    assert!(output.status.success() && text(&output).contains("transpose_64x64::correctness"), "{}", text(&output));
+    let listed = trials_listed(project.path());
+    assert!(listed.contains("transpose_64x64::correctness"), "{listed}");
 }
 
 /// A GEMM table of the format before tables lay in a folder per family.
@@ -881,6 +873,18 @@ fn a_table_of_the_earlier_format_is_refused_and_tune_upgrade_converts_it() {
 }
 
 /// Runs xtask with `--root` and extra environment variables.
+/// `tilesmith test --registry registry --list` run in `project`, which must succeed: the trials
+/// its registry makes.
+fn trials_listed(project: &Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
+        .current_dir(project)
+        .args(["test", "--registry", "registry", "--list"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "test --list failed ({}):\n{}", output.status, text(&output));
+    text(&output)
+}
+
 fn xtask_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tilesmith"));
     command.arg("--root").arg(root).args(args);
