@@ -210,9 +210,10 @@ __device__ __forceinline__ void wgmma_rs_m64n256k16(float (&d)[128], const uint3
 #define CONSUMERS 2
 #define BC 64
 #define STAGES 2
+#define Q_SLOTS 1
 #define CAUSAL 0
 #define CHECKED true
-// Shared memory: the Q tile, then per stage a K and a V tile; each tile is D / 64 panels of
+// Shared memory: Q_SLOTS Q tiles, then per stage a K and a V tile; each tile is D / 64 panels of
 // 128-byte rows (64 elements of a row), 128-byte swizzled as TMA writes them.
 #define PANELS (D / 64)
 #define Q_BYTES (BM * D * 2)
@@ -246,12 +247,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV, T* __restrict__ O, float* __restrict__ Lse, int batch, int seq_q, int seq_k, int heads, int kv_heads, int head_dim, long long sob, long long sos, long long soh, long long slb, long long slh, float scale)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
-    __shared__ __align__(8) uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
+    __shared__ __align__(8) uint64_t q_full[Q_SLOTS], q_empty[Q_SLOTS], k_full[STAGES], v_full[STAGES], k_empty[STAGES], v_empty[STAGES];
     // 128-byte swizzling repeats every 1024 bytes: tiles start on such a boundary.
     const uint32_t base = (smem_addr(smem) + 1023) & ~1023u;
-    const uint32_t qs = base;
-    auto ks = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES; };
-    auto vs = [&](int s) { return base + Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
+    auto qs = [&](int s) { return base + s * Q_BYTES; };
+    auto ks = [&](int s) { return base + Q_SLOTS * Q_BYTES + s * 2 * KV_BYTES; };
+    auto vs = [&](int s) { return base + Q_SLOTS * Q_BYTES + s * 2 * KV_BYTES + KV_BYTES; };
     const float scale_log2 = scale * 1.4426950408889634f;
     // Work tiles: BM query rows of one head of one sequence. A block takes tiles blockIdx.x,
     // + gridDim.x, ...: several where the grid is smaller than the tiles (persistent: the next
@@ -287,8 +288,10 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
         prefetch_tensor_map(&tmQ);
         prefetch_tensor_map(&tmK);
         prefetch_tensor_map(&tmV);
-        mbar_init(smem_addr(&q_full), 1);
-        mbar_init(smem_addr(&q_empty), CONSUMERS);
+        for (int s = 0; s < Q_SLOTS; ++s) {
+            mbar_init(smem_addr(&q_full[s]), 1);
+            mbar_init(smem_addr(&q_empty[s]), CONSUMERS);
+        }
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&k_full[s]), 1);
             mbar_init(smem_addr(&v_full[s]), 1);
@@ -300,19 +303,19 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
     __syncthreads();
 
     if (threadIdx.x < 128) {
-        // Producer: one thread loads each tile's Q, once the consumers are done with the last
-        // one's, and keeps the ring of K and V tiles full. TMA fills rows past seq_q and seq_k
-        // with zeros.
+        // Producer: one thread loads each tile's Q into a slot the consumers are done with (with
+        // two, while the tile before runs), and keeps the ring of K and V tiles full. TMA fills
+        // rows past seq_q and seq_k with zeros.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (threadIdx.x == 0) {
-            int stage = 0, phase = 0, q_phase = 0;
+            int stage = 0, phase = 0, q_slot = 0, q_phase = 0;
             for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
                 const Tile w = tile_at(tile);
                 if (w.empty() || w.n_kv <= 0) continue;
-                mbar_wait(smem_addr(&q_empty), q_phase ^ 1);
-                q_phase ^= 1;
-                mbar_expect_bytes(smem_addr(&q_full), Q_BYTES);
-                for (int p = 0; p < PANELS; ++p) tma_load_4d(qs + p * BM * 128, &tmQ, p * 64, w.h, w.m0, w.b, smem_addr(&q_full));
+                mbar_wait(smem_addr(&q_empty[q_slot]), q_phase ^ 1);
+                mbar_expect_bytes(smem_addr(&q_full[q_slot]), Q_BYTES);
+                for (int p = 0; p < PANELS; ++p) tma_load_4d(qs(q_slot) + p * BM * 128, &tmQ, p * 64, w.h, w.m0, w.b, smem_addr(&q_full[q_slot]));
+                if (++q_slot == Q_SLOTS) { q_slot = 0; q_phase ^= 1; }
                 for (int j = 0; j < w.n_kv; ++j) {
                     mbar_wait(smem_addr(&k_empty[stage]), phase ^ 1);
                     mbar_expect_bytes(smem_addr(&k_full[stage]), KV_BYTES);
@@ -328,7 +331,7 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
         const int c = threadIdx.x / 128 - 1, t = threadIdx.x % 128;
         const int quad = t % 4;
-        int stage = 0, phase = 0, prev = 0, prev_phase = 0, q_phase = 0;
+        int stage = 0, phase = 0, prev = 0, prev_phase = 0, q_slot = 0, q_phase = 0;
         // The consumers take turns issuing products, across tiles too: c waits on barrier
         // 1 + c and then lets the next one go (barrier 1 + next). Consumer 0 goes first.
         const int next = 1 + (c + 1) % CONSUMERS;
@@ -355,7 +358,7 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
                 // K-major Q and K: 16 elements of head_dim (32 bytes) a step, a panel every 4.
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk)
-                    wgmma_m64n64k16<0, 0>(s, smem_desc(qs + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 0),
+                    wgmma_m64n64k16<0, 0>(s, smem_desc(qs(q_slot) + (kk / 4) * BM * 128 + c * 64 * 128 + (kk % 4) * 32, 0),
                                               smem_desc(ks(stage) + (kk / 4) * BC * 128 + (kk % 4) * 32, 0), kk > 0);
                 wgmma_commit();
             };
@@ -420,8 +423,7 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
             auto release = [&](uint64_t (&empty)[STAGES], int s) {
                 if (t == 0) mbar_arrive(smem_addr(&empty[s]));
             };
-            mbar_wait(smem_addr(&q_full), q_phase);
-            q_phase ^= 1;
+            mbar_wait(smem_addr(&q_full[q_slot]), q_phase);
             {
                 float s[BC / 2];
                 named_sync(1 + c, 256);
@@ -466,8 +468,9 @@ attention_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_constan
 #endif
             for (int j = 1; j < unmasked; ++j) step(j, std::false_type{});
             for (int j = max(1, unmasked); j < n_kv; ++j) step(j, std::true_type{});
-            // Every S is in: Q's tile goes back to the producer, for the next tile.
-            if (t == 0) mbar_arrive(smem_addr(&q_empty));
+            // Every S is in: Q's slot goes back to the producer, for the tile after next.
+            if (t == 0) mbar_arrive(smem_addr(&q_empty[q_slot]));
+            if (++q_slot == Q_SLOTS) { q_slot = 0; q_phase ^= 1; }
             named_sync(1 + c, 256);
             issue_pv();
             named_arrive(next, 256);
