@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use tilesmith_spec::{Dtype, Entry};
+use tilesmith_spec::Entry;
 
 /// Variant names matching any of the given globs, and those added by name; everything when no
 /// glob is given.
@@ -37,7 +37,7 @@ impl Selection {
     pub fn add_references(&mut self, entries: &[Entry]) -> Vec<String> {
         let selected: Vec<&Entry> = entries.iter().filter(|e| !e.is_reference() && self.matches(&e.variant.name)).collect();
         let checks = |r: &Entry, e: &Entry| {
-            let exact = e.declaration.reference.ulps.contains_key(&e.variant.dtype).then_some(Dtype::F32);
+            let exact = e.exact_check().map(|(_, dtype)| dtype);
             [Some(e.variant.dtype), exact].into_iter().flatten().any(|dtype| r.is_reference_for(&e.variant, dtype))
         };
         let added: Vec<String> = entries

@@ -262,6 +262,13 @@ impl Entry {
             && r.axes.iter().filter(computes).eq(variant.axes.iter().filter(computes))
     }
 
+    /// The exact check its trials make, where its family bounds its dtype's error in units in
+    /// the last place: the bound, and the dtype of the reference variant whose results, computed
+    /// in f64, stand for the exact ones (f32).
+    pub fn exact_check(&self) -> Option<(f64, crate::Dtype)> {
+        self.declaration.reference.ulps.get(&self.variant.dtype).map(|&ulps| (ulps, crate::Dtype::F32))
+    }
+
     /// The element type of its operand `name` (an output whose type an axis sets, as `out` does); none
     /// where its family has no such operand.
     pub fn operand_dtype(&self, name: &str) -> Option<crate::Dtype> {

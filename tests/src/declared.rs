@@ -503,8 +503,8 @@ fn reference_of<'r>(registry: &'r Registry, kernel: &Kernel, dtype: Dtype) -> Re
 }
 
 /// Every output element of `mine` within `ulps` units in the last place of its type of the
-/// exact result: the family's f32 reference variant's, computed in f64, on the same inputs.
-/// Returns the largest distance found.
+/// exact result: the family's reference variant of `exact`'s, computed in f64, on the same
+/// inputs. Returns the largest distance found.
 fn check_ulps(
     gpu: &Gpu,
     registry: &Registry,
@@ -512,10 +512,10 @@ fn check_ulps(
     shape: &Shape,
     inputs: &BTreeMap<String, Vec<f64>>,
     mine: &Buffers,
-    ulps: f64,
+    (ulps, exact): (f64, Dtype),
 ) -> Result<f64, String> {
     let family = &kernel.info().entry.declaration;
-    let exact = reference_of(registry, kernel, Dtype::F32)?;
+    let exact = reference_of(registry, kernel, exact)?;
     let mut theirs = Buffers::new(gpu, stored(family, exact.variant(), shape)?, inputs)?;
     theirs.launch(gpu, exact, shape).map_err(|e| format!("the reference {}: {e}", exact.name()))?;
     gpu.synchronize().map_err(|e| e.to_string())?;
@@ -599,8 +599,8 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             gpu.synchronize().map_err(|e| e.to_string())?;
             worst = worst.max(compare(&what, reference.name(), lean.outputs(gpu)?, &want, tolerance, relative_to)?);
         }
-        if let Some(&ulps) = family.reference.ulps.get(&variant.dtype) {
-            let distance = check_ulps(gpu, registry, kernel, shape, &inputs, &mine, ulps).map_err(|e| format!("{what}: {e}"))?;
+        if let Some(check) = kernel.info().entry.exact_check() {
+            let distance = check_ulps(gpu, registry, kernel, shape, &inputs, &mine, check).map_err(|e| format!("{what}: {e}"))?;
             worst_ulps = Some(worst_ulps.unwrap_or(0.0f64).max(distance));
         }
     }
