@@ -503,8 +503,8 @@ fn reference_of<'r>(registry: &'r Registry, kernel: &Kernel, dtype: Dtype) -> Re
 }
 
 /// Every output element of `mine` within `ulps` units in the last place of its type of the
-/// exact result: the family's reference variant of `exact`'s, computed in f64, on the same
-/// inputs. Returns the largest distance found.
+/// exact result: the family's reference variant of dtype `exact_dtype`, computed in f64, on the
+/// same inputs. Returns the largest distance found.
 fn check_ulps(
     gpu: &Gpu,
     registry: &Registry,
@@ -512,10 +512,10 @@ fn check_ulps(
     shape: &Shape,
     inputs: &BTreeMap<String, Vec<f64>>,
     mine: &Buffers,
-    (ulps, exact): (f64, Dtype),
+    (ulps, exact_dtype): (f64, Dtype),
 ) -> Result<f64, String> {
     let family = &kernel.info().entry.declaration;
-    let exact = reference_of(registry, kernel, exact)?;
+    let exact = reference_of(registry, kernel, exact_dtype)?;
     let mut theirs = Buffers::new(gpu, stored(family, exact.variant(), shape)?, inputs)?;
     theirs.launch(gpu, exact, shape).map_err(|e| format!("the reference {}: {e}", exact.name()))?;
     gpu.synchronize().map_err(|e| e.to_string())?;
