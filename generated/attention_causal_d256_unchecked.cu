@@ -486,7 +486,7 @@ attention_causal_d256_unchecked(const __grid_constant__ CUtensorMap tmQ, const _
 #endif
             for (int j = 1; j < unmasked; ++j) step(j, std::false_type{});
             for (int j = max(1, unmasked); j < n_kv; ++j) step(j, std::true_type{});
-            // Every S is in: Q's slot goes back to the producer, for the tile after next.
+            // Every S is in: Q's slot goes back to the producer, for the tile Q_SLOTS on.
             if (t == 0) mbar_arrive(smem_addr(&q_empty[q_slot]));
             if (++q_slot == Q_SLOTS) { q_slot = 0; q_phase ^= 1; }
             named_sync(1 + c, 256);
