@@ -872,7 +872,6 @@ fn a_table_of_the_earlier_format_is_refused_and_tune_upgrade_converts_it() {
     assert!(tuning.join("GPU-132sm.json").exists());
 }
 
-/// Runs xtask with `--root` and extra environment variables.
 /// `tilesmith test --registry registry --list` run in `project`, which must succeed: the trials
 /// its registry makes.
 fn trials_listed(project: &Path) -> String {
@@ -885,6 +884,7 @@ fn trials_listed(project: &Path) -> String {
     text(&output)
 }
 
+/// Runs xtask with `--root` and extra environment variables.
 fn xtask_env(root: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tilesmith"));
     command.arg("--root").arg(root).args(args);
