@@ -211,6 +211,7 @@ __device__ __forceinline__ void wgmma_rs_m64n256k16(float (&d)[128], const uint3
 #define BC 64
 #define STAGES 2
 #define Q_SLOTS 1
+#define SUM_CHAINS 1
 #define CAUSAL 0
 #define CHECKED true
 // Shared memory: Q_SLOTS Q tiles, then per stage a K and a V tile; each tile is D / 64 panels of
@@ -415,14 +416,21 @@ attention_varlen_f16_d256(const __grid_constant__ CUtensorMap tmQ, const __grid_
                     alpha[r] = ex2(m_run[r] - sub[r]);
                     m_run[r] = m_new;
                 }
-                float sum[2] = {0.f, 0.f};
+                float sum[2][SUM_CHAINS] = {};
 #pragma unroll
                 for (int i = 0; i < BC / 2; ++i) {
                     s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
-                    sum[(i >> 1) & 1] += s[i];
+                    sum[(i >> 1) & 1][(i >> 2) % SUM_CHAINS] += s[i];
                 }
 #pragma unroll
-                for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + sum[r];
+                for (int r = 0; r < 2; ++r) {
+                    // Joined pairwise: (0 + 1) + (2 + 3).
+#pragma unroll
+                    for (int w = 1; w < SUM_CHAINS; w *= 2)
+#pragma unroll
+                        for (int c = 0; c + w < SUM_CHAINS; c += 2 * w) sum[r][c] += sum[r][c + w];
+                    l_run[r] = l_run[r] * alpha[r] + sum[r][0];
+                }
             };
             // S's accumulators of 16 keys are the A registers of a k16 step, in order.
             auto to_p = [&](float (&s)[BC / 2]) {

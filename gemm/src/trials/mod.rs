@@ -52,8 +52,9 @@ pub fn flops_record(gpu: &Gpu, registry: &Registry, kernel: &Kernel, shape: decl
     flops_row(gpu, kernel, &case, ms)
 }
 
-/// As [`flops_record`], for the call through the family's chooser (`dispatch:<pick>`), with the
-/// host time of a cached call; `kernel` lays out the operands (packed rows).
+/// As [`flops_record`], for the call through the family's chooser (`dispatch:<pick>`), timed
+/// alone as the variants' rows are, with the host time of a cached call; `kernel` lays out the
+/// operands (packed rows).
 pub fn flops_record_chosen(
     gpu: &Gpu,
     registry: &Registry,
@@ -62,7 +63,7 @@ pub fn flops_record_chosen(
     shape: declared::Shape,
 ) -> Result<Record, String> {
     let mut case = declared::Case::new(gpu, kernel, declared::with_lds(kernel, shape, 0)?)?;
-    let ([ms, _], pick, host_us) = case.time_chosen(gpu, registry, chooser)?;
+    let (ms, pick, host_us) = case.time_chosen_alone(gpu, registry, chooser)?;
     let mut record = flops_row(gpu, &pick.kernel, &case, ms)?;
     record.variant = format!("dispatch:{}", pick.kernel.name());
     record.host_us = Some(host_us);
