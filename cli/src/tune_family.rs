@@ -155,14 +155,12 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
         match measure(&gpu, registry, chooser, dtype, &shape)? {
             Some((baseline_ms, timed)) => {
                 let ranked = family_table::rank(timed)?;
-                let best = &ranked[0];
                 let worst = ranked.last().expect("one at least");
                 println!(
-                    "GPU {ordinal} {what}: {} variants in {:.1} s; best {} {:.2}x the copy, worst {} {:.2}x",
+                    "GPU {ordinal} {what}: {} variants in {:.1} s; best {}; worst {} {:.2}x",
                     ranked.len(),
                     started.elapsed().as_secs_f64(),
-                    best.variant,
-                    baseline_ms / best.ms,
+                    best_per_call(registry, &ranked, baseline_ms),
                     worst.variant,
                     baseline_ms / worst.ms
                 );
@@ -173,6 +171,22 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
             None => println!("GPU {ordinal} {what}: no variant takes it"),
         }
     }
+}
+
+/// The fastest ranked variant of each call the entry answers, against the copy: one entry ranks
+/// the variants of every call of a problem, and under attention's causal mask a variant does
+/// half the work, so the fastest of all answers another call than an unmasked one.
+fn best_per_call(registry: &Registry, ranked: &[Timed], baseline_ms: f64) -> String {
+    let mut calls: Vec<Vec<(String, String)>> = Vec::new();
+    let mut best = Vec::new();
+    for timed in ranked {
+        let call = registry.kernel(&timed.variant).map(|kernel| declared::call_axes(&kernel)).unwrap_or_default();
+        if !calls.contains(&call) {
+            best.push(format!("{} {:.2}x the copy", timed.variant, baseline_ms / timed.ms));
+            calls.push(call);
+        }
+    }
+    best.join(", ")
 }
 
 /// The baseline's time and each variant's that takes the problem (packed), or none.
