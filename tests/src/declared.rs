@@ -856,8 +856,8 @@ impl Case {
 
     /// As [`Case::time_chosen`], the call timed alone, back to back as [`Case::time_kernel`]
     /// times a variant: the timing of a family whose baseline is a library's. In turns with a
-    /// copy, a memory-bound call found the L2 full of the copy's dirty lines, written back
-    /// while it read: a one-query decode timed 65 µs so and 54 µs alone (H100).
+    /// copy, a one-query decode read 65 µs, and 54-55 µs alone (H100, two sessions): the copy
+    /// leaves dirty lines in the L2, which a memory-bound call writes back while it reads.
     pub fn time_chosen_alone(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<(f64, Pick, f64), String> {
         let ([ms], pick, host_us) = self.chosen_in_turns(gpu, registry, chooser)?;
         Ok((ms, pick, host_us))
