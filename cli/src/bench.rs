@@ -232,7 +232,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     }
                     if args.dispatch {
                         let chooser = registry.family(&members[0].variant().family).map_err(|e| e.to_string())?;
-                        for kernel in one_per_call(members) {
+                        for kernel in declared::first_per_call(members.iter().copied(), |k| declared::call_axes(k)) {
                             let record = flops_record_chosen(&gpu, registry, chooser, kernel, shape.clone());
                             keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
                         }
@@ -312,19 +312,6 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     }
     println!("\n{}", report::table(&records));
     Ok(())
-}
-
-/// The first of `members` for each value of the family's computing axes among them (attention's
-/// `causal`): the calls that ask the chooser different questions of one shape, each a row.
-fn one_per_call<'k>(members: &[&'k Kernel]) -> Vec<&'k Kernel> {
-    let mut calls: Vec<(Vec<(String, String)>, &Kernel)> = Vec::new();
-    for &kernel in members {
-        let asked = declared::call_axes(kernel);
-        if !calls.iter().any(|(seen, _)| *seen == asked) {
-            calls.push((asked, kernel));
-        }
-    }
-    calls.into_iter().map(|(_, kernel)| kernel).collect()
 }
 
 /// A timed row, printed and kept; or, where timing it failed, `label` and why among the skipped.

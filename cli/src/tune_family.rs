@@ -177,16 +177,9 @@ fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, dea
 /// the variants of every call of a problem, and under attention's causal mask a variant does
 /// half the work, so the fastest of all answers another call than an unmasked one.
 fn best_per_call(registry: &Registry, ranked: &[Timed], baseline_ms: f64) -> String {
-    let mut calls: Vec<Vec<(String, String)>> = Vec::new();
-    let mut best = Vec::new();
-    for timed in ranked {
-        let call = registry.kernel(&timed.variant).map(|kernel| declared::call_axes(&kernel)).unwrap_or_default();
-        if !calls.contains(&call) {
-            best.push(format!("{} {:.2}x the copy", timed.variant, baseline_ms / timed.ms));
-            calls.push(call);
-        }
-    }
-    best.join(", ")
+    let call = |timed: &&Timed| registry.kernel(&timed.variant).map(|kernel| declared::call_axes(&kernel)).unwrap_or_default();
+    let best = declared::first_per_call(ranked, call);
+    best.iter().map(|timed| format!("{} {:.2}x the copy", timed.variant, baseline_ms / timed.ms)).collect::<Vec<_>>().join(", ")
 }
 
 /// The baseline's time and each variant's that takes the problem (packed), or none.

@@ -482,6 +482,21 @@ pub fn call_axes(kernel: &Kernel) -> Vec<(String, String)> {
     family.computing_axes().filter_map(|a| Some((a.name.clone(), variant.value(&a.name)?.to_string()))).collect()
 }
 
+/// The first of `items` for each call they answer (`call` gives an item's [`call_axes`]), in
+/// order: one row or one best per question asked of a shape (attention's masked and unmasked).
+pub fn first_per_call<T>(items: impl IntoIterator<Item = T>, call: impl Fn(&T) -> Vec<(String, String)>) -> Vec<T> {
+    let mut calls = Vec::new();
+    let mut firsts = Vec::new();
+    for item in items {
+        let asked = call(&item);
+        if !calls.contains(&asked) {
+            calls.push(asked);
+            firsts.push(item);
+        }
+    }
+    firsts
+}
+
 /// The family's reference variant for `kernel`: of its reference backend, the same dtype and
 /// the family's own axes, checked.
 pub fn reference<'r>(registry: &'r Registry, kernel: &Kernel) -> Result<&'r Kernel, String> {
@@ -997,4 +1012,16 @@ pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
         .find(keeps)
         .ok_or(format!("{}: neither trials.perf nor any trials.bench shape keeps its rules; declare one that does", kernel.name()))?;
     with_lds(kernel, shape, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_per_call;
+
+    #[test]
+    fn first_per_call_keeps_the_first_item_of_each_call_in_order() {
+        let causal = |value: &str| vec![("causal".to_string(), value.to_string())];
+        let items = [("a", "none"), ("b", "causal"), ("c", "none"), ("d", "causal")];
+        assert_eq!(first_per_call(items, |(_, call)| causal(call)), [("a", "none"), ("b", "causal")]);
+    }
 }
