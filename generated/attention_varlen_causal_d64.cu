@@ -465,8 +465,8 @@ attention_varlen_causal_d64(const __grid_constant__ CUtensorMap tmQ, const __gri
                 named_sync(1 + c, 256);
                 issue_s(s);
                 issue_pv();
-                named_arrive(next, 256);
                 wgmma_wait<1>();
+                named_arrive(next, 256);
                 fence_regs(s);
                 release(k_empty, stage);
                 softmax(s, j, masked);
