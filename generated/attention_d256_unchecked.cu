@@ -206,8 +206,6 @@ __device__ __forceinline__ void wgmma_rs_m64n256k16(float (&d)[128], const uint3
 }
 
 #define D 256
-// O's columns: D, and with ones_sum 8 of row sums.
-#define OW 256
 #define BM 128
 #define CONSUMERS 2
 #define BC 64
@@ -349,9 +347,9 @@ attention_d256_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_c
             // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
             // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
             const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
-            float o[OW / 2];
+            float o[D / 2];
 #pragma unroll
-            for (int i = 0; i < OW / 2; ++i) o[i] = 0.f;
+            for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
             // Running max (in log2 units, scaled) and sum of each of the two rows.
             float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
             uint32_t pa[BC / 16][4];
@@ -465,7 +463,7 @@ attention_d256_unchecked(const __grid_constant__ CUtensorMap tmQ, const __grid_c
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
 #pragma unroll
-                for (int i = 0; i < OW / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
                 release(v_empty, prev);
                 to_p(s);
             };

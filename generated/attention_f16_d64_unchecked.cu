@@ -191,23 +191,21 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
-// D[64 x 72] (+)= A[64 x 16] * B[16 x 72] (f16), A from registers (four 32-bit
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64] (f16), A from registers (four 32-bit
 // registers of two elements a thread), B from shared memory: D is overwritten when
 // `accumulate` is 0.
 template <int TB>
-__device__ __forceinline__ void wgmma_rs_m64n72k16(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+__device__ __forceinline__ void wgmma_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
     asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %41, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35 }, "
-        "{ %36, %37, %38, %39 }, %40, acc, 1, 1, %42;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 }, "
+        "{ %32, %33, %34, %35 }, %36, acc, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TB));
 }
 
 #define D 64
-// O's columns: D, and with ones_sum 8 of row sums.
-#define OW 72
 #define BM 128
 #define CONSUMERS 2
 #define BC 128
@@ -303,11 +301,6 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    // The panel of ones after the K/V stages, written once (any swizzle reads ones), and made
-    // visible to wgmma's reads (the async proxy).
-    const uint32_t ones = base + Q_SLOTS * Q_BYTES + STAGES * 2 * KV_BYTES;
-    for (int i = threadIdx.x; i < BC * 128 / 4; i += blockDim.x) st_shared_u32(ones + 4 * i, 0x3C003C00u);
-    fence_async_shared();
     __syncthreads();
 
     if (threadIdx.x < 128) {
@@ -354,9 +347,9 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
             // Consumer c: query rows m0 + 64c .. + 63. Thread t holds rows row0 and row0 + 8 of
             // the accumulators, columns 8i + 2(t % 4) and the next of each 8.
             const int row0 = m0 + c * 64 + (t / 32) * 16 + (t % 32) / 4;
-            float o[OW / 2];
+            float o[D / 2];
 #pragma unroll
-            for (int i = 0; i < OW / 2; ++i) o[i] = 0.f;
+            for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
             // Running max (in log2 units, scaled) and sum of each of the two rows.
             float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
             uint32_t pa[BC / 16][4];
@@ -375,7 +368,7 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
                 wgmma_fence();
                 // MN-major V: 16 keys (rows of 128 bytes) a step; its 64-element panels BC rows apart.
 #pragma unroll
-                for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs_m64n72k16<1>(o, pa[kk], smem_desc(vs(prev) + kk * 16 * 128, ones - vs(prev)), 1);
+                for (int kk = 0; kk < BC / 16; ++kk) wgmma_rs_m64n64k16<1>(o, pa[kk], smem_desc(vs(prev) + kk * 16 * 128, BC * 128), 1);
                 wgmma_commit();
             };
             // S_j into unnormalized probabilities in place, updating the running max and sum and
@@ -409,8 +402,21 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
                     alpha[r] = ex2(m_run[r] - sub[r]);
                     m_run[r] = m_new;
                 }
+                float sum[2][SUM_CHAINS] = {};
 #pragma unroll
-                for (int i = 0; i < BC / 2; ++i) s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
+                for (int i = 0; i < BC / 2; ++i) {
+                    s[i] = ex2(fmaf(s[i], scale_log2, -sub[(i >> 1) & 1]));
+                    sum[(i >> 1) & 1][(i >> 2) % SUM_CHAINS] += s[i];
+                }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    // Joined pairwise: (0 + 1) + (2 + 3).
+#pragma unroll
+                    for (int w = 1; w < SUM_CHAINS; w *= 2)
+#pragma unroll
+                        for (int c = 0; c + w < SUM_CHAINS; c += 2 * w) sum[r][c] += sum[r][c + w];
+                    l_run[r] = l_run[r] * alpha[r] + sum[r][0];
+                }
             };
             // S's accumulators of 16 keys are the A registers of a k16 step, in order.
             auto to_p = [&](float (&s)[BC / 2]) {
@@ -452,11 +458,12 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
                 softmax(s, j, masked, std::bool_constant<false>{});
                 // The softmax stays above the wait, beside the product in flight.
                 fence_regs(s);
+                fence_regs(l_run);
                 wgmma_wait<0>();
                 fence_regs(o);
                 // O, now with P_{j-1}·V_{j-1}, onto S_j's max: after the wait, outside the turn.
 #pragma unroll
-                for (int i = 0; i < OW / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+                for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
                 release(v_empty, prev);
                 to_p(s);
             };
@@ -479,10 +486,12 @@ attention_f16_d64_unchecked(const __grid_constant__ CUtensorMap tmQ, const __gri
             fence_regs(o);
             release(v_empty, prev);
 
-            // Each thread holds its two rows' sums, in O's columns past D.
+            // The row sums are split over the 4 threads of a row.
 #pragma unroll
-            for (int r = 0; r < 2; ++r) l_run[r] = o[D / 2 + 2 * r];
-
+            for (int r = 0; r < 2; ++r) {
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+                l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+            }
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = row0 + 8 * r;
