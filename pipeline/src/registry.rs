@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use tilesmith_spec::manifest::Check as _;
 use tilesmith_spec::manifest::{self, fatbin_file, record_file, FORMAT, MANIFEST_FILE};
 use tilesmith_spec::{Built, Entry, Manifest, Registry, Resources};
@@ -28,6 +29,9 @@ pub struct RegistryDir {
     dir: PathBuf,
     /// The project's root, recorded in the index.
     project: PathBuf,
+    /// The index as it is on disk, when known: one that would be written unchanged is not
+    /// written again (a no-op build of a large matrix spent a tenth of its time there).
+    on_disk: Mutex<Option<Registry>>,
     _lock: File,
 }
 
@@ -38,7 +42,7 @@ impl RegistryDir {
         let dir = project.registry_dir();
         let lock = project::lock(project, &dir.join(LOCK_FILE), true, "another build")?;
         let root = std::fs::canonicalize(&project.root).unwrap_or_else(|_| project.root.clone());
-        let registry = RegistryDir { dir, project: root, _lock: lock };
+        let registry = RegistryDir { dir, project: root, on_disk: Mutex::new(None), _lock: lock };
         registry.remove_temporaries()?;
         Ok(registry)
     }
@@ -71,7 +75,13 @@ impl RegistryDir {
         if !path.exists() {
             return Ok(());
         }
-        let Err(err) = manifest::read::<Registry>(&path) else { return Ok(()) };
+        let err = match manifest::read::<Registry>(&path) {
+            Ok(index) => {
+                *self.on_disk.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(index);
+                return Ok(());
+            }
+            Err(err) => err,
+        };
         if repair {
             let aside = project::set_aside(&path).with_context(|| format!("cannot move {} aside", path.display()))?;
             eprintln!("{err}\nset aside as {}; the index is rebuilt from the per-variant records", aside.display());
@@ -113,7 +123,11 @@ impl RegistryDir {
     }
 
     /// A variant's record, refused where it does not parse, breaks a manifest rule, is the
-    /// record of another variant, or its fatbin no longer has the recorded SHA-256.
+    /// record of another variant, or its fatbin no longer has the recorded SHA-256. A fatbin
+    /// last written before its record (which is written after the fatbin takes its place) is
+    /// the one recorded, as make would have it; any other is hashed again. Hashing every fatbin
+    /// took a fifth of a no-op build of the shipped matrix (292 MB), and the runtime checks
+    /// the SHA-256 of every fatbin it loads all the same.
     fn read_record(&self, name: &str, path: &Path) -> Result<Built, String> {
         let text = tilesmith_spec::files::read_to_string(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let built: Built = serde_json::from_str(&text).map_err(|err| format!("{} does not parse ({err})", path.display()))?;
@@ -122,6 +136,9 @@ impl RegistryDir {
         }
         built.check().map_err(|rule| format!("{}: {rule}", path.display()))?;
         let fatbin = self.dir.join(&built.fatbin);
+        if written_before(&fatbin, path) {
+            return Ok(built);
+        }
         match sha256_file(&fatbin) {
             Ok(hash) if hash == built.fatbin_sha256 => Ok(built),
             Ok(_) => Err(format!("{} no longer matches the SHA-256 recorded when it was built", fatbin.display())),
@@ -178,8 +195,13 @@ impl RegistryDir {
         let variants = manifest.variants.iter().filter_map(|e| records.get(&e.variant.name).cloned()).collect();
         let index = Registry { format: FORMAT, project: Some(self.project.clone()), variants };
         let path = self.dir.join(MANIFEST_FILE);
+        let mut on_disk = self.on_disk.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if on_disk.as_ref() == Some(&index) && path.is_file() {
+            return Ok(index);
+        }
         let json = serde_json::to_string_pretty(&index).map_err(|err| err.to_string())? + "\n";
         write_atomic(&path, json.as_bytes()).map_err(|err| format!("cannot write {}: {err}", path.display()))?;
+        *on_disk = Some(index.clone());
         Ok(index)
     }
 
@@ -201,6 +223,13 @@ impl RegistryDir {
 
 fn file_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Whether `file` was last modified strictly before `after`: false where either time cannot
+/// be read.
+fn written_before(file: &Path, after: &Path) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    matches!((modified(file), modified(after)), (Some(file), Some(after)) if file < after)
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
