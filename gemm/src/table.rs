@@ -209,14 +209,16 @@ impl TuningTable {
         epilogue: Option<&str>,
         problem: [u64; 4],
     ) -> Vec<&TuningEntry> {
-        let mut entries: Vec<&TuningEntry> = self
+        // Each distance computed once: in the comparator, a sort took 2·log2(n) of them per
+        // entry, and replay (a call per entry) spent most of its time there.
+        let mut entries: Vec<(f64, [u64; 4], &TuningEntry)> = self
             .entries
             .iter()
             .filter(|e| e.key.dtype == dtype && e.key.layout == layout && e.key.alignment == alignment && e.epilogue.as_deref() == epilogue)
+            .map(|e| (distance(e.problem(), problem), e.problem(), e))
             .collect();
-        entries
-            .sort_by(|a, b| distance(a.problem(), problem).total_cmp(&distance(b.problem(), problem)).then(a.problem().cmp(&b.problem())));
-        entries
+        entries.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        entries.into_iter().map(|(_, _, e)| e).collect()
     }
 
     /// The entry measured for exactly this problem ([problems, M, N, K]) with this epilogue
