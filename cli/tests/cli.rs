@@ -340,10 +340,12 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     let checked = registry.join("transpose_64x64.fatbin");
     let unchecked = registry.join("transpose_64x64_unchecked.fatbin");
     let (checked_time, unchecked_time) = (modified(&checked), modified(&unchecked));
+    let index_time = modified(&registry.join("manifest.json"));
 
     let out = succeeds(root, &["build"]);
     assert!(out.contains("2 up to date, 0 to compile"), "{out}");
     assert_eq!(modified(&checked), checked_time);
+    assert_eq!(modified(&registry.join("manifest.json")), index_time, "a build with nothing to do rewrote the index");
 
     // A changed source recompiles that variant alone.
     let template = project.path().join("kernel-templates/transpose.cu.tera");
