@@ -209,8 +209,7 @@ impl TuningTable {
         epilogue: Option<&str>,
         problem: [u64; 4],
     ) -> Vec<&TuningEntry> {
-        // Each distance computed once: in the comparator, a sort took 2·log2(n) of them per
-        // entry, and replay (a call per entry) spent most of its time there.
+        // Each distance computed once, not 2·log2(n) times in the sort's comparator.
         let mut entries: Vec<(f64, [u64; 4], &TuningEntry)> = self
             .entries
             .iter()
