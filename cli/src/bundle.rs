@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use tilesmith_build::compile::Options;
-use tilesmith_build::{compile, gen, Project, Selection};
+use tilesmith_build::{compile, gen, project, Project, Selection};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::manifest::MANIFEST_FILE;
 use tilesmith_spec::tuning::TUNING_DIR;
@@ -59,7 +59,9 @@ const MARKER: &str = ".tilesmith-bundle";
 const WRITES: &[&str] = &["bin", "registry", "run.sh", "bench.sh", "tune.sh", MARKER];
 
 pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result<()> {
-    let out = std::path::absolute(out.unwrap_or_else(|| project.root.join("bundle")))?;
+    // Checked and written where the path resolves, so that a `..` or a link cannot move a
+    // write past the checks.
+    let out = project::resolve(&out.unwrap_or_else(|| project.root.join("bundle")))?;
     check_out(project, &out)?;
     let all = Selection::new(&[])?;
     gen::run(project, &all, false, false)?;
@@ -115,8 +117,8 @@ pub fn run(project: &Project, out: Option<PathBuf>, options: &Options) -> Result
 /// Refuses an `--out` that would lose a user's files: the project, a folder above it or one it
 /// owns, or an existing folder that holds anything and is not an earlier bundle.
 fn check_out(project: &Project, out: &Path) -> Result<()> {
-    let real = |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let (root, target) = (real(&project.root), real(out));
+    let real = |path: &Path| project::resolve(path).unwrap_or_else(|_| path.to_path_buf());
+    let (root, target) = (real(&project.root), out.to_path_buf());
     if root.starts_with(&target) {
         bail!(
             "bundle --out {}: is the project or a folder above it; give a folder of its own, e.g. {}",

@@ -56,6 +56,10 @@ fn bundle_never_replaces_a_users_folder_the_project_or_one_above_it() {
         (root.join("kernel-templates"), "which the project owns"),
         (root.join("registry"), "which the project owns"),
         (root.join("generated").join("deeper"), "which the project owns"),
+        // A missing folder before `..`: the path the OS would use once the folder is made.
+        (root.join("nothere/../.."), "does not exist"),
+        (root.join("nothere/../kernel-templates/b"), "does not exist"),
+        (root.join("kernel-templates/../kernel-templates/b"), "which the project owns"),
     ] {
         let message = refused(Some(root), &["bundle", "--out", out.to_str().unwrap()]);
         assert!(message.contains(rule), "{}: {message}", out.display());
@@ -189,6 +193,40 @@ fn special_files_are_refused_not_read_forever() {
     std::os::unix::fs::symlink("/dev/zero", &replot).unwrap();
     let message = refused(None, &["bench", "--replot", replot.to_str().unwrap(), "--out", dir.path().to_str().unwrap()]);
     assert!(message.contains("bench.json") && message.contains("not a regular file"), "{message}");
+}
+
+/// Round four: special files where gen and build write (not where they read) are replaced, never
+/// read: a FIFO would block, a link to /dev/zero would be read to the memory cap.
+#[cfg(unix)]
+#[test]
+fn special_files_where_gen_and_build_write_are_replaced_not_read() {
+    let project = project();
+    let root = project.path();
+    assert!(xtask(Some(root), &["gen"]).status.success());
+    let generated = root.join("generated");
+    let source = std::fs::read_dir(&generated)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cu"))
+        .expect("init's project renders a source");
+    for (path, special) in [(&source, "fifo"), (&generated.join("manifest.json"), "fifo"), (&source, "zero")] {
+        std::fs::remove_file(path).unwrap();
+        if special == "fifo" {
+            assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", path).unwrap();
+        }
+        let output = common::xtask_within(60, Some(root), &["gen"]);
+        assert!(output.status.success(), "gen over a {special} at {}: {}", path.display(), text(&output));
+        assert!(std::fs::symlink_metadata(path).unwrap().is_file(), "{} was not replaced", path.display());
+    }
+    let name = source.file_stem().unwrap().to_str().unwrap();
+    let record = root.join("registry").join(format!("{name}.json"));
+    std::fs::create_dir_all(record.parent().unwrap()).unwrap();
+    assert!(Command::new("mkfifo").arg(&record).status().unwrap().success());
+    // No nvcc is needed to get past the records: the build reads them before compiling.
+    let output = common::xtask_within(60, Some(root), &["build", "--kernels", name]);
+    assert_ne!(output.status.code(), Some(124), "build blocked on a FIFO at {}: {}", record.display(), text(&output));
 }
 
 #[test]

@@ -102,7 +102,7 @@ fn expected_files<'r>(
         if selection.matches(name) {
             files.push((path, Cow::Borrowed(&r.source)));
             variants.push(r.entry.clone());
-        } else if std::fs::read(&path).is_ok_and(|on_disk| on_disk == r.source.as_bytes()) {
+        } else if project::holds(&path, r.source.as_bytes()) {
             variants.push(r.entry.clone());
         } else if let Some(entry) = previous.get(name).filter(|_| path.is_file()) {
             variants.push(entry.clone());

@@ -1,7 +1,9 @@
 //! Where a tilesmith project keeps its files.
 
+use anyhow::{bail, Context};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use tilesmith_spec::files;
 
 /// The folders and files one run of the pipeline works on: the project's sources under `root`,
 /// and generated/ and registry/ there too, or under `out` for a build script (`OUT_DIR`), which
@@ -113,10 +115,18 @@ pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
     Ok(aside)
 }
 
+/// Whether `path` is a regular file (not a link) holding exactly `contents`. Only such a file
+/// of the same length is read: a FIFO or a device put where tilesmith writes would block or
+/// never end, and a link may lead out of the project; either is replaced like any stale file.
+pub fn holds(path: &Path, contents: &[u8]) -> bool {
+    let same_length = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == contents.len() as u64);
+    same_length && files::read(path, contents.len() as u64).is_ok_and(|existing| existing == contents)
+}
+
 /// Writes `contents` to `path` through a temporary file and a rename, so that readers never see
 /// a partial file; does nothing when the file already holds exactly `contents`.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<bool> {
-    if std::fs::read(path).is_ok_and(|existing| existing == contents) {
+    if holds(path, contents) {
         return Ok(false);
     }
     if let Some(parent) = path.parent() {
@@ -128,6 +138,44 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> std::io::Result<bool> {
         let _ = std::fs::remove_file(&tmp);
     })?;
     Ok(true)
+}
+
+/// `path` as the file system resolves it, for checking where a write would land before it is
+/// made: the longest part that exists with its links and `..` resolved, then the rest, which
+/// may not hold `..` (a missing folder followed by `..` names a place only once created).
+pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
+    use std::path::Component;
+    let absolute = std::path::absolute(path).with_context(|| format!("cannot make {} absolute", path.display()))?;
+    let mut existing = absolute.clone();
+    let mut rest = Vec::new();
+    let real = loop {
+        match std::fs::canonicalize(&existing) {
+            Ok(real) => break real,
+            Err(_) => match (existing.file_name(), existing.parent()) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name.to_os_string());
+                    existing = parent.to_path_buf();
+                }
+                // `..` or the root: walk up lexically, then check the rest below.
+                _ => match existing.parent() {
+                    Some(parent) => {
+                        rest.push("..".into());
+                        existing = parent.to_path_buf();
+                    }
+                    None => break existing,
+                },
+            },
+        }
+    };
+    let mut resolved = real;
+    for name in rest.iter().rev() {
+        match Path::new(name).components().next() {
+            Some(Component::Normal(part)) => resolved.push(part),
+            Some(Component::CurDir) => {}
+            _ => bail!("{}: `..` after {}, which does not exist: name the folder without `..`", path.display(), resolved.display()),
+        }
+    }
+    Ok(resolved)
 }
 
 /// A name beside `path` that no other process or thread uses.

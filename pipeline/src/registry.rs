@@ -124,7 +124,7 @@ impl RegistryDir {
 
     /// A variant's record, refused where it does not parse, breaks a manifest rule, is the
     /// record of another variant, or its fatbin no longer has the recorded SHA-256. A fatbin
-    /// last written before its record (which is written after the fatbin takes its place) is
+    /// last changed before its record was written (which is after the fatbin takes its place) is
     /// the one recorded, as make would have it; any other is hashed again. Hashing every fatbin
     /// took a fifth of a no-op build of the shipped matrix (292 MB), and the runtime checks
     /// the SHA-256 of every fatbin it loads all the same.
@@ -225,11 +225,21 @@ fn file_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Whether `file` was last modified strictly before `after`: false where either time cannot
-/// be read.
+/// Whether `file` was last changed strictly before `after` was last modified: false where either
+/// time cannot be read. A file's change time (ctime) moves with every write, rename or `touch`,
+/// and no tool sets it back, so a fatbin replaced by an older copy (`cp -p`, which keeps the
+/// modification time) is not taken for the one recorded.
+#[cfg(unix)]
 fn written_before(file: &Path, after: &Path) -> bool {
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    matches!((modified(file), modified(after)), (Some(file), Some(after)) if file < after)
+    use std::os::unix::fs::MetadataExt;
+    let changed = std::fs::metadata(file).map(|m| (m.ctime(), m.ctime_nsec()));
+    let modified = std::fs::metadata(after).map(|m| (m.mtime(), m.mtime_nsec()));
+    matches!((changed, modified), (Ok(changed), Ok(modified)) if changed < modified)
+}
+
+#[cfg(not(unix))]
+fn written_before(_: &Path, _: &Path) -> bool {
+    false
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {

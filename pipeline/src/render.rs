@@ -376,3 +376,24 @@ fn messages(err: &tera::Error) -> Vec<String> {
     }
     parts
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name a template sees beside the axes is one the family checks refuse for an axis.
+    #[test]
+    fn names_beside_the_axes_are_reserved() {
+        let config = tilesmith_spec::Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../variants.toml")).unwrap();
+        for declared in &config.variants {
+            let axes: Vec<String> = declared.family.axes().into_iter().map(|a| a.name).collect();
+            let json = context(declared).into_json();
+            for name in json.as_object().unwrap().keys().map(String::as_str) {
+                let reserved = tilesmith_spec::family::TEMPLATE_NAMES.contains(&name)
+                    || name.strip_prefix('t').is_some_and(|q| declared.family.tile.iter().any(|edge| edge == q))
+                    || name.strip_suffix("_row_major").is_some_and(|o| declared.family.operands.iter().any(|d| d.name == o));
+                assert!(reserved || axes.iter().any(|a| a == name), "{}: `{name}` is neither an axis nor reserved", declared.variant.name);
+            }
+        }
+    }
+}

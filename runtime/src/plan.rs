@@ -187,6 +187,10 @@ impl Stored {
     /// index along it: sides ordered by stride, each must step past everything the smaller
     /// ones span, or two indices would name one element. Only an operand written must not.
     fn self_overlap(&self) -> Option<(&str, usize, usize)> {
+        // An operand with no element has no two indices to name one.
+        if self.span() == Some(0) {
+            return None;
+        }
         let mut sides: Vec<(&str, usize, usize)> =
             self.outer.iter().map(|(name, count, stride)| (name.as_str(), *count, *stride)).collect();
         sides.push((self.ld_name.as_str(), self.rows, self.ld));
@@ -338,11 +342,21 @@ pub(crate) fn bind<'a>(family: &'a Family, name: &str, call: &'a Call) -> Result
             return Err(format!("scalar `{arg}` = {value} is outside its range {lo}..={hi} ({:?})", decl.ty));
         }
     }
+    // A stride only of optional operands the call leaves out describes nothing: 0 if not given.
+    let left_out_stride = |q: &str| {
+        let mut naming = family.operands.iter().filter(|o| o.stride_names().chain(o.batch_stride.as_deref()).any(|s| s == q)).peekable();
+        !family.quantities.iter().any(|own| own == q)
+            && naming.peek().is_some()
+            && naming.all(|o| o.optional && !operands.contains_key(o.name.as_str()))
+    };
     for &q in &all {
         match family.default_quantity(q) {
             _ if quantities.contains_key(q) => {}
             Some(default) => {
                 quantities.insert(q, default);
+            }
+            None if left_out_stride(q) => {
+                quantities.insert(q, 0);
             }
             None => return Err(format!("the call does not give quantity `{q}`, which every {name} call gives")),
         }
@@ -593,7 +607,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .collect::<Result<Vec<Arg>, String>>()?;
 
     let writes_nothing = problems == 0
-        || stored.values().filter(|s| family.operand(&s.name).is_some_and(|o| o.access.writes())).all(|s| s.rows == 0 || s.cols == 0);
+        || stored.values().filter(|s| family.operand(&s.name).is_some_and(|o| o.access.writes())).all(|s| s.span() == Some(0));
     if writes_nothing {
         return Ok(None);
     }

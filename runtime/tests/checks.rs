@@ -361,3 +361,56 @@ fn calls_breaking_a_rule_are_refused_naming_it() {
     entry.requires.rules = vec![Rule::parse("heads > 0", "x").unwrap()];
     assert!(entry.check().unwrap_err().contains("rule `heads > 0` uses `heads`, which is not one of: rows, cols, ldx, ldy"));
 }
+
+/// An attention call of `batch` × `seq_q` queries over `seq_k` keys, packed, bf16, head_dim 128,
+/// 8 heads over 2 kv heads, without its optional `lse`; and a buffer apart for `lse`.
+fn attention_call(batch: u64, seq_q: u64, seq_k: u64) -> (tilesmith_runtime::Call, tilesmith_runtime::Buffer) {
+    use tilesmith_runtime::{Buffer, Call, Dtype};
+    let (heads, kv_heads, dim) = (8u64, 2u64, 128u64);
+    let rows = [seq_q * heads * dim, seq_k * kv_heads * dim, seq_k * kv_heads * dim, seq_q * heads * dim, seq_q * heads];
+    let [q, k, v, o, lse] = Buffer::unallocated(rows.map(|r| (batch * r).max(1) as usize));
+    let mut call = Call::default()
+        .operand("q", Dtype::Bf16, q)
+        .operand("k", Dtype::Bf16, k)
+        .operand("v", Dtype::Bf16, v)
+        .operand("o", Dtype::Bf16, o)
+        .scalar("scale", 0.088);
+    for (name, value) in [("batch", batch), ("seq_q", seq_q), ("seq_k", seq_k), ("heads", heads), ("kv_heads", kv_heads), ("head_dim", dim)]
+    {
+        call = call.quantity(name, value);
+    }
+    for (letter, seq, h) in [("q", seq_q, heads), ("k", seq_k, kv_heads), ("v", seq_k, kv_heads), ("o", seq_q, heads)] {
+        call = call
+            .quantity(&format!("s{letter}b"), seq * h * dim)
+            .quantity(&format!("s{letter}s"), h * dim)
+            .quantity(&format!("s{letter}h"), dim);
+    }
+    (call, lse)
+}
+
+/// Round four: an optional output left out needs none of its strides; given, it needs them all.
+#[test]
+fn an_optional_output_left_out_needs_no_strides() {
+    use tilesmith_runtime::{plan_call, Arg, Dtype};
+    let built = Built::unbuilt(shipped_entry("attention"));
+    let (batch, seq_q, heads) = (2u64, 64u64, 8u64);
+    let (call, lse) = attention_call(batch, seq_q, 256);
+    let launch = plan_call(&built, &call, 132).unwrap().expect("a launch");
+    assert!(launch.args.iter().any(|a| matches!(a, Arg::Pointer(0))), "lse passed as a null pointer");
+    let with_lse = call.operand("lse", Dtype::F32, lse);
+    let message = plan_call(&built, &with_lse, 132).unwrap_err();
+    assert!(message.contains("the call does not give quantity `slb`"), "{message}");
+    plan_call(&built, &with_lse.quantity("slb", heads * seq_q).quantity("slh", seq_q), 132).unwrap().expect("a launch");
+}
+
+/// Round four: a call with no element to write (a batch of 0, no queries) does nothing, whatever
+/// its strides, rather than being refused for a grid or strides it does not need.
+#[test]
+fn empty_calls_of_many_sided_families_do_nothing() {
+    use tilesmith_runtime::plan_call;
+    let built = Built::unbuilt(shipped_entry("attention"));
+    for (batch, seq_q, seq_k) in [(0, 64, 256), (2, 0, 256), (0, 0, 256)] {
+        let planned = plan_call(&built, &attention_call(batch, seq_q, seq_k).0, 132);
+        assert!(matches!(planned, Ok(None)), "batch {batch}, seq_q {seq_q}, seq_k {seq_k}: {planned:?}");
+    }
+}

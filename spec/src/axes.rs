@@ -153,7 +153,7 @@ pub struct Axis {
 }
 
 /// One axis value, checked against its domain.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(untagged)]
 pub enum Value {
     Word(String),
@@ -168,6 +168,41 @@ impl fmt::Display for Value {
             Value::Count(n) => write!(f, "{n}"),
             Value::Tile(edges) => f.write_str(&edges.iter().map(u32::to_string).collect::<Vec<_>>().join("x")),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an axis value: a word, a whole number up to 4294967295, or a tile (a list of such numbers)")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Value, E> {
+                Ok(Value::Word(word.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Value, E> {
+                u32::try_from(n)
+                    .map(Value::Count)
+                    .map_err(|_| E::custom(format!("{n} is too large for an axis value (at most 4294967295)")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Value, E> {
+                u64::try_from(n).map_err(|_| E::custom(format!("{n} is negative: axis values are words or whole numbers from 0")))?;
+                self.visit_u64(n as u64)
+            }
+            fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Value, E> {
+                Err(E::custom(format!("{x} is not a whole number: axis values are words or whole numbers")))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+                let mut edges = Vec::new();
+                while let Some(edge) = seq.next_element::<u32>()? {
+                    edges.push(edge);
+                }
+                Ok(Value::Tile(edges))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 

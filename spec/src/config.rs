@@ -534,8 +534,10 @@ impl Parser<'_> {
                         _ => backends.keys().cloned().collect(),
                     }
                 };
-                let Some(word) = raw.get_ref().as_str() else {
-                    return fail(self, format!("expected a string, one of {}", known().join(", ")));
+                // A whole number stands for its decimal text (`head = 64` for the word "64").
+                let number = raw.get_ref().as_integer().map(|n| n.to_string());
+                let Some(word) = raw.get_ref().as_str().or(number.as_deref()) else {
+                    return fail(self, format!("expected a word, one of {}", known().join(", ")));
                 };
                 let is_known = match domain {
                     Domain::Backend => backends.contains_key(word),

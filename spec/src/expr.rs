@@ -270,16 +270,26 @@ impl Serialize for Expr {
 
 impl<'de> Deserialize<'de> for Expr {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Expr, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Expr;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number or an integer expression in a string (\"cdiv(rows, 4)\")")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Expr, E> {
+                Ok(Expr::constant(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Expr, E> {
+                u64::try_from(n).map(Expr::constant).map_err(|_| E::custom(format!("{n} is negative: expressions take values from 0 up")))
+            }
+            fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Expr, E> {
+                Err(E::custom(format!("{x} is not a whole number: expressions are integer arithmetic")))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Expr, E> {
+                Expr::parse(text).map_err(E::custom)
+            }
         }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(n) => Ok(Expr::constant(n)),
-            Raw::Text(text) => Expr::parse(&text).map_err(serde::de::Error::custom),
-        }
+        deserializer.deserialize_any(Visitor)
     }
 }
 

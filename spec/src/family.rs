@@ -67,7 +67,8 @@ pub struct Family {
 #[serde(deny_unknown_fields)]
 pub struct AxisDecl {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Its values as words; numbers (`values = [64, 128]`) are taken as their decimal text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "words")]
     pub values: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<[u32; 2]>,
@@ -90,7 +91,27 @@ pub struct AxisDecl {
     pub tuning: bool,
 }
 
+/// A list of words, where a whole number stands for its decimal text.
+fn words<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Vec::<Value>::deserialize(deserializer)?
+        .into_iter()
+        .map(|value| match value {
+            Value::Word(word) => Ok(word),
+            Value::Count(n) => Ok(n.to_string()),
+            Value::Tile(_) => Err(serde::de::Error::custom("an axis's values are words or whole numbers, not lists")),
+        })
+        .collect()
+}
+
 impl AxisDecl {
+    /// Its declared default; a number for an axis of words stands for its decimal text.
+    pub fn default_value(&self) -> Option<Value> {
+        match (&self.default, self.range) {
+            (Some(Value::Count(n)), None) => Some(Value::Word(n.to_string())),
+            (default, _) => default.clone(),
+        }
+    }
+
     /// Whether `value`, as a call writes it, is one of the axis's values.
     pub fn admits(&self, value: &str) -> bool {
         match self.range {
@@ -536,6 +557,27 @@ pub struct Trials {
 /// The axes every family has, beside its own.
 pub const COMMON_AXES: &[&str] = &["tile", "dtype", "backend", "warps", "bounds"];
 
+/// The names a template sees beside the axes (pipeline's `render::context`, which a test there
+/// keeps in step), besides `t<quantity>` for tile edges and `<operand>_row_major`: an axis
+/// cannot take one, or it would hide it from every template.
+pub const TEMPLATE_NAMES: &[&str] = &[
+    "template",
+    "variant",
+    "params",
+    "family",
+    "ctype",
+    "elem_bytes",
+    "operand_dtype",
+    "operand_ctype",
+    "operand_bytes",
+    "threads",
+    "checked",
+    "sass",
+    "ptx",
+    "emit",
+    "signature",
+];
+
 /// The value of a `dtype_axis` that means the variant's own dtype.
 pub const SAME_DTYPE: &str = "in";
 
@@ -563,7 +605,7 @@ impl Family {
                     Show::Always => Naming::Always,
                     Show::IfNotDefault => Naming::IfNotDefault { prefix: a.prefix.clone() },
                 },
-                default: a.default.clone(),
+                default: a.default_value(),
             })
         };
         let mut axes: Vec<Axis> = own(true).collect();
@@ -607,6 +649,18 @@ impl Family {
     /// The batch-stride quantities the operands name.
     pub fn batch_strides(&self) -> impl Iterator<Item = &str> {
         self.operands.iter().filter_map(|o| o.batch_stride.as_deref())
+    }
+
+    /// What a template sees under `name` beside the axes, if anything: the words that say so.
+    fn template_name(&self, name: &str) -> Option<String> {
+        if TEMPLATE_NAMES.contains(&name) {
+            return Some(format!("(`{name}`: {})", TEMPLATE_NAMES.join(", ")));
+        }
+        if let Some(quantity) = name.strip_prefix('t').filter(|q| self.tile.iter().any(|edge| edge == q)) {
+            return Some(format!("(the tile's edge along `{quantity}`)"));
+        }
+        let operand = name.strip_suffix("_row_major").filter(|o| self.operands.iter().any(|d| d.name == *o))?;
+        Some(format!("(whether operand `{operand}` is row-major)"))
     }
 
     /// Its own axes that change what a variant computes (attention's `causal`), not only how
@@ -728,9 +782,11 @@ impl Family {
                     axis.name,
                     COMMON_AXES.join(", ")
                 ));
+            } else if let Some(taken) = self.template_name(&axis.name) {
+                problems.push(format!("axis `{}`: the name is taken by what templates see {taken}; name the axis otherwise", axis.name));
             }
             match (axis.values.is_empty(), axis.range) {
-                (false, None) if axis.values.iter().all(|v| crate::variant::is_c_identifier(v)) => {}
+                (false, None) if axis.values.iter().all(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) => {}
                 (true, Some([min, max])) if min <= max => {}
                 _ => problems.push(format!(
                     "axis `{}` takes either `values` (a non-empty list of words: letters, digits, `_`) or `range = [min, max]`",
@@ -742,7 +798,7 @@ impl Family {
                 (Value::Count(n), Some([min, max])) => (min..=max).contains(n),
                 _ => false,
             };
-            if let Some(default) = axis.default.as_ref().filter(|d| !in_domain(d)) {
+            if let Some(default) = axis.default_value().filter(|d| !in_domain(d)) {
                 let domain = match axis.range {
                     Some([min, max]) => format!("a count from {min} to {max}"),
                     None => format!("one of {}", axis.values.join(", ")),

@@ -722,3 +722,52 @@ fn an_output_is_judged_relative_to_another_output_only() {
         );
     }
 }
+
+/// The shipped GEMM declaration with `axis` declared beside its own, and `groups` after BASE.
+fn with_axis(axis: &str, groups: &str) -> Result<Config, String> {
+    let family = shipped_table("gemm.family").replacen("axes = [\n", &format!("axes = [\n    {axis},\n"), 1);
+    Config::parse(Path::new("variants.toml"), &format!("{BASE}{groups}\n{family}")).map_err(|err| err.to_string())
+}
+
+/// Round four: an axis's values may be written as numbers, in its declaration and in groups.
+#[test]
+fn numeric_axis_values_may_be_numbers() {
+    let axis = r#"{ name = "group", values = [64, 128], prefix = "g", default = 64 }"#;
+    let config = with_axis(axis, "[[gemm.groups]]\ngroup = [64, 128]\n").unwrap();
+    let names: Vec<&str> = config.variants.iter().map(|d| d.variant.name.as_str()).collect();
+    assert_eq!(names, ["gemm_tn_128x128x32", "gemm_tn_128x128x32_g128"]);
+    let as_words =
+        with_axis(r#"{ name = "group", values = ["64", "128"], prefix = "g", default = "64" }"#, "[[gemm.groups]]\ngroup = \"128\"\n");
+    assert_eq!(as_words.unwrap().variants[0].variant.name, "gemm_tn_128x128x32_g128");
+    let message = with_axis(axis, "[[gemm.groups]]\ngroup = 96\n").unwrap_err();
+    assert!(message.contains("axis `group`: unknown value `96` (expected one of 64, 128)"), "{message}");
+    let message = with_axis(r#"{ name = "group", values = [64, 1.5], default = 64 }"#, "[[gemm.groups]]\n").unwrap_err();
+    assert!(message.contains("1.5 is not a whole number") && !message.contains("untagged"), "{message}");
+}
+
+/// Round four: an axis may not take a name the templates see beside the axes.
+#[test]
+fn an_axis_may_not_hide_a_name_templates_see() {
+    for (name, says) in [
+        ("variant", "`variant`:"),
+        ("params", "`params`:"),
+        ("tm", "the tile's edge along `m`"),
+        ("a_row_major", "whether operand `a` is row-major"),
+    ] {
+        let message = with_axis(&format!(r#"{{ name = "{name}", values = ["x"], default = "x" }}"#), "[[gemm.groups]]\n").unwrap_err();
+        assert!(
+            message.contains(&format!("axis `{name}`: the name is taken by what templates see")) && message.contains(says),
+            "{message}"
+        );
+    }
+}
+
+/// Round four: a float where an expression goes says what an expression takes.
+#[test]
+fn a_float_in_an_expression_is_named_as_such() {
+    let family = shipped_table("gemm.family");
+    let (start, end) = (family.find("work = ").unwrap(), family[family.find("work = ").unwrap()..].find('\n').unwrap());
+    let family = format!("{}work = {{ flops = 2.5 }}{}", &family[..start], &family[start + end..]);
+    let message = Config::parse(Path::new("variants.toml"), &format!("{BASE}[[gemm.groups]]\n{family}")).unwrap_err().to_string();
+    assert!(message.contains("2.5 is not a whole number") && !message.contains("untagged"), "{message}");
+}

@@ -14,6 +14,17 @@ pub fn xtask(root: Option<&Path>, args: &[&str]) -> Output {
     command.args(args).output().expect("tilesmith runs")
 }
 
+/// `tilesmith [--root ROOT] ARGS...`, killed after `seconds` (exit code 124): for inputs that
+/// once made it block or run forever, so that a regression fails the test instead of hanging it.
+pub fn xtask_within(seconds: u32, root: Option<&Path>, args: &[&str]) -> Output {
+    let mut command = Command::new("timeout");
+    command.arg(seconds.to_string()).arg(env!("CARGO_BIN_EXE_tilesmith"));
+    if let Some(root) = root {
+        command.arg("--root").arg(root);
+    }
+    command.args(args).output().expect("timeout runs tilesmith")
+}
+
 /// Its standard output and error, one after the other.
 pub fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
