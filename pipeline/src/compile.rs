@@ -169,6 +169,10 @@ fn find_program(program: &str) -> Option<PathBuf> {
 }
 
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
+    if let Some(why) = crate::gen::stale(project)? {
+        eprintln!("{why}: running gen first");
+        crate::gen::run(project, selection, false, false)?;
+    }
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
     let families = declared_names(project);
@@ -208,7 +212,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let up_to_date =
         manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) && !pending.contains(e.variant.name.as_str())).count();
     let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
-    println!(
+    eprintln!(
         "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {} up to date, {} to compile with {} job(s)",
         nvcc.path.display(),
         nvcc.origin,
@@ -218,7 +222,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         options.jobs
     );
     if !generated.references.is_empty() {
-        println!("with the reference variant(s) that check them: {}", generated.references.join(", "));
+        eprintln!("with the reference variant(s) that check them: {}", generated.references.join(", "));
     }
 
     if let Some(dir) = &options.cache {
@@ -283,7 +287,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let (carried, left): (Vec<_>, Vec<_>) = tables.into_iter().partition(|(_, table)| held.contains(table.family.as_str()));
     if !left.is_empty() {
         let names: Vec<&str> = left.iter().map(|(name, _)| name.as_str()).collect();
-        println!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
+        eprintln!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
     }
     if let Err(err) = carry_tables(project, &carried, |variant| records.contains_key(variant)) {
         also.push(format!("{err:#}"));
@@ -296,7 +300,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         0 => String::new(),
         n => format!(" ({n} taken from the cache)"),
     };
-    println!(
+    eprintln!(
         "registry {}: {} variant(s) built, {compiled} compiled now{cached}, {} failed, in {:.2} s",
         project.relative(registry.dir()),
         index.as_ref().map_or(records.len(), |i| i.variants.len()),
@@ -306,8 +310,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let mut problems = Vec::new();
     if !failures.is_empty() {
         let kept = failures.iter().filter(|(_, f)| !f.own).count();
-        let listed: Vec<String> = failures.iter().map(|(name, f)| format!("{name}:\n{}", indent(&f.message))).collect();
-        problems.push(format!("{} variant(s) failed to build:\n{}", failures.len(), listed.join("\n")));
+        problems.push(format!("{} variant(s) failed to build:\n{}", failures.len(), distinct_failures(&failures).join("\n")));
         if kept > 0 {
             problems.push(format!("{kept} of them failed for a reason outside their source; their earlier builds, if any, are kept"));
         }
@@ -319,6 +322,34 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         bail!("{}", problems.join("\n"));
     }
     Ok(())
+}
+
+/// One paragraph per distinct failure, naming the variants that share it: a template's error
+/// fails every variant rendered from it with the same message but for the variant's name.
+fn distinct_failures(failures: &[(String, Failure)]) -> Vec<String> {
+    let mut distinct: Vec<(String, &str, &Failure, Vec<&str>)> = Vec::new();
+    for (name, failure) in failures {
+        let key = failure.message.replace(name.as_str(), "\u{0}");
+        match distinct.iter_mut().find(|(k, ..)| *k == key) {
+            Some((.., sharing)) => sharing.push(name),
+            None => distinct.push((key, name, failure, Vec::new())),
+        }
+    }
+    const NAMED: usize = 4;
+    distinct
+        .into_iter()
+        .map(|(_, first, failure, sharing)| {
+            let also = match sharing.len() {
+                0 => String::new(),
+                n => format!(
+                    " (and {n} more with the same error: {}{})",
+                    sharing[..n.min(NAMED)].join(", "),
+                    if n > NAMED { ", ..." } else { "" }
+                ),
+            };
+            format!("{first}{also}:\n{}", indent(&failure.message))
+        })
+        .collect()
 }
 
 /// Warnings for spills of selected variants, and a note on unselected ones built from older
@@ -341,7 +372,7 @@ fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
         .map(|b| b.entry.variant.name.as_str())
         .collect();
     if !older.is_empty() {
-        println!("kept {} unselected variant(s) built from older sources; build them to refresh: {}", older.len(), older.join(", "));
+        eprintln!("kept {} unselected variant(s) built from older sources; build them to refresh: {}", older.len(), older.join(", "));
     }
 }
 
@@ -522,6 +553,7 @@ impl Compiler<'_> {
         if let Some(resources) = self.cache.and_then(|cache| cache.fetch(&job.hash, &staging)) {
             // The record's report is taken only where the fatbin's own resource usage agrees.
             let sound = check_fatbin(self.cuobjdump, &staging, &job.entry)
+                .and_then(|()| check_params(self.cuobjdump, &staging, &job.entry))
                 .and_then(|()| check_report(self.cuobjdump, &staging, &job.entry, &resources))
                 .is_ok();
             if sound && std::fs::rename(&staging, &target).is_ok() {
@@ -593,7 +625,10 @@ impl Compiler<'_> {
             return Err(Failure { own, message: format!("nvcc failed ({}){why}:\n{}", output.status, message.trim_end()) });
         }
         let resources = parse_ptxas_report(&stderr);
-        if let Err(problem) = check_fatbin(self.cuobjdump, &staging, &job.entry).and_then(|()| check_smem(&job.entry, &resources)) {
+        let checked = check_fatbin(self.cuobjdump, &staging, &job.entry)
+            .and_then(|()| check_params(self.cuobjdump, &staging, &job.entry))
+            .and_then(|()| check_smem(&job.entry, &resources));
+        if let Err(problem) = checked {
             let _ = std::fs::remove_file(&staging);
             // A cuobjdump that cannot start says nothing about the fatbin.
             let own = !problem.starts_with("cannot run");
@@ -731,6 +766,64 @@ fn check_fatbin(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), St
     Ok(())
 }
 
+/// Checks the kernel's compiled parameter list against its launch contract's: in each SASS
+/// architecture's `.nv.info.<entry>` section (cuobjdump -elf), the number of parameters and
+/// the size of each. A signature that differs would take the runtime's arguments at the wrong
+/// places: undefined behaviour at launch, which no later check would see. (Two kinds of one
+/// size, an `int` and a `float`, look alike here.)
+fn check_params(cuobjdump: &Path, fatbin: &Path, entry: &Entry) -> Result<(), String> {
+    let listing = cuobjdump_listing(cuobjdump, "-elf", fatbin, "cuobjdump -elf failed")?;
+    let section = format!(".nv.info.{}", entry.entry);
+    // Per architecture, each parameter's size by its position.
+    let mut compiled: BTreeMap<String, BTreeMap<u64, u64>> = BTreeMap::new();
+    let (mut arch, mut inside) = (String::new(), false);
+    let hex = |line: &str, key: &str| {
+        let rest = line.split_once(key)?.1.trim_start().strip_prefix(':')?.trim_start();
+        u64::from_str_radix(rest.split_whitespace().next()?.trim_start_matches("0x"), 16).ok()
+    };
+    for line in listing.lines().map(str::trim) {
+        if let Some(value) = line.strip_prefix("arch = ") {
+            arch = value.to_string();
+            inside = false;
+        } else if line.starts_with('.') {
+            inside = line == section;
+        } else if inside && line.starts_with("Value:") && line.contains("Ordinal") {
+            if let (Some(ordinal), Some(size)) = (hex(line, "Ordinal"), hex(line, "Size")) {
+                compiled.entry(arch.clone()).or_default().insert(ordinal, size);
+            }
+        }
+    }
+    let declared = &entry.launch.params;
+    let describe = |p: &tilesmith_spec::Param| format!("`{}` ({} bytes)", p.name, p.kind.size_bytes(&entry.declaration).unwrap_or(0));
+    for sass in &entry.targets.sass {
+        let sizes = compiled.remove(sass).unwrap_or_default();
+        if sizes.len() != declared.len() || sizes.keys().copied().ne(0..declared.len() as u64) {
+            return Err(format!(
+                "the compiled kernel `{}` takes {} parameter(s) on {sass}, but its launch contract declares {}: {}; the kernel's \
+                 signature must list the contract's parameters in order (the template's `signature` writes it)",
+                entry.entry,
+                sizes.len(),
+                declared.len(),
+                declared.iter().map(describe).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        for ((position, &size), param) in sizes.iter().zip(declared) {
+            let expected = param.kind.size_bytes(&entry.declaration).map(u64::from);
+            if expected != Some(size) {
+                return Err(format!(
+                    "the compiled kernel `{}` takes {size} bytes as its parameter {} on {sass}, but its launch contract's parameter {} \
+                     is {}",
+                    entry.entry,
+                    position + 1,
+                    position + 1,
+                    describe(param)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// ptxas's `-v` report: per architecture, registers, shared memory, stack and spills.
 pub fn parse_ptxas_report(stderr: &str) -> Vec<Resources> {
     let mut reports: Vec<Resources> = Vec::new();
@@ -852,7 +945,7 @@ fn carry_tables(project: &Project, tables: &[(String, FamilyTable)], built: impl
         if !unbuilt.is_empty() {
             let text = table.keeping(&built).and_then(|kept| kept.to_text()).map_err(|err| anyhow!("tuning table tuning/{name}: {err}"))?;
             write_atomic(&target, text.as_bytes()).with_context(|| format!("cannot write {}", target.display()))?;
-            println!(
+            eprintln!(
                 "tuning/{name} carried ranking the registry's variants only: {} it ranks are not built ({}{})",
                 unbuilt.len(),
                 unbuilt[0],

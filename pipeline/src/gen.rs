@@ -11,8 +11,9 @@ use anyhow::{bail, Context, Result};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use tilesmith_spec::axes::Value;
 use tilesmith_spec::manifest::{self, FORMAT, MANIFEST_FILE};
-use tilesmith_spec::{Config, Diagnostic, Entry, Manifest};
+use tilesmith_spec::{Config, Diagnostic, Dtype, Entry, Manifest};
 
 /// Parses, expands, validates and renders every declared variant, in memory. Any problem with
 /// any variant is an error listing them all, so nothing is written from a bad configuration.
@@ -56,7 +57,55 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
             .collect();
         bail!("{}\n{rejected} variant(s) rejected; nothing was written", lines.join("\n"));
     }
+    check_references(&rendered)?;
     Ok(rendered)
+}
+
+/// Refuses variants whose trials would have nothing to compare with: of a family checked
+/// against reference variants, with no reference variant of their dtype (and of f32, where the
+/// family counts units in the last place of the exact result) and their computing axes.
+fn check_references(rendered: &[Rendered]) -> Result<()> {
+    type Key<'a> = (&'a str, Dtype, Vec<(&'a String, &'a Value)>);
+    fn key(e: &Entry, dtype: Dtype) -> Key<'_> {
+        let computes = |name: &String| e.declaration.computing_axes().any(|a| &a.name == name);
+        (e.variant.family.as_str(), dtype, e.variant.axes.iter().filter(|(name, _)| computes(name)).collect())
+    }
+    let references: BTreeSet<Key<'_>> =
+        rendered.iter().map(|r| &r.entry).filter(|e| e.is_reference() && e.variant.is_checked()).map(|e| key(e, e.variant.dtype)).collect();
+    // Per missing reference, the variants that need it.
+    let mut missing: BTreeMap<Key<'_>, Vec<&str>> = BTreeMap::new();
+    for e in rendered.iter().map(|r| &r.entry).filter(|e| !e.is_reference() && e.declaration.reference.backend.is_some()) {
+        let exact = e.exact_check().map(|(_, dtype)| dtype);
+        for dtype in [Some(e.variant.dtype), exact].into_iter().flatten() {
+            if !references.contains(&key(e, dtype)) {
+                missing.entry(key(e, dtype)).or_default().push(&e.variant.name);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = missing
+        .iter()
+        .map(|((family, dtype, axes), variants)| {
+            let backend =
+                rendered.iter().find(|r| r.entry.variant.family == *family).and_then(|r| r.entry.declaration.reference.backend.clone());
+            let axes: String = axes.iter().map(|(name, value)| format!(", {name} = {value}")).collect();
+            format!(
+                "  {family}: no reference variant (backend `{}`, dtype {dtype}{axes}, bounds checked) for {} variant(s): {}{}",
+                backend.unwrap_or_default(),
+                variants.len(),
+                variants[..variants.len().min(4)].join(", "),
+                if variants.len() > 4 { ", ..." } else { "" }
+            )
+        })
+        .collect();
+    bail!(
+        "{} reference variant(s) missing: their variants' trials would have nothing to compare with. Declare them in \
+         variants.toml (a group with the reference backend, those dtypes and axes):\n{}\nnothing was written",
+        missing.len(),
+        lines.join("\n")
+    )
 }
 
 /// The previous manifest's entries by name: none where there is no manifest. One that exists
@@ -157,11 +206,17 @@ pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) 
     for outcome in parallel::map(sources, write) {
         written += usize::from(outcome?);
     }
-    written += usize::from(write(manifest)?);
+    if write(manifest)? {
+        written += 1;
+    } else {
+        // Its time says when gen last saw the templates ([`stale`]), even when it is unchanged.
+        let touched = std::fs::File::options().write(true).open(&manifest.0).and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        touched.with_context(|| format!("cannot update the time of {}", manifest.0.display()))?;
+    }
     for path in &orphans {
         remove_if_there(path)?;
     }
-    println!(
+    eprintln!(
         "{selected} variant(s) rendered into {}: {written} file(s) written, {} removed, the rest unchanged",
         project.relative(&project.generated_dir()),
         orphans.len()
@@ -170,13 +225,30 @@ pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) 
         // A few names: a first selective gen of a large project leaves hundreds.
         const NAMED: usize = 8;
         let more = if unlisted.len() > NAMED { format!(" and {} more", unlisted.len() - NAMED) } else { String::new() };
-        println!(
+        eprintln!(
             "{} unselected variant(s) have no current source and no manifest entry, so they are not listed until generated: {}{more}",
             unlisted.len(),
             unlisted[..unlisted.len().min(NAMED)].join(", ")
         );
     }
     Ok(())
+}
+
+/// Why generated/ may not be what the templates produce now, if it may not: its manifest is
+/// missing, or variants.toml or a template was changed after gen last wrote it. A build runs
+/// gen first then, so that it never compiles sources older than their templates.
+pub fn stale(project: &Project) -> Result<Option<String>> {
+    let manifest = project.generated_dir().join(MANIFEST_FILE);
+    let Ok(written) = std::fs::metadata(&manifest).and_then(|m| m.modified()) else {
+        return Ok(Some(format!("{} is missing", project.relative(&manifest))));
+    };
+    let mut inputs = vec![project.variants_file()];
+    let templates = project.templates_dir();
+    if templates.is_dir() {
+        inputs.extend(crate::render::template_files(&templates)?.into_iter().map(|(_, path)| path));
+    }
+    let newer = inputs.iter().find(|path| std::fs::metadata(path).and_then(|m| m.modified()).is_ok_and(|changed| changed > written));
+    Ok(newer.map(|path| format!("{} changed after the last gen", project.relative(path))))
 }
 
 /// `gen --check`: writes nothing, and fails listing the files that differ.
@@ -199,7 +271,7 @@ fn check_fresh(project: &Project, rendered: &[Rendered], selection: &Selection, 
     if !stale.is_empty() {
         bail!("{} generated file(s) are stale; run `tilesmith gen`:\n{}", stale.len(), stale.join("\n"));
     }
-    println!("generated/ is up to date: {selected} variant(s) checked");
+    eprintln!("generated/ is up to date: {selected} variant(s) checked");
     Ok(())
 }
 

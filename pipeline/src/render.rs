@@ -5,7 +5,7 @@ use crate::project::{sha256_hex, Project};
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tera::{Context, Tera};
 use tilesmith_spec::config::plain_words;
@@ -47,7 +47,7 @@ impl Renderer {
     pub fn load(project: &Project) -> Result<Renderer> {
         let dir = project.templates_dir();
         let mut texts = BTreeMap::new();
-        collect_templates(&dir, &dir, &mut texts)?;
+        collect_templates(&dir, &mut texts)?;
         let mut builtin = BTreeSet::new();
         for (name, text) in BUILTIN_PARTIALS {
             if !texts.contains_key(*name) {
@@ -268,20 +268,56 @@ fn declared_file(project: &Project) -> std::path::PathBuf {
     project.relative(&project.variants_file()).into()
 }
 
-fn collect_templates(root: &Path, dir: &Path, texts: &mut BTreeMap<String, String>) -> Result<()> {
-    let entries = std::fs::read_dir(dir).with_context(|| format!("cannot read templates folder {}", dir.display()))?;
-    for entry in entries {
-        let path = entry?.path();
-        if path.is_dir() {
-            collect_templates(root, &path, texts)?;
-        } else if path.extension().is_some_and(|ext| ext == "tera") {
-            let name = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
-            let text = tilesmith_spec::files::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            texts.insert(name, text);
+/// The most folders deep and the most entries the templates folder may hold.
+const MAX_TEMPLATE_DEPTH: usize = 32;
+const MAX_TEMPLATE_ENTRIES: usize = 100_000;
+
+/// The `.tera` files under the templates folder `root`, by their names relative to it. Links to
+/// folders are refused (one to `.` would walk forever, one to `/` the whole file system);
+/// links to files are read as the files.
+pub fn template_files(root: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut files = Vec::new();
+    let mut folders = vec![(root.to_path_buf(), 0)];
+    let mut seen = 0;
+    while let Some((dir, depth)) = folders.pop() {
+        let entries = std::fs::read_dir(&dir).with_context(|| format!("cannot read templates folder {}", dir.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| format!("cannot read templates folder {}", dir.display()))?;
+            seen += 1;
+            if seen > MAX_TEMPLATE_ENTRIES {
+                bail!("{} holds more than {MAX_TEMPLATE_ENTRIES} files and folders; tilesmith reads at most that many", root.display());
+            }
+            let path = entry.path();
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            if path.is_dir() {
+                if is_link {
+                    bail!(
+                        "{} is a link to a folder: tilesmith reads the templates folder's own folders only (a link may loop or lead \
+                         anywhere); copy the folder in, or link its files",
+                        path.display()
+                    );
+                }
+                if depth + 1 > MAX_TEMPLATE_DEPTH {
+                    bail!("{} is more than {MAX_TEMPLATE_DEPTH} folders deep in {}", path.display(), root.display());
+                }
+                folders.push((path, depth + 1));
+            } else if path.extension().is_some_and(|ext| ext == "tera") {
+                let name = path.strip_prefix(root)?.to_string_lossy().replace('\\', "/");
+                files.push((name, path));
+            }
         }
     }
+    files.sort();
+    Ok(files)
+}
+
+fn collect_templates(root: &Path, texts: &mut BTreeMap<String, String>) -> Result<()> {
+    for (name, path) in template_files(root)? {
+        let text = tilesmith_spec::files::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        texts.insert(name, text);
+    }
     if texts.is_empty() {
-        bail!("{} holds no .tera templates", dir.display());
+        bail!("{} holds no .tera templates", root.display());
     }
     Ok(())
 }

@@ -85,16 +85,14 @@ impl Script {
         Ok(registry)
     }
 
-    /// [`Script::run`], and on failure every line of the error as a cargo warning (so that
-    /// nvcc's messages show), then the error, and exit status 1.
+    /// [`Script::run`], and on failure every line of the error as a cargo error (`cargo::error`,
+    /// cargo 1.84), which fails the build. The script then exits successfully: a failing
+    /// script would make cargo print its whole output again after the errors.
     pub fn run_or_exit(&self) {
         if let Err(err) = self.run() {
-            let text = format!("{err:#}");
-            for line in text.lines() {
-                println!("cargo:warning={line}");
+            for line in format!("tilesmith-build: {err:#}").lines() {
+                println!("cargo::error={line}");
             }
-            eprintln!("error: tilesmith-build: {text}");
-            std::process::exit(1);
         }
     }
 }

@@ -416,6 +416,14 @@ pub enum ScalarType {
 }
 
 impl ScalarType {
+    /// Bytes a kernel parameter of this type takes.
+    pub fn size_bytes(self) -> u32 {
+        match self {
+            ScalarType::F64 => 8,
+            ScalarType::F32 | ScalarType::I32 | ScalarType::U32 => 4,
+        }
+    }
+
     pub fn cuda_type(self) -> &'static str {
         match self {
             ScalarType::F32 => "float",

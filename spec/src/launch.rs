@@ -218,6 +218,18 @@ impl TryFrom<RawParam> for Param {
 }
 
 impl ParamKind {
+    /// Bytes the kernel's parameter takes (what the compiled kernel's parameter list states):
+    /// an address, an `int`, a `long long`, the scalar's type in `family`, or a `CUtensorMap`.
+    /// None for a scalar `family` does not declare.
+    pub fn size_bytes(&self, family: &Family) -> Option<u32> {
+        match self {
+            ParamKind::Pointer { .. } | ParamKind::I64 { .. } => Some(8),
+            ParamKind::I32 { .. } => Some(4),
+            ParamKind::Scalar { scalar } => family.scalar(scalar).map(|s| s.ty.size_bytes()),
+            ParamKind::TensorMap { .. } => Some(128),
+        }
+    }
+
     /// The largest value the parameter holds, for integers.
     pub fn max_value(&self) -> Option<u64> {
         match self {
