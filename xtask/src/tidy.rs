@@ -10,7 +10,7 @@ pub fn broken_rules(root: &Path) -> Vec<String> {
         code_map_names_every_module(root),
         generic_crates_name_no_family(root),
         readme_is_a_guide(root),
-        records_are_compressed(root),
+        records_stay_out_of_docs(root),
     ]
     .concat()
 }
@@ -29,14 +29,21 @@ pub fn readme_is_a_guide(root: &Path) -> Vec<String> {
     Vec::new()
 }
 
-/// Measurement records under docs/ (`*.log`, `*.json`) live in docs/records.tar.xz, so that a
-/// clone stays small; only docs/perf/bench.json, which `bench --replot` reads, stays loose.
-pub fn records_are_compressed(root: &Path) -> Vec<String> {
-    let loose = |path: &Path| path.extension().is_some_and(|e| e == "log" || e == "json") && path != root.join("docs/perf/bench.json");
-    files_under(&root.join("docs"), loose)
+/// What docs/ may hold: pages, the pictures they show, and the scripts they measure with.
+const DOCS_KINDS: [&str; 4] = ["md", "svg", "png", "py"];
+
+/// docs/ is documentation: raw records (logs, JSON, tool output, archives) and prototypes stay
+/// out of main's tree, on the branch `records`, so that a clone stays small.
+pub fn records_stay_out_of_docs(root: &Path) -> Vec<String> {
+    let record = |path: &Path| !path.extension().and_then(|e| e.to_str()).is_some_and(|e| DOCS_KINDS.contains(&e));
+    files_under(&root.join("docs"), record)
         .into_iter()
         .map(|path| {
-            format!("records: {} lies loose; add it to docs/records.tar.xz (tar -rf after -xJf) and remove it", relative(root, &path))
+            format!(
+                "records: {} is not a page, picture or script ({}); raw records and prototypes go on the branch `records`",
+                relative(root, &path),
+                DOCS_KINDS.join(", ")
+            )
         })
         .collect()
 }
