@@ -80,7 +80,7 @@ enum Command {
     Toolchain,
     /// Run the registry's trials on this machine's GPU: a correctness trial per variant, a perf
     /// trial per variant (ignored unless asked for), and the GEMM dispatcher's where there are
-    /// GEMMs. Takes libtest's arguments: a filter, --list, --exact, --include-ignored, --skip.
+    /// GEMMs; the registry is generated and built first where it is the project's.
     Test {
         #[command(flatten)]
         registry: RegistryArg,
@@ -97,7 +97,7 @@ enum Command {
         #[arg(long)]
         allow_no_gpu: bool,
         #[command(flatten)]
-        libtest: libtest_mimic::Arguments,
+        trials: TrialArgs,
     },
     /// Benchmark variants against their family's baseline (cuBLAS for GEMM, a device copy for
     /// the others) on this machine's GPU: a table, bench.json and SVG charts.
@@ -139,6 +139,72 @@ enum Command {
         #[command(flatten)]
         compile: Compile,
     },
+}
+
+/// Which trials `test` runs and how it reports them: the options of cargo test's harness that
+/// tilesmith's trials honour.
+#[derive(clap::Args)]
+struct TrialArgs {
+    /// Run only the trials whose names contain FILTER (`softmax`, `::perf`).
+    #[arg(value_name = "FILTER")]
+    filter: Option<String>,
+    /// The filter must match a whole name.
+    #[arg(long)]
+    exact: bool,
+    /// Skip the trials whose names contain PART (repeatable).
+    #[arg(long, value_name = "PART")]
+    skip: Vec<String>,
+    /// Run the trials ignored by default (the perf trials) too.
+    #[arg(long)]
+    include_ignored: bool,
+    /// Run only the trials ignored by default.
+    #[arg(long, conflicts_with = "include_ignored")]
+    ignored: bool,
+    /// List the trials on standard output, one a line (`name: test`), instead of running them.
+    #[arg(long)]
+    list: bool,
+    /// How many trials run at once.
+    #[arg(long, value_name = "N")]
+    test_threads: Option<usize>,
+    /// pretty (a line per trial), terse (a character per trial) or json (an event per line).
+    #[arg(long, value_enum)]
+    format: Option<TrialFormat>,
+    /// Short for --format terse.
+    #[arg(short, long, conflicts_with = "format")]
+    quiet: bool,
+    /// Write the report into FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    logfile: Option<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum TrialFormat {
+    Pretty,
+    Terse,
+    Json,
+}
+
+impl TrialArgs {
+    fn libtest(self) -> libtest_mimic::Arguments {
+        use libtest_mimic::FormatSetting;
+        libtest_mimic::Arguments {
+            filter: self.filter,
+            exact: self.exact,
+            skip: self.skip,
+            include_ignored: self.include_ignored,
+            ignored: self.ignored,
+            list: self.list,
+            test_threads: self.test_threads,
+            format: self.format.map(|f| match f {
+                TrialFormat::Pretty => FormatSetting::Pretty,
+                TrialFormat::Terse => FormatSetting::Terse,
+                TrialFormat::Json => FormatSetting::Json,
+            }),
+            quiet: self.quiet,
+            logfile: self.logfile,
+            ..libtest_mimic::Arguments::default()
+        }
+    }
 }
 
 /// Which registry `test`, `bench` and `tune` use.
@@ -298,7 +364,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             done(list::run(&project(&cli.root)?, &Selection::new(&kernels.globs)?))
         }
         Command::Toolchain => done(print_toolchain()),
-        Command::Test { registry, partition, perf_dir, allow_no_gpu, libtest } => {
+        Command::Test { registry, partition, perf_dir, allow_no_gpu, trials } => {
             let target = Target::resolve(&cli.root, &registry)?;
             let entries = tilesmith_trials::harness::registry_entries(&target.registry).map_err(|err| anyhow::anyhow!(err))?;
             let perf_dir = perf_dir.unwrap_or_else(|| target.output(PERF_DIR_NAME));
@@ -310,7 +376,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 require_gpu: !allow_no_gpu,
                 plugins: PLUGINS,
             };
-            Ok(tilesmith_trials::harness::run(libtest, setup))
+            Ok(tilesmith_trials::harness::run(trials.libtest(), setup))
         }
         Command::Bench { registry, args } => {
             if let Some(from) = &args.replot {

@@ -229,6 +229,42 @@ fn special_files_where_gen_and_build_write_are_replaced_not_read() {
     assert_ne!(output.status.code(), Some(124), "build blocked on a FIFO at {}: {}", record.display(), text(&output));
 }
 
+/// Round four: gen says which variants have no reference to be checked against, before any GPU
+/// runs their trials.
+#[test]
+fn gen_names_variants_without_their_reference() {
+    let project = project();
+    let variants = project.path().join("variants.toml");
+    let declared = std::fs::read_to_string(&variants).unwrap();
+    let cut = declared
+        .replace("dtype = [\"f32\", \"f16\", \"bf16\"]\nbackend = \"reference\"", "dtype = [\"f32\", \"f16\"]\nbackend = \"reference\"");
+    assert_ne!(cut, declared, "init's variants.toml has no reference group to cut");
+    std::fs::write(&variants, cut).unwrap();
+    let output = xtask(Some(project.path()), &["gen"]);
+    let message = text(&output);
+    assert!(output.status.success(), "{message}");
+    assert!(message.contains("warning: 1 reference variant(s) missing"), "{message}");
+    assert!(
+        message.contains("scale: no reference variant (backend `reference`, dtype bf16, bounds checked) for 2 variant(s): scale_bf16"),
+        "{message}"
+    );
+}
+
+/// Round four: a grid past CUDA's limits for a declared trial shape is refused at gen (the
+/// runtime refuses such a call too, `runtime/tests`), naming the shape and the limit.
+#[test]
+fn a_trial_grid_past_cudas_limits_is_refused_at_gen() {
+    let project = project();
+    let template = template(project.path());
+    let text = std::fs::read_to_string(&template).unwrap();
+    let rows_on_y = text.replace("x = \"cdiv(n, {{ threads }})\", y = \"1\"", "x = \"1\", y = \"cdiv(n, {{ threads }})\"");
+    assert_ne!(rows_on_y, text, "init's template has no grid rule to change");
+    std::fs::write(&template, rows_on_y).unwrap();
+    let message = refused(Some(project.path()), &["gen"]);
+    assert!(message.contains("trials.perf { n = 16777216 }") && message.contains("grid of [1, "), "{message}");
+    assert!(message.contains("65535") && message.contains("belongs on x"), "{message}");
+}
+
 #[test]
 fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let dir = tempfile::tempdir().unwrap();

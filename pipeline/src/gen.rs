@@ -57,14 +57,17 @@ pub fn expand(project: &Project) -> Result<Vec<Rendered>> {
             .collect();
         bail!("{}\n{rejected} variant(s) rejected; nothing was written", lines.join("\n"));
     }
-    check_references(&rendered)?;
+    if let Some(warning) = missing_references(&rendered) {
+        eprintln!("{warning}");
+    }
     Ok(rendered)
 }
 
-/// Refuses variants whose trials would have nothing to compare with: of a family checked
-/// against reference variants, with no reference variant of their dtype (and of f32, where the
-/// family counts units in the last place of the exact result) and their computing axes.
-fn check_references(rendered: &[Rendered]) -> Result<()> {
+/// A warning naming the variants whose trials would have nothing to compare with: of a family
+/// checked against reference variants, with no reference variant of their dtype (and of f32,
+/// where the family counts units in the last place of the exact result) and their computing
+/// axes. Their trials fail saying so; a project may build such variants before it has one.
+fn missing_references(rendered: &[Rendered]) -> Option<String> {
     type Key<'a> = (&'a str, Dtype, Vec<(&'a String, &'a Value)>);
     fn key(e: &Entry, dtype: Dtype) -> Key<'_> {
         let computes = |name: &String| e.declaration.computing_axes().any(|a| &a.name == name);
@@ -83,7 +86,7 @@ fn check_references(rendered: &[Rendered]) -> Result<()> {
         }
     }
     if missing.is_empty() {
-        return Ok(());
+        return None;
     }
     let lines: Vec<String> = missing
         .iter()
@@ -100,12 +103,12 @@ fn check_references(rendered: &[Rendered]) -> Result<()> {
             )
         })
         .collect();
-    bail!(
-        "{} reference variant(s) missing: their variants' trials would have nothing to compare with. Declare them in \
-         variants.toml (a group with the reference backend, those dtypes and axes):\n{}\nnothing was written",
+    Some(format!(
+        "warning: {} reference variant(s) missing, so their variants' trials have nothing to compare with and will fail; \
+         declare them in variants.toml (a group with the reference backend, those dtypes and axes):\n{}",
         missing.len(),
         lines.join("\n")
-    )
+    ))
 }
 
 /// The previous manifest's entries by name: none where there is no manifest. One that exists

@@ -178,6 +178,7 @@ impl Renderer {
         };
         // The contract is checked before the source is rendered from it.
         entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;
+        check_trial_grids(&entry).map_err(|rule| fail(format!("template {template}: {rule}")))?;
         ctx.insert("emit", "source");
         ctx.insert("signature", &signature(&entry.launch.params, &declared.family, variant));
         let source = tidy(&render(&ctx)?);
@@ -185,6 +186,45 @@ impl Renderer {
         let entry = Entry { source_sha256: sha256_hex(source.as_bytes()), ..entry };
         Ok(Rendered { entry, source })
     }
+}
+
+/// The multiprocessors of the largest GPU the trial grids are checked for (an H100 or H200): a
+/// persistent grid is at most a block or cluster per multiprocessor.
+const TRIAL_SMS: u32 = 132;
+
+/// Checks the launch grid of each declared correctness and performance trial shape that keeps
+/// the family's and the variant's rules and gives every quantity the grid needs, against
+/// CUDA's limits: such a trial would otherwise fail only once a GPU runs it.
+fn check_trial_grids(entry: &Entry) -> Result<(), String> {
+    let family = &entry.declaration;
+    let trials = &family.trials;
+    let declared = trials
+        .shapes
+        .iter()
+        .map(|shape| ("trials.shapes", shape))
+        .chain((!trials.perf.is_empty()).then_some(("trials.perf", &trials.perf)));
+    for (field, shape) in declared {
+        let env = |name: &str| shape.get(name).copied();
+        let needed: Vec<&str> = match &entry.launch.grid {
+            GridRule::Expr { x, y, z, .. } => {
+                [x, y, z].iter().flat_map(|e| e.names()).filter(|n| *n != tilesmith_spec::family::SMS).collect()
+            }
+            _ => family.tile.iter().take(2).map(String::as_str).chain(family.batch.as_deref()).collect(),
+        };
+        let keeps_rules = family.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&env).is_ok());
+        if !keeps_rules || needed.iter().any(|name| env(name).is_none()) {
+            continue;
+        }
+        let problems = family.batch.as_deref().and_then(env).unwrap_or(1);
+        if let Err(rule) = entry.launch.grid_of(family, &env, problems, TRIAL_SMS) {
+            let values: Vec<String> = shape.iter().map(|(q, v)| format!("{q} = {v}")).collect();
+            return Err(format!(
+                "{field} {{ {} }}: {rule}; a grid side past 65,535 blocks (y, z) belongs on x, which takes up to 2^31-1",
+                values.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a template declares with `emit = "launch"` (partials/contract.cu.tera).

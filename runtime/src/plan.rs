@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
-use tilesmith_spec::family::{ScalarType, SMS};
+use tilesmith_spec::family::ScalarType;
 use tilesmith_spec::launch::MAX_TENSOR_MAP_SIDES;
 use tilesmith_spec::{Access, Built, Dtype, Family, GridRule, ParamKind, Targets};
 
@@ -612,28 +612,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         return Ok(None);
     }
     let spec = &entry.launch;
-    let grid = match &spec.grid {
-        GridRule::Expr { x, y, z, .. } => {
-            let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { quantities.get(name).copied() };
-            let [x, y, z] = [x, y, z].map(|e| e.eval(&env));
-            let (x, y, z) = (x?, y?, z?);
-            let fits = x <= i32::MAX as u64 && y <= 65_535 && z <= 65_535 && x > 0 && y > 0 && z > 0;
-            let whole = (0..3).all(|i| [x, y, z][i] % u64::from(spec.cluster[i].max(1)) == 0);
-            if !fits || !whole {
-                return Err(format!(
-                    "its grid rule gives a grid of [{x}, {y}, {z}] blocks, which CUDA cannot launch in clusters of {:?} (sides from 1 to [2^31-1, 65535, 65535], whole clusters)",
-                    spec.cluster
-                ));
-            }
-            [x as u32, y as u32, z as u32]
-        }
-        rule => {
-            let along = |i: usize| family.tile.get(i).and_then(|q| quantities.get(q.as_str()).copied()).unwrap_or(1);
-            let (m, n) = (along(0), along(1));
-            rule.grid(m, n, problems, sms, spec.cluster)
-                .ok_or_else(|| format!("{problems} {m}×{n} problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)"))?
-        }
-    };
+    let grid = spec.grid_of(family, &env, problems, sms)?;
     let dynamic_smem_bytes = spec
         .dynamic_smem_bytes
         .eval(&env)

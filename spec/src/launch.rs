@@ -36,6 +36,38 @@ pub struct LaunchSpec {
     pub params: Vec<Param>,
 }
 
+impl LaunchSpec {
+    /// The grid of a call whose quantities `env` gives (`batch` problems at once), on a GPU of
+    /// `sms` multiprocessors; refused, naming the rule and CUDA's limits, where a side is 0 or
+    /// past them (x up to 2^31-1, y and z up to 65,535) or the clusters do not divide it. The
+    /// runtime plans each launch with it; gen checks the declared trial shapes with it.
+    pub fn grid_of(&self, family: &Family, env: &dyn Fn(&str) -> Option<u64>, problems: u64, sms: u32) -> Result<[u32; 3], String> {
+        match &self.grid {
+            GridRule::Expr { x, y, z, .. } => {
+                let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { env(name) };
+                let [x, y, z] = [x, y, z].map(|e| e.eval(&env));
+                let (x, y, z) = (x?, y?, z?);
+                let fits = x <= i32::MAX as u64 && y <= 65_535 && z <= 65_535 && x > 0 && y > 0 && z > 0;
+                let whole = (0..3).all(|i| [x, y, z][i] % u64::from(self.cluster[i].max(1)) == 0);
+                if !fits || !whole {
+                    return Err(format!(
+                        "its grid rule gives a grid of [{x}, {y}, {z}] blocks, which CUDA cannot launch in clusters of {:?} (sides from 1 to [2^31-1, 65535, 65535], whole clusters)",
+                        self.cluster
+                    ));
+                }
+                Ok([x as u32, y as u32, z as u32])
+            }
+            rule => {
+                let along = |i: usize| family.tile.get(i).and_then(|q| env(q)).unwrap_or(1);
+                let (m, n) = (along(0), along(1));
+                rule.grid(m, n, problems, sms, self.cluster).ok_or_else(|| {
+                    format!("{problems} {m}×{n} problem(s) need more blocks than a CUDA grid holds (at most 65535 problems)")
+                })
+            }
+        }
+    }
+}
+
 /// How the launch grid follows from the problem shape. The tile rules walk the quantities the
 /// family's first two tile edges tile (M and N of a matrix product), for each problem of a batch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
