@@ -876,6 +876,13 @@ fn a_table_of_the_earlier_format_is_refused_and_tune_upgrade_converts_it() {
     let out = fails(root, &["tune", "--upgrade"]);
     assert!(out.contains("are both GEMM tables for GPU (132 SMs"), "{out}");
     assert!(tuning.join("GPU-132sm.json").exists());
+    // Round four: nor does it replace a file kept by an earlier upgrade.
+    std::fs::remove_file(tuning.join("gemm/GPU-132sm.json")).unwrap();
+    std::fs::write(tuning.join("GPU-132sm.json"), EARLIER_GEMM_TABLE.replace("1.2", "1.3")).unwrap();
+    let out = fails(root, &["tune", "--upgrade"]);
+    assert!(out.contains("GPU-132sm.json.earlier is there already"), "{out}");
+    assert_eq!(std::fs::read_to_string(tuning.join("GPU-132sm.json.earlier")).unwrap(), EARLIER_GEMM_TABLE, "the kept file is unchanged");
+    assert!(!tuning.join("gemm/GPU-132sm.json").exists(), "nothing converted");
 }
 
 /// `tilesmith test --registry registry --list` run in `project`, which must succeed: the trials
@@ -1083,7 +1090,26 @@ fn tuning_as_a_file_or_tables_with_nonsense_are_refused() {
     let json = std::fs::read_to_string(tables.join("Other_GPU-132sm.json")).unwrap().replace("transpose_64x64", "transpose_gone_64x64");
     std::fs::write(tables.join("Other_GPU-132sm.json"), json).unwrap();
     let out = fails(Some(root), &["build"]);
-    assert!(out.contains("ranks 1 variant(s) that variants.toml does not declare as transpose variants, transpose_gone_64x64"), "{out}");
+    assert!(out.contains("ranks 1 variant(s) that are not variants of transpose the chooser may run (transpose_gone_64x64)"), "{out}");
+    // Round four: what the registry would refuse when it opens is refused by the build: a table
+    // of other quantities, or one ranking a reference variant.
+    let variants = root.join("variants.toml");
+    let declared = std::fs::read_to_string(&variants).unwrap();
+    // The fixture declares the reference backend (`with_declarations`); a group builds it.
+    let reference = "[[transpose.groups]]\nbackend = \"reference\"\n";
+    std::fs::write(&variants, format!("{declared}\n{reference}")).unwrap();
+    let json = std::fs::read_to_string(tables.join("Other_GPU-132sm.json")).unwrap();
+    for (from, to, rule) in [
+        ("transpose_gone_64x64", "transpose_64x64_reference", "not variants of transpose the chooser may run (transpose_64x64_reference)"),
+        ("\"quantities\": [\"m\", \"n\"]", "\"quantities\": [\"n\", \"m\"]", "measures problems of quantities n, m"),
+    ] {
+        assert!(json.contains(from), "{from} in {json}");
+        std::fs::write(tables.join("Other_GPU-132sm.json"), json.replace(from, to).replace("transpose_gone_64x64", "transpose_64x64"))
+            .unwrap();
+        let out = fails(Some(root), &["build"]);
+        assert!(out.contains("tuning table tuning/transpose/Other_GPU-132sm.json") && out.contains(rule), "{rule}: {out}");
+    }
+    std::fs::write(&variants, declared).unwrap();
     std::fs::remove_dir_all(&tables).unwrap();
     // GEMM's table is checked by its plug-in too: a class without a layout.
     let gemm = tuning.join("gemm");

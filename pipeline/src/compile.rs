@@ -175,9 +175,12 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     }
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
-    let families = declared_names(project);
-    let tables = project_tables(project, families.as_ref(), &options.table_checks)?;
-    let declared: Option<BTreeSet<String>> = families.map(|f| f.into_keys().collect());
+    // The variants variants.toml declares, if it reads: a build removes the fatbins of variants
+    // that neither it nor generated/manifest.json lists, so a manifest that lost entries costs
+    // no builds.
+    let config = Config::load(&project.variants_file()).ok();
+    let tables = project_tables(project, config.as_ref(), &options.table_checks)?;
+    let declared: Option<BTreeSet<String>> = config.map(|c| c.variants.into_iter().map(|d| d.variant.name).collect());
     let nvcc = Nvcc::locate()?;
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
@@ -424,14 +427,6 @@ fn read_generated(project: &Project, selection: &Selection, registry: &RegistryD
         }
     }
     Ok(Generated { manifest, selection: building, references, records, sources, stale })
-}
-
-/// The variants variants.toml declares, if it reads: a build removes the fatbins of variants
-/// that neither it nor generated/manifest.json lists, so a manifest that lost entries costs no
-/// builds.
-fn declared_names(project: &Project) -> Option<BTreeMap<String, String>> {
-    let config = Config::load(&project.variants_file()).ok()?;
-    Some(config.variants.into_iter().map(|d| (d.variant.name, d.variant.family)).collect())
 }
 
 /// Where nvcc runs: the registry's private folder, or, where that folder's path holds
@@ -896,11 +891,7 @@ fn indent(text: &str) -> String {
 /// entries), each checked, with their paths in the tuning folder: each may rank only declared
 /// variants of its own family, and passes the `checks` of the plug-ins linked. A table in the
 /// tuning folder itself is of an earlier format, and refused with the way to convert it.
-fn project_tables(
-    project: &Project,
-    declared: Option<&BTreeMap<String, String>>,
-    checks: &[TableCheck],
-) -> Result<Vec<(String, FamilyTable)>> {
+fn project_tables(project: &Project, config: Option<&Config>, checks: &[TableCheck]) -> Result<Vec<(String, FamilyTable)>> {
     let dir = project.tuning_dir();
     let fix = "fix it, remove it or run `tilesmith tune` again";
     if let Some(old) = tuning::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?.first() {
@@ -915,16 +906,19 @@ fn project_tables(
         for check in checks {
             check(table).map_err(|err| anyhow!("tuning table tuning/{name}: {err}; {fix}"))?;
         }
-        let Some(declared) = declared else { continue };
-        let unknown = table.unknown_variants(|variant| declared.get(variant) == Some(&table.family));
-        if let Some(first) = unknown.first() {
-            bail!(
-                "tuning table tuning/{name} ranks {} variant(s) that variants.toml does not declare as {} variants, {first} the first; run `tilesmith tune --family {}` again or remove it",
-                unknown.len(),
-                table.family,
-                table.family
-            );
-        }
+        // Checked as the registry will check it when it opens, against the declared variants
+        // (variants.toml that does not read is refused by gen).
+        let Some(config) = config else { continue };
+        let of_family: Vec<&tilesmith_spec::Declared> = config.variants.iter().filter(|d| d.variant.family == table.family).collect();
+        let Some(family) = of_family.first().map(|d| &d.family) else {
+            bail!("tuning table tuning/{name} is of family `{}`, which variants.toml does not declare; remove it", table.family);
+        };
+        let ranks = |variant: &str| {
+            of_family.iter().any(|d| d.variant.name == variant && family.reference.backend.as_deref() != Some(d.variant.backend.as_str()))
+        };
+        table.check_serves(family, ranks).map_err(|rule| {
+            anyhow!("tuning table tuning/{name}: {rule}; run `tilesmith tune --family {}` again or remove it", table.family)
+        })?;
     }
     Ok(family_tables)
 }

@@ -408,21 +408,96 @@ fn context(declared: &Declared) -> Context {
 /// source's hash is, and a header read from elsewhere could change unseen. Headers of the
 /// toolchain (`#include <cuda_fp16.h>`) are part of the compiler's version, which is hashed.
 fn check_includes(source: &str) -> Result<(), String> {
-    for (index, line) in source.lines().enumerate() {
-        let Some(rest) = line.trim_start().strip_prefix('#').map(str::trim_start).and_then(|l| l.strip_prefix("include")) else {
-            continue;
-        };
-        let target = rest.trim();
+    for (line, directive) in directives(source) {
+        // `include`, `include_next`, and GCC's `import`, which includes too.
+        let Some(rest) = directive.strip_prefix("include").or_else(|| directive.strip_prefix("import")) else { continue };
+        let target = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_').trim();
         let toolchain = target.starts_with('<') && !target[1..].starts_with('/') && !target.contains("..");
         if !toolchain {
             return Err(format!(
-                "the source's line {} includes {target}: a generated source includes only the toolchain's headers \
-                 (<name.h>), since tilesmith cannot see another file change; put shared code in a partial template",
-                index + 1
+                "the source's line {line} includes {target}: a generated source includes only the toolchain's headers \
+                 (<name.h>), since tilesmith cannot see another file change; put shared code in a partial template"
             ));
         }
     }
     Ok(())
+}
+
+/// The preprocessing directives of a C++ source as the compiler reads them, each with the line
+/// it starts on and its text after the `#` (or `%:`): lines spliced where a backslash ends
+/// one, comments replaced by a space, string and character literals kept whole.
+fn directives(source: &str) -> Vec<(usize, String)> {
+    let chars: Vec<char> = source.chars().collect();
+    let mut logical = Vec::new(); // (first line, text) of each spliced line, comments removed
+    let (mut text, mut first, mut line) = (String::new(), 1, 1);
+    let (mut i, mut in_block, mut quote) = (0, false, None::<char>);
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\\' && chars.get(i + 1) == Some(&'\n') {
+            (i, line) = (i + 2, line + 1);
+            continue;
+        }
+        if c == '\n' {
+            line += 1;
+            i += 1;
+            if !in_block {
+                logical.push((first, std::mem::take(&mut text)));
+                first = line;
+                quote = None;
+            }
+            continue;
+        }
+        if in_block {
+            if c == '*' && chars.get(i + 1) == Some(&'/') {
+                (in_block, i) = (false, i + 2);
+                text.push(' ');
+            } else {
+                i += 1;
+            }
+            continue;
+        }
+        match quote {
+            Some(q) => {
+                text.push(c);
+                if c == '\\' {
+                    text.extend(chars.get(i + 1));
+                    i += 1;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None if c == '/' && chars.get(i + 1) == Some(&'*') => {
+                in_block = true;
+                i += 1;
+            }
+            None if c == '/' && chars.get(i + 1) == Some(&'/') => {
+                while i + 1 < chars.len() && chars[i + 1] != '\n' {
+                    // A line comment ends at the newline, after splices.
+                    if chars[i + 1] == '\\' && chars.get(i + 2) == Some(&'\n') {
+                        line += 1;
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            None => {
+                if c == '"' || c == '\'' {
+                    quote = Some(c);
+                }
+                text.push(c);
+            }
+        }
+        i += 1;
+    }
+    logical.push((first, text));
+    logical
+        .into_iter()
+        .filter_map(|(line, text)| {
+            let text = text.trim_start();
+            let rest = text.strip_prefix('#').or_else(|| text.strip_prefix("%:"))?;
+            Some((line, rest.trim_start().to_string()))
+        })
+        .collect()
 }
 
 /// Trims trailing spaces and runs of blank lines that template tags leave behind.
@@ -456,6 +531,28 @@ fn messages(err: &tera::Error) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Includes hidden from a line-by-line reading are found as the compiler finds them.
+    #[test]
+    fn includes_are_read_as_the_preprocessor_reads_them() {
+        for hidden in [
+            "/**/#include \"/abs/h\"",
+            "# /**/ include \"x.h\"",
+            "#inc\\\nlude \"x.h\"",
+            "#\\\ninclude \"x.h\"",
+            "  %:include \"x.h\"",
+            "#include_next <../x.h>",
+            "#import \"x.h\"",
+            "/* a\n comment */ #include \"x.h\"",
+        ] {
+            let source = format!("int a;\n{hidden}\nint b;\n");
+            let err = check_includes(&source).expect_err(hidden);
+            assert!(err.contains("the source's line 2 includes") || err.contains("line 3 includes"), "{hidden}: {err}");
+        }
+        let fine =
+            "#include <cuda_fp16.h>\n// #include \"x.h\"\n/* #include \"y.h\" */\nconst char* s = \"#include \\\"z.h\\\"\";\n#define X 1\n";
+        check_includes(fine).unwrap();
+    }
 
     /// Every name a template sees beside the axes is one the family checks refuse for an axis.
     #[test]

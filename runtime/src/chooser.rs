@@ -125,22 +125,9 @@ impl Chooser {
     pub(crate) fn new(family: &str, kernels: Vec<Kernel>, tables: Vec<FamilyTable>) -> std::result::Result<Chooser, String> {
         let declaration = kernels.first().map(|k| k.info().entry.declaration.clone()).ok_or_else(|| format!("no variant of {family}"))?;
         for table in &tables {
-            let at = format!("tuning table {family}/{}", tuning::file_name(&table.device));
-            if table.quantities != declaration.quantities {
-                return Err(format!(
-                    "{at} measures problems of quantities {}, but family {family} declares {}: tune it again",
-                    table.quantities.join(", "),
-                    declaration.quantities.join(", ")
-                ));
-            }
-            let unknown = table.unknown_variants(|name| kernels.iter().any(|k| k.name() == name && !k.is_reference()));
-            if let Some(first) = unknown.first() {
-                return Err(format!(
-                    "{at} ranks {} variant(s) the registry has no {family} variant of ({first}{}): build them or tune again",
-                    unknown.len(),
-                    if unknown.len() > 1 { ", ..." } else { "" }
-                ));
-            }
+            table.check_serves(&declaration, |name| kernels.iter().any(|k| k.name() == name && !k.is_reference())).map_err(|rule| {
+                format!("tuning table {family}/{}: {rule}; build them or tune it again", tuning::file_name(&table.device))
+            })?;
         }
         let kernels = kernels.into_iter().filter(|k| !k.is_reference()).collect();
         Ok(Chooser { inner: Arc::new(Inner { family: family.to_string(), declaration, kernels, tables, picks: Mutex::default() }) })

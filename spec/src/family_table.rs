@@ -260,6 +260,32 @@ impl FamilyTable {
         serde_json::to_string_pretty(self).map(|json| json + "\n").map_err(|e| e.to_string())
     }
 
+    /// Whether it can serve the chooser of `family` (its declaration): problems of the family's
+    /// quantities, ranking only variants `ranks` holds (the family's own, not its reference
+    /// variants). The build checks every table so before it carries it; a registry when it
+    /// opens.
+    pub fn check_serves(&self, family: &crate::Family, ranks: impl Fn(&str) -> bool) -> Result<(), String> {
+        if self.quantities != family.quantities {
+            return Err(format!(
+                "it measures problems of quantities {}, but family {} declares {}",
+                self.quantities.join(", "),
+                self.family,
+                family.quantities.join(", ")
+            ));
+        }
+        let unknown = self.unknown_variants(ranks);
+        match unknown.first() {
+            Some(first) => Err(format!(
+                "it ranks {} variant(s) that are not variants of {} the chooser may run ({first}{}): a reference variant, or one \
+                 not declared or not built",
+                unknown.len(),
+                self.family,
+                if unknown.len() > 1 { ", ..." } else { "" }
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The variants the entries rank that `known` does not hold.
     pub fn unknown_variants(&self, known: impl Fn(&str) -> bool) -> Vec<String> {
         let mut unknown: Vec<String> =

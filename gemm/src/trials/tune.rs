@@ -273,10 +273,17 @@ pub fn upgrade(dir: &Path) -> Result<(), String> {
                 table.device
             ));
         }
+        let kept = path.with_extension("json.earlier");
+        if std::fs::symlink_metadata(&kept).is_ok() {
+            return Err(format!(
+                "{} is there already, where {} would be kept: move it out of the tuning folder first, so that neither is lost",
+                kept.display(),
+                path.display()
+            ));
+        }
         let folder = target.parent().expect("inside the tuning folder");
         std::fs::create_dir_all(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
         write(&target, &table)?;
-        let kept = path.with_extension("json.earlier");
         std::fs::rename(&path, &kept).map_err(|e| format!("cannot rename {} to {}: {e}", path.display(), kept.display()))?;
         println!(
             "{} entries of {} into {} (the earlier file is {})",
