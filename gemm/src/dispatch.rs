@@ -677,12 +677,16 @@ fn run_padded<T: Element, TC: Element, TB: Element>(
         Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),
         None => (None, &moves[..]),
     };
-    for (shape, io) in operand_moves {
-        transpose_buffers(transpose, gpu, T::DTYPE, shape, *io)?;
-    }
-    gemm_buffers(kernel, gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
-    if let Some((shape, io)) = c_move {
-        transpose_buffers(transpose, gpu, T::DTYPE, &shape, io)?;
+    // SAFETY: the buffers are the call's borrowed slices and the workspace's scratch, which
+    // `_scratch` holds, each of the length `padding` reserved.
+    unsafe {
+        for (shape, io) in operand_moves {
+            transpose_buffers(transpose, gpu, T::DTYPE, shape, *io)?;
+        }
+        gemm_buffers(kernel, gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
+        if let Some((shape, io)) = c_move {
+            transpose_buffers(transpose, gpu, T::DTYPE, &shape, io)?;
+        }
     }
     Ok(())
 }

@@ -48,7 +48,8 @@ impl GemmKernel for Kernel {
     fn gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, mut args: GemmArgs<'_, T, TC, TB>) -> Result<()> {
         let shape = args.shape;
         let (buffers, epilogue, _guards) = args.pinned(gpu.stream());
-        gemm_buffers(self, gpu, T::DTYPE, &shape, buffers, &epilogue)
+        // SAFETY: the buffers are the borrowed slices of `args`, held until the launch is enqueued.
+        unsafe { gemm_buffers(self, gpu, T::DTYPE, &shape, buffers, &epilogue) }
     }
 
     fn transpose<T: Element>(&self, gpu: &Gpu, args: TransposeArgs<'_, T>) -> Result<()> {
@@ -57,7 +58,8 @@ impl GemmKernel for Kernel {
         let y_len = args.y.len();
         let (y, _y_sync) = args.y.device_ptr_mut(stream);
         let buffers = [Buffer { len: args.x.len(), addr: x }, Buffer { len: y_len, addr: y }];
-        transpose_buffers(self, gpu, T::DTYPE, &args.shape, buffers)
+        // SAFETY: the buffers are the borrowed slices of `args`.
+        unsafe { transpose_buffers(self, gpu, T::DTYPE, &args.shape, buffers) }
     }
 
     fn plan_gemm(
@@ -86,7 +88,11 @@ impl GemmKernel for Kernel {
 }
 
 /// As [`GemmKernel::gemm`], on buffers the caller holds on the GPU's stream.
-pub(crate) fn gemm_buffers(
+///
+/// # Safety
+///
+/// As [`Kernel::launch_planned`]: each buffer is a live allocation of at least its length.
+pub(crate) unsafe fn gemm_buffers(
     kernel: &Kernel,
     gpu: &Gpu,
     dtype: Dtype,
@@ -95,15 +101,27 @@ pub(crate) fn gemm_buffers(
     epilogue: &EpilogueArgs,
 ) -> Result<()> {
     match kernel.plan_gemm(gpu.sms(), dtype, shape, buffers, epilogue)? {
-        Some(planned) => kernel.launch_planned(gpu, &planned),
+        // SAFETY: the caller keeps this function's promise, which is `launch_planned`'s.
+        Some(planned) => unsafe { kernel.launch_planned(gpu, &planned) },
         None => Ok(()),
     }
 }
 
 /// As [`GemmKernel::transpose`], on buffers the caller holds on the GPU's stream.
-pub(crate) fn transpose_buffers(kernel: &Kernel, gpu: &Gpu, dtype: Dtype, shape: &TransposeShape, buffers: [Buffer; 2]) -> Result<()> {
+///
+/// # Safety
+///
+/// As [`gemm_buffers`].
+pub(crate) unsafe fn transpose_buffers(
+    kernel: &Kernel,
+    gpu: &Gpu,
+    dtype: Dtype,
+    shape: &TransposeShape,
+    buffers: [Buffer; 2],
+) -> Result<()> {
     match kernel.plan_transpose(gpu.sms(), dtype, shape, buffers)? {
-        Some(planned) => kernel.launch_planned(gpu, &planned),
+        // SAFETY: the caller keeps this function's promise, which is `launch_planned`'s.
+        Some(planned) => unsafe { kernel.launch_planned(gpu, &planned) },
         None => Ok(()),
     }
 }

@@ -360,9 +360,10 @@ impl Target for Chooser {
     type Output = Pick;
 
     /// Runs the pick; a cached one is checked again like any launch.
-    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
+    unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         let pick = self.choose(gpu, call)?;
-        pick.kernel.launch(gpu, call)?;
+        // SAFETY: the caller keeps `Target::launch`'s promise, which is the kernel's.
+        unsafe { pick.kernel.launch(gpu, call)? };
         Ok(pick)
     }
     fn family(&self) -> &Family {

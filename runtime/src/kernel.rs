@@ -208,7 +208,11 @@ impl Kernel {
     }
 
     /// Checks a call bound by name and enqueues it on the GPU's stream.
-    pub(crate) fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// As [`Target::launch`].
+    pub(crate) unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
         match self.plan_call(gpu.sms(), call)? {
             Some(launch) => gpu.launch(&self.built, &self.fatbin, launch),
             None => Ok(()),
@@ -245,7 +249,14 @@ impl Kernel {
     }
 
     /// Launches a plan this kernel made, on the GPU's stream.
-    pub fn launch_planned(&self, gpu: &Gpu, planned: &Planned) -> Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// A plan checks a call's addresses against the lengths the call states, not against
+    /// memory: every operand's buffer in the planned call must be a live allocation of the
+    /// GPU's context, of at least the length the call gave, until the kernel has run (a plan
+    /// made from `CudaSlice`s the caller holds borrowed meanwhile).
+    pub unsafe fn launch_planned(&self, gpu: &Gpu, planned: &Planned) -> Result<()> {
         if !Arc::ptr_eq(&planned.of, &self.built) {
             let rule = format!("the plan was made by kernel `{}`", planned.of.entry.variant.name);
             return Err(self.refused(rule));
@@ -260,7 +271,22 @@ impl Kernel {
 }
 
 /// A launch that [`Kernel::plan`] checked, for [`Kernel::launch_planned`]: only the runtime
-/// makes one, so nothing reaches the driver unchecked.
+/// makes one, so nothing reaches the driver unchecked but what a plan cannot see, whether its
+/// addresses are memory (which is why launching one is `unsafe`, and so is launching a `Call`
+/// of raw addresses through [`Target`]):
+///
+/// ```compile_fail,E0133
+/// # fn f(kernel: &tilesmith_runtime::Kernel, gpu: &tilesmith_runtime::Gpu, planned: &tilesmith_runtime::Planned) {
+/// let _ = kernel.launch_planned(gpu, planned);
+/// # }
+/// ```
+///
+/// ```compile_fail,E0133
+/// # use tilesmith_runtime::Target;
+/// # fn f(kernel: &tilesmith_runtime::Kernel, gpu: &tilesmith_runtime::Gpu, call: &tilesmith_runtime::Call) {
+/// let _ = Target::launch(kernel, gpu, call);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Planned {
     of: Arc<Built>,
@@ -279,7 +305,12 @@ pub trait Target {
     /// What the launch returns: nothing for a kernel, the pick for a chooser.
     type Output;
     /// Checks the call and enqueues it on the GPU's stream.
-    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Self::Output>;
+    ///
+    /// # Safety
+    ///
+    /// As [`Kernel::launch_planned`]: the call's buffers are live allocations of at least their
+    /// stated lengths (a [`CallBuilder`] makes them from borrowed `CudaSlice`s).
+    unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Self::Output>;
     /// The declaration of the family it belongs to.
     fn family(&self) -> &Family;
     /// The error of a call it refuses before planning, naming it.
@@ -288,8 +319,9 @@ pub trait Target {
 
 impl Target for Kernel {
     type Output = ();
-    fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
-        Kernel::launch(self, gpu, call)
+    unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<()> {
+        // SAFETY: the caller keeps `Target::launch`'s promise, which is this one's.
+        unsafe { Kernel::launch(self, gpu, call) }
     }
     fn family(&self) -> &Family {
         &self.built.entry.declaration
@@ -374,7 +406,8 @@ impl<'a, T: Target> CallBuilder<'a, T> {
     /// Checks the call and enqueues it on the GPU's stream.
     pub fn launch(self) -> Result<T::Output> {
         written_through_shared(self.target.family(), &self.shared).map_err(|rule| self.target.refusal(rule))?;
-        self.target.launch(self.gpu, &self.call)
+        // SAFETY: every buffer of the call was taken from a `CudaSlice` this builder borrows.
+        unsafe { self.target.launch(self.gpu, &self.call) }
     }
 }
 

@@ -501,6 +501,13 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
         };
         let op =
             Stored { name: decl.name.clone(), ld_name, buffer, rows, cols, ld, outer, layout, dtype, problems: size(problems)?, stride };
+        if buffer.addr == 0 && op.span() != Some(0) {
+            return Err(format!(
+                "{} is at address 0, a null pointer: pass its buffer{}",
+                decl.name,
+                if decl.optional { ", or leave the optional operand out" } else { "" }
+            ));
+        }
         check_stored(&op)?;
         if let Some((side, stride, extent)) = op.self_overlap().filter(|_| decl.access.writes()) {
             return Err(format!(

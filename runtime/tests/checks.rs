@@ -414,3 +414,23 @@ fn empty_calls_of_many_sided_families_do_nothing() {
         assert!(matches!(planned, Ok(None)), "batch {batch}, seq_q {seq_q}, seq_k {seq_k}: {planned:?}");
     }
 }
+
+/// Round four: a plan refuses a buffer at address 0 that the kernel would read or write.
+#[test]
+fn a_required_operand_at_address_zero_is_refused() {
+    use tilesmith_runtime::{plan_call, Buffer, Dtype};
+    let built = Built::unbuilt(shipped_entry("rmsnorm"));
+    let (rows, cols) = (64u64, 1000u64);
+    let [x, w, y] = Buffer::unallocated([(rows * cols) as usize, cols as usize, (rows * cols) as usize]);
+    plan_call(&built, &rmsnorm_call(rows, cols, [Dtype::Bf16; 3], [x, w, y]), 132).unwrap();
+    let message = plan_call(&built, &rmsnorm_call(rows, cols, [Dtype::Bf16; 3], [Buffer { addr: 0, ..x }, w, y]), 132).unwrap_err();
+    assert!(message.contains("x is at address 0, a null pointer"), "{message}");
+    let (call, lse) = attention_call(2, 64, 256);
+    let message = plan_call(
+        &Built::unbuilt(shipped_entry("attention")),
+        &call.operand("lse", Dtype::F32, Buffer { addr: 0, ..lse }).quantity("slb", 8 * 64).quantity("slh", 64),
+        132,
+    )
+    .unwrap_err();
+    assert!(message.contains("lse is at address 0") && message.contains("or leave the optional operand out"), "{message}");
+}
