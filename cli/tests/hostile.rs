@@ -265,6 +265,45 @@ fn a_trial_grid_past_cudas_limits_is_refused_at_gen() {
     assert!(message.contains("65535") && message.contains("belongs on x"), "{message}");
 }
 
+/// `tilesmith ARGS` in `root` with its address space capped at `mib` MiB (bash's `ulimit -v`):
+/// an allocation past it fails the command.
+fn within_memory(mib: u64, root: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit -v {} && exec \"$0\" --root \"$1\" \"${{@:2}}\"", mib * 1024))
+        .arg(env!("CARGO_BIN_EXE_tilesmith"))
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Round four: memory follows the declaration's size once, not once per variant: a family of
+/// 195 variants declaring 10,000 trial shapes gens, lists and reads its manifest in 768 MiB
+/// (594d27a copied the declaration into every variant, and into the manifest's JSON twice);
+/// past 10,000 shapes a list is refused by name.
+#[cfg(unix)]
+#[test]
+fn a_large_declaration_is_held_once_and_its_lists_are_bounded() {
+    let project = project();
+    let variants = project.path().join("variants.toml");
+    let shapes = |count: usize| (1..=count).map(|n| format!("{{ n = {n} }}")).collect::<Vec<_>>().join(", ");
+    let warps = (1..=32).map(|w| w.to_string()).collect::<Vec<_>>().join(", ");
+    let declared = std::fs::read_to_string(&variants)
+        .unwrap()
+        .replace("trials.perf = { n = 16777216 }", &format!("trials.perf = {{ n = 16777216 }}\ntrials.shapes = [{}]", shapes(10_000)))
+        .replace("warps = [4, 8]", &format!("warps = [{warps}]\nbounds = [\"checked\", \"unchecked\"]"));
+    std::fs::write(&variants, &declared).unwrap();
+    for args in [&["gen"][..], &["list"]] {
+        let output = within_memory(768, project.path(), args);
+        assert!(output.status.success(), "{args:?}: {}", text(&output));
+    }
+    assert!(text(&within_memory(768, project.path(), &["list"])).contains("195 variant(s)"));
+    std::fs::write(&variants, declared.replace("{ n = 10000 }]", "{ n = 10000 }, { n = 10001 }]")).unwrap();
+    let message = refused(Some(project.path()), &["gen"]);
+    assert!(message.contains("trials.shapes lists 10001 shapes, more than the 10000 a list may hold"), "{message}");
+}
+
 #[test]
 fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let dir = tempfile::tempdir().unwrap();

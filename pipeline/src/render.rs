@@ -153,7 +153,7 @@ impl Renderer {
         }
         let entry = Entry {
             variant: variant.clone(),
-            declaration: (*declared.family).clone(),
+            declaration: std::sync::Arc::clone(&declared.family),
             template: template.clone(),
             source: format!("generated/{}.cu", variant.name),
             source_sha256: String::new(),

@@ -37,7 +37,7 @@ pub struct Chooser {
 #[derive(Debug)]
 struct Inner {
     family: String,
-    declaration: Family,
+    declaration: Arc<Family>,
     /// Every variant but the reference ones, by name.
     kernels: Vec<Kernel>,
     tables: Vec<FamilyTable>,

@@ -194,7 +194,7 @@ fn an_operand_updated_in_place_overlaps_nothing_and_alignment_is_per_operand() {
     use tilesmith_spec::{Access, ParamKind};
     // rmsnorm's x made a residual updated in place, and its w made to want 16-byte starts.
     let mut entry = shipped_entry("rmsnorm");
-    entry.declaration.operands.iter_mut().find(|o| o.name == "x").unwrap().access = Access::ReadWrite;
+    std::sync::Arc::make_mut(&mut entry.declaration).operands.iter_mut().find(|o| o.name == "x").unwrap().access = Access::ReadWrite;
     for param in &mut entry.launch.params {
         if let ParamKind::Pointer { operand, access } = &mut param.kind {
             if operand == "x" {
@@ -230,7 +230,7 @@ fn many_sided_operands_are_checked_in_every_side() {
     // rmsnorm's x and y made [rows, rows, cols] tensors with strides [s, ld].
     let mut entry = shipped_entry("rmsnorm");
     for (name, stride, ld) in [("x", "sx", "ldx"), ("y", "sy", "ldy")] {
-        let decl = entry.declaration.operands.iter_mut().find(|o| o.name == name).unwrap();
+        let decl = std::sync::Arc::make_mut(&mut entry.declaration).operands.iter_mut().find(|o| o.name == name).unwrap();
         decl.dims.insert(0, Expr::parse("rows").unwrap());
         decl.ld = None;
         decl.strides = vec![stride.into(), ld.into()];
@@ -284,7 +284,7 @@ fn integer_operands_take_integer_buffers_only() {
     use tilesmith_spec::Expr;
     // rmsnorm's w made a vector of i32 (as a gather's indices would be).
     let mut entry = shipped_entry("rmsnorm");
-    let w = entry.declaration.operands.iter_mut().find(|o| o.name == "w").unwrap();
+    let w = std::sync::Arc::make_mut(&mut entry.declaration).operands.iter_mut().find(|o| o.name == "w").unwrap();
     w.dtype = Some(Dtype::I32);
     w.values = Some(Values { integers: Some([Expr::parse("0").unwrap(), Expr::parse("cols").unwrap()]), ..Values::default() });
     entry.check().unwrap();
@@ -337,7 +337,8 @@ fn calls_breaking_a_rule_are_refused_naming_it() {
     use tilesmith_runtime::{plan_call, Buffer, Dtype};
     use tilesmith_spec::Rule;
     let mut entry = shipped_entry("rmsnorm");
-    entry.declaration.rules = vec![Rule::parse("cols <= 1048576", "rows hold at most 2^20 columns").unwrap()];
+    std::sync::Arc::make_mut(&mut entry.declaration).rules =
+        vec![Rule::parse("cols <= 1048576", "rows hold at most 2^20 columns").unwrap()];
     entry.requires.rules = vec![Rule::parse("rows <= 4 * cols", "this variant wants rows of at least a quarter of the rows").unwrap()];
     entry.check().unwrap();
     let built = Built::unbuilt(entry);

@@ -562,6 +562,9 @@ pub struct Trials {
     pub tune: Vec<BTreeMap<String, u64>>,
 }
 
+/// The most shapes one of `trials.shapes`, `trials.bench` and `trials.tune` lists.
+pub const MAX_TRIAL_SHAPES: usize = 10_000;
+
 /// The axes every family has, beside its own.
 pub const COMMON_AXES: &[&str] = &["tile", "dtype", "backend", "warps", "bounds"];
 
@@ -599,6 +602,31 @@ const UNDRAWN_INTEGERS: &str = "holds integers: declare the values trials draw f
 pub const SMS: &str = "sms";
 
 impl Family {
+    /// A declaration of nothing: what an entry read without one holds until a manifest gives
+    /// it its family's; an entry holding it is refused.
+    pub fn unstated() -> Family {
+        Family {
+            quantities: Vec::new(),
+            tile: Vec::new(),
+            batch: None,
+            axes: Vec::new(),
+            operands: Vec::new(),
+            scalars: Vec::new(),
+            rules: Vec::new(),
+            work: Work { bytes: Expr::constant(0), flops: Expr::constant(0) },
+            baseline: Baseline::Copy,
+            reference: Reference {
+                backend: None,
+                library: None,
+                tolerance: BTreeMap::new(),
+                ulps: BTreeMap::new(),
+                reduction: None,
+                relative_to: BTreeMap::new(),
+            },
+            trials: Trials::default(),
+        }
+    }
+
     /// Every axis of the family, in the order names show them and groups expand them: its own
     /// axes shown always, the tile, dtype, backend and warps, its other axes, then bounds.
     pub fn axes(&self) -> Vec<Axis> {
@@ -753,6 +781,11 @@ impl Family {
     /// Every rule a declaration meets, each broken one as a message naming the item.
     pub fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        let lists = [("shapes", self.trials.shapes.len()), ("bench", self.trials.bench.len()), ("tune", self.trials.tune.len())];
+        for (list, count) in lists.into_iter().filter(|(_, count)| *count > MAX_TRIAL_SHAPES) {
+            // Refused before anything reads them: every variant's trials walk every shape.
+            return vec![format!("trials.{list} lists {count} shapes, more than the {MAX_TRIAL_SHAPES} a list may hold")];
+        }
         let mut names = BTreeSet::new();
         let mut name = |what: &str, name: &str, problems: &mut Vec<String>| {
             if !crate::variant::is_c_identifier(name) {

@@ -8,8 +8,10 @@ use crate::launch::LaunchSpec;
 use crate::variant::Variant;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// Bumped whenever a manifest's shape changes, so readers refuse what they cannot read.
 /// Format 4 states each family's declaration once; format 3, a declaration per entry, still reads.
@@ -28,68 +30,103 @@ pub struct Manifest {
     pub variants: Vec<Entry>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct ManifestFields<V> {
-    format: u32,
-    variants: V,
-}
-
 impl Serialize for Manifest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let value =
-            serde_json::to_value(ManifestFields { format: self.format, variants: &self.variants }).map_err(serde::ser::Error::custom)?;
-        fold(value).serialize(serializer)
+        let entries: Vec<&Entry> = self.variants.iter().collect();
+        let (families, variants) = folded(&entries, |e| e).map_err(serde::ser::Error::custom)?;
+        #[derive(Serialize)]
+        struct Fields {
+            families: BTreeMap<String, serde_json::Value>,
+            format: u32,
+            variants: Vec<serde_json::Value>,
+        }
+        Fields { families, format: self.format, variants }.serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for Manifest {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = unfold(serde_json::Value::deserialize(deserializer)?).map_err(serde::de::Error::custom)?;
-        let fields: ManifestFields<Vec<Entry>> = serde_json::from_value(value).map_err(serde::de::Error::custom)?;
-        Ok(Manifest { format: fields.format, variants: fields.variants })
+        #[derive(Deserialize)]
+        struct Fields {
+            format: u32,
+            #[serde(default)]
+            families: BTreeMap<String, Arc<Family>>,
+            variants: Vec<serde_json::Value>,
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        let variants = unfolded(&fields.families, fields.variants).map_err(serde::de::Error::custom)?;
+        Ok(Manifest { format: fields.format, variants })
     }
 }
 
-/// A manifest's JSON with each family's declaration stated once, under `families`, and left out
-/// of the entries that have it (an entry built from an older declaration keeps its own).
-fn fold(mut manifest: serde_json::Value) -> serde_json::Value {
-    let mut families = serde_json::Map::new();
-    if let Some(entries) = manifest.get_mut("variants").and_then(serde_json::Value::as_array_mut) {
-        for entry in entries.iter_mut().filter_map(serde_json::Value::as_object_mut) {
-            let Some(family) = entry.get("family").and_then(serde_json::Value::as_str).map(str::to_string) else { continue };
-            let stated = families.entry(family).or_insert_with(|| entry.get("declaration").cloned().unwrap_or_default());
-            if entry.get("declaration") == Some(stated) {
-                entry.remove("declaration");
-            }
-        }
-    }
-    if let Some(object) = manifest.as_object_mut() {
-        object.insert("families".into(), serde_json::Value::Object(families));
-    }
-    manifest
+thread_local! {
+    /// While an entry of a manifest is written: its family's declaration as the manifest
+    /// states it under `families`, which the entry then leaves out. While one is read: that
+    /// declaration, which an entry without its own takes.
+    static STATED: RefCell<Option<Arc<Family>>> = const { RefCell::new(None) };
 }
 
-/// The entries of a manifest's JSON each with its declaration again; a manifest written before
-/// declarations were folded (no `families`) reads as it is.
-fn unfold(mut manifest: serde_json::Value) -> Result<serde_json::Value, String> {
-    let families = match manifest.as_object_mut().and_then(|m| m.remove("families")) {
-        Some(serde_json::Value::Object(families)) => families,
-        Some(_) => return Err("`families` is not a table of declarations by family".into()),
-        None => serde_json::Map::new(),
-    };
-    if let Some(entries) = manifest.get_mut("variants").and_then(serde_json::Value::as_array_mut) {
-        for entry in entries.iter_mut().filter_map(serde_json::Value::as_object_mut) {
-            if entry.contains_key("declaration") {
-                continue;
-            }
-            let family = entry.get("family").and_then(serde_json::Value::as_str).unwrap_or_default();
-            let declaration = families
-                .get(family)
-                .ok_or_else(|| format!("variant of family `{family}` has no declaration, and `families` states none for it"))?;
-            entry.insert("declaration".into(), declaration.clone());
-        }
+/// Runs `f` with `stated` as the declaration entries leave out or take ([`STATED`]).
+fn with_stated<T>(stated: Option<&Arc<Family>>, f: impl FnOnce() -> T) -> T {
+    STATED.with(|s| *s.borrow_mut() = stated.cloned());
+    let result = f();
+    STATED.with(|s| *s.borrow_mut() = None);
+    result
+}
+
+/// Whether an entry being written leaves its declaration out: it is its family's stated one.
+fn is_stated(declaration: &Arc<Family>) -> bool {
+    STATED.with(|s| s.borrow().as_ref().is_some_and(|stated| Arc::ptr_eq(stated, declaration) || **stated == **declaration))
+}
+
+/// The declaration of an entry read without one: its family's stated one in a manifest, else
+/// [`unstated`], which [`Entry::check`] refuses.
+fn stated_or_unstated() -> Arc<Family> {
+    STATED.with(|s| s.borrow().clone()).unwrap_or_else(unstated)
+}
+
+/// The declaration of an entry that states none and has no manifest's to take.
+fn unstated() -> Arc<Family> {
+    static UNSTATED: OnceLock<Arc<Family>> = OnceLock::new();
+    Arc::clone(UNSTATED.get_or_init(|| Arc::new(Family::unstated())))
+}
+
+/// Entries written with each family's declaration once, under `families` (the first entry's),
+/// and left out of the entries that have it; an entry built from an older declaration keeps
+/// its own. Each entry's JSON is made alone, so a large declaration is never copied per entry.
+#[allow(clippy::type_complexity)]
+fn folded<T: Serialize>(
+    items: &[&T],
+    entry: impl Fn(&T) -> &Entry,
+) -> Result<(BTreeMap<String, serde_json::Value>, Vec<serde_json::Value>), serde_json::Error> {
+    let mut stated: BTreeMap<&str, &Arc<Family>> = BTreeMap::new();
+    for item in items {
+        let e = entry(item);
+        stated.entry(e.variant.family.as_str()).or_insert(&e.declaration);
     }
-    Ok(manifest)
+    let variants = items
+        .iter()
+        .map(|item| with_stated(stated.get(entry(item).variant.family.as_str()).copied(), || serde_json::to_value(item)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let families = stated.into_iter().map(|(name, d)| Ok((name.to_string(), serde_json::to_value(&**d)?))).collect::<Result<_, _>>()?;
+    Ok((families, variants))
+}
+
+/// The entries of a manifest's JSON, each without a declaration of its own given its family's
+/// stated one (shared, not copied); a manifest written before declarations were folded (no
+/// `families`) reads as it is.
+fn unfolded<T: DeserializeOwned>(families: &BTreeMap<String, Arc<Family>>, values: Vec<serde_json::Value>) -> Result<Vec<T>, String> {
+    values
+        .into_iter()
+        .map(|value| {
+            let family = value.get("family").and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+            let stated = families.get(&family);
+            if value.get("declaration").is_none() && stated.is_none() {
+                return Err(format!("variant of family `{family}` has no declaration, and `families` states none for it"));
+            }
+            with_stated(stated, || serde_json::from_value(value)).map_err(|err| err.to_string())
+        })
+        .collect()
 }
 
 /// What the runtime needs to know to launch one variant safely.
@@ -98,8 +135,10 @@ pub struct Entry {
     #[serde(flatten)]
     pub variant: Variant,
     /// Its family's declaration, as variants.toml states it: every entry carries the interface
-    /// the runtime checks its calls against.
-    pub declaration: Family,
+    /// the runtime checks its calls against. Shared by the entries of a family (one copy in
+    /// memory and in a manifest, however large).
+    #[serde(default = "stated_or_unstated", skip_serializing_if = "is_stated")]
+    pub declaration: Arc<Family>,
     /// The template it was rendered from, relative to `kernel-templates/`.
     pub template: String,
     /// Its rendered source, relative to the workspace.
@@ -161,26 +200,36 @@ pub struct Registry {
     pub variants: Vec<Built>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct RegistryFields<V> {
-    format: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    project: Option<PathBuf>,
-    variants: V,
-}
-
 impl Serialize for Registry {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let fields = RegistryFields { format: self.format, project: self.project.clone(), variants: &self.variants };
-        fold(serde_json::to_value(fields).map_err(serde::ser::Error::custom)?).serialize(serializer)
+        let built: Vec<&Built> = self.variants.iter().collect();
+        let (families, variants) = folded(&built, |b| &b.entry).map_err(serde::ser::Error::custom)?;
+        #[derive(Serialize)]
+        struct Fields<'a> {
+            families: BTreeMap<String, serde_json::Value>,
+            format: u32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            project: Option<&'a PathBuf>,
+            variants: Vec<serde_json::Value>,
+        }
+        Fields { families, format: self.format, project: self.project.as_ref(), variants }.serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for Registry {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let value = unfold(serde_json::Value::deserialize(deserializer)?).map_err(serde::de::Error::custom)?;
-        let fields: RegistryFields<Vec<Built>> = serde_json::from_value(value).map_err(serde::de::Error::custom)?;
-        Ok(Registry { format: fields.format, project: fields.project, variants: fields.variants })
+        #[derive(Deserialize)]
+        struct Fields {
+            format: u32,
+            #[serde(default)]
+            project: Option<PathBuf>,
+            #[serde(default)]
+            families: BTreeMap<String, Arc<Family>>,
+            variants: Vec<serde_json::Value>,
+        }
+        let fields = Fields::deserialize(deserializer)?;
+        let variants = unfolded(&fields.families, fields.variants).map_err(serde::de::Error::custom)?;
+        Ok(Registry { format: fields.format, project: fields.project, variants })
     }
 }
 
@@ -280,9 +329,19 @@ impl Entry {
     /// ([`LaunchSpec::check`]). Readers of manifests refuse an entry that breaks one, so that
     /// no launch is planned from nonsense.
     pub fn check(&self) -> Result<(), String> {
+        self.check_with(false)
+    }
+
+    /// [`Entry::check`], leaving out its declaration's own check where that was made already.
+    fn check_with(&self, declaration_checked: bool) -> Result<(), String> {
         let name = &self.variant.name;
-        if let Some(problem) = self.declaration.check().into_iter().next() {
-            return Err(format!("its family's declaration: {problem}"));
+        if Arc::ptr_eq(&self.declaration, &unstated()) {
+            return Err("it states no declaration of its family".into());
+        }
+        if !declaration_checked {
+            if let Some(problem) = self.declaration.check().into_iter().next() {
+                return Err(format!("its family's declaration: {problem}"));
+            }
         }
         self.variant.check(&self.declaration)?;
         self.declaration.undrawn_integers(&self.variant)?;
@@ -320,9 +379,15 @@ pub trait Check {
 
 fn check_entries<'a>(entries: impl Iterator<Item = &'a Entry>) -> Result<(), String> {
     let mut names = std::collections::BTreeSet::new();
+    // A declaration its entries share is checked once, however many they are.
+    let mut checked: Vec<&Arc<Family>> = Vec::new();
     for entry in entries {
         let name = &entry.variant.name;
-        entry.check().map_err(|rule| format!("variant `{name}`: {rule}"))?;
+        let declaration_checked = checked.iter().any(|d| Arc::ptr_eq(d, &entry.declaration));
+        entry.check_with(declaration_checked).map_err(|rule| format!("variant `{name}`: {rule}"))?;
+        if !declaration_checked {
+            checked.push(&entry.declaration);
+        }
         if !names.insert(name) {
             return Err(format!("variant `{name}` is listed twice"));
         }
@@ -447,7 +512,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), manifest);
         // An entry from an older declaration keeps its own; the others share the family's.
         let mut mixed = manifest.clone();
-        assert!(mixed.variants[1].declaration.trials.bench.pop().is_some());
+        assert!(std::sync::Arc::make_mut(&mut mixed.variants[1].declaration).trials.bench.pop().is_some());
         let text = serde_json::to_string(&mixed).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert!(value["variants"][1].get("declaration").is_some() && value["variants"][0].get("declaration").is_none());
