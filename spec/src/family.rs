@@ -782,7 +782,7 @@ impl Family {
     pub fn check(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let lists = [("shapes", self.trials.shapes.len()), ("bench", self.trials.bench.len()), ("tune", self.trials.tune.len())];
-        for (list, count) in lists.into_iter().filter(|(_, count)| *count > MAX_TRIAL_SHAPES) {
+        if let Some((list, count)) = lists.into_iter().find(|(_, count)| *count > MAX_TRIAL_SHAPES) {
             // Refused before anything reads them: every variant's trials walk every shape.
             return vec![format!("trials.{list} lists {count} shapes, more than the {MAX_TRIAL_SHAPES} a list may hold")];
         }
