@@ -11,6 +11,14 @@ use tera::{Tera, Value};
 
 /// The deepest nesting of tags (`if`, `for`, `macro`, ...) or of brackets within a tag.
 pub const MAX_NESTING: usize = 64;
+/// The longest a tag may be (`{{ ... }}`, `{% ... %}`): Tera parses and evaluates an
+/// expression of n terms n calls deep.
+pub const MAX_TAG_BYTES: usize = 4096;
+/// The longest chain of includes and macro calls one render may go through.
+pub const MAX_CALL_DEPTH: usize = 128;
+/// The most memory one render may take (the process's resident memory growing past it while a
+/// render runs stops the render).
+pub const MAX_RENDER_MEMORY: u64 = 1 << 30;
 /// The most items a template's `range(...)` may produce.
 pub const MAX_RANGE: usize = 1_000_000;
 /// The most bytes one render of a template may write.
@@ -50,9 +58,12 @@ pub fn check_nesting(text: &str) -> Result<(), String> {
         } else if close == "%}" && word.starts_with("end") {
             blocks = blocks.saturating_sub(1);
         }
+        let line = || text[..start].matches('\n').count() + 1;
         if deepest > MAX_NESTING || blocks > MAX_NESTING {
-            let line = text[..start].matches('\n').count() + 1;
-            return Err(format!("line {line}: nests tags or brackets deeper than the limit of {MAX_NESTING}"));
+            return Err(format!("line {}: nests tags or brackets deeper than the limit of {MAX_NESTING}", line()));
+        }
+        if inner.len() > MAX_TAG_BYTES {
+            return Err(format!("line {}: a tag of {} bytes, past the limit of {MAX_TAG_BYTES}", line(), inner.len()));
         }
         at = end;
     }
@@ -76,7 +87,8 @@ impl Body {
 }
 
 /// Refuses a template that includes itself, a macro that calls itself, or any longer cycle of
-/// includes and macro calls: Tera would recurse until the stack overflows.
+/// includes and macro calls, and chains of them deeper than `MAX_CALL_DEPTH`: Tera would
+/// recurse until the stack overflows.
 pub fn check_recursion(tera: &Tera) -> Result<(), String> {
     let mut edges: BTreeMap<Body, Vec<Body>> = BTreeMap::new();
     for name in tera.get_template_names() {
@@ -96,8 +108,10 @@ pub fn check_recursion(tera: &Tera) -> Result<(), String> {
             edges.insert(Body::Macro(name.to_string(), macro_name.clone()), inner);
         }
     }
-    // Depth-first without recursion: a body met again while still open closes a cycle.
+    // Depth-first without recursion: a body met again while still open closes a cycle. A body
+    // done has its depth: the longest chain of bodies it enters, itself included.
     let mut state: BTreeMap<&Body, bool> = BTreeMap::new(); // false: open, true: done
+    let mut depth: BTreeMap<&Body, usize> = BTreeMap::new();
     for start in edges.keys() {
         if state.contains_key(start) {
             continue;
@@ -107,6 +121,14 @@ pub fn check_recursion(tera: &Tera) -> Result<(), String> {
         while let Some((body, next)) = path.last_mut() {
             let callees = edges.get(*body).map(Vec::as_slice).unwrap_or_default();
             let Some(callee) = callees.get(*next) else {
+                let deepest = callees.iter().filter_map(|c| depth.get(c)).max().copied().unwrap_or(0) + 1;
+                if deepest > MAX_CALL_DEPTH {
+                    return Err(format!(
+                        "{} enters a chain of {deepest} includes and macro calls, past the limit of {MAX_CALL_DEPTH}",
+                        body.show()
+                    ));
+                }
+                depth.insert(body, deepest);
                 state.insert(body, true);
                 path.pop();
                 continue;
@@ -238,11 +260,14 @@ impl Write for Output {
     }
 }
 
-/// Runs `render` on a thread of its own and waits at most `MAX_RENDER_TIME` for it: past that, an
-/// error, and the render is left to end with the process (a thread cannot be stopped).
+/// Runs `render` on a thread of its own and waits at most `MAX_RENDER_TIME` for it, and while
+/// the process's resident memory stays within `MAX_RENDER_MEMORY` of what it was: past either,
+/// an error, and the render is left to end with the process (a thread cannot be stopped; the
+/// renderer renders nothing more of that template, and gen then fails).
 pub fn with_deadline<R: Send + 'static>(render: impl FnOnce() -> R + Send + 'static) -> Result<R, String> {
     let (send, receive) = std::sync::mpsc::channel();
     let started = Instant::now();
+    let memory_before = resident_bytes();
     std::thread::Builder::new()
         // Room for the nesting `check_nesting` allows, in a debug build too.
         .stack_size(64 << 20)
@@ -250,14 +275,32 @@ pub fn with_deadline<R: Send + 'static>(render: impl FnOnce() -> R + Send + 'sta
             let _ = send.send(render());
         })
         .map_err(|err| format!("cannot start a thread to render on: {err}"))?;
-    receive.recv_timeout(MAX_RENDER_TIME).map_err(|err| match err {
-        std::sync::mpsc::RecvTimeoutError::Timeout => {
-            format!(
+    loop {
+        match receive.recv_timeout(Duration::from_millis(5)) {
+            Ok(rendered) => return Ok(rendered),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("stopped rendering unexpectedly (the renderer panicked)".to_string())
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if started.elapsed() > MAX_RENDER_TIME {
+            return Err(format!(
                 "did not finish rendering within the limit of {} s (given up after {:.0?})",
                 MAX_RENDER_TIME.as_secs(),
                 started.elapsed()
-            )
+            ));
         }
-        std::sync::mpsc::RecvTimeoutError::Disconnected => "stopped rendering unexpectedly (the renderer panicked)".to_string(),
-    })
+        if let (Some(before), Some(now)) = (memory_before, resident_bytes()) {
+            if now.saturating_sub(before) > MAX_RENDER_MEMORY {
+                return Err(format!("grew past the limit of {} MiB of memory while rendering", MAX_RENDER_MEMORY >> 20));
+            }
+        }
+    }
+}
+
+/// The process's resident memory in bytes, where the system says (Linux's /proc/self/statm).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

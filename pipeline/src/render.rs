@@ -41,6 +41,9 @@ pub struct Renderer {
     pub texts: BTreeMap<String, String>,
     /// The names of the built-in partials in use (the project has no file of that name).
     builtin: BTreeSet<String>,
+    /// Why rendering stopped, once a render ran past its time or memory: that render still runs
+    /// on its thread (until the process ends), so no other is started beside it.
+    stopped: std::sync::Mutex<Option<String>>,
 }
 
 impl Renderer {
@@ -65,7 +68,7 @@ impl Renderer {
         tera.add_raw_templates(texts.iter().map(|(name, text)| (name.as_str(), text.as_str())))
             .map_err(|err| anyhow::anyhow!("in {}: {}", project.relative(&dir), messages(&err).join(": ")))?;
         guard::check_recursion(&tera).map_err(|rule| anyhow::anyhow!("in {}: {rule}", project.relative(&dir)))?;
-        Ok(Renderer { tera: Arc::new(tera), texts, builtin })
+        Ok(Renderer { tera: Arc::new(tera), texts, builtin, stopped: std::sync::Mutex::default() })
     }
 
     /// A render error's innermost message; for a name not found, with the line of the template
@@ -122,6 +125,9 @@ impl Renderer {
             )));
         }
         let render = |ctx: &Context| {
+            if let Some(why) = self.stopped.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                return Err(fail(why));
+            }
             let (tera, name, owned) = (Arc::clone(&self.tera), template.clone(), ctx.clone());
             let rendered = guard::with_deadline(move || {
                 let mut output = guard::Output::default();
@@ -129,7 +135,11 @@ impl Renderer {
                 (result, output)
             });
             match rendered {
-                Err(rule) => Err(fail(format!("template {template}: {rule}"))),
+                Err(rule) => {
+                    let why = format!("template {template}: {rule}");
+                    self.stopped.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert_with(|| why.clone());
+                    Err(fail(why))
+                }
                 Ok((_, guard::Output { cut: Some(rule), .. })) => Err(fail(format!("template {template}: {rule}"))),
                 Ok((Err(err), _)) => Err(fail(format!("template {template}: {}", self.explain(template, &err, ctx)))),
                 Ok((Ok(()), output)) => {
