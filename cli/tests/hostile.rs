@@ -331,6 +331,50 @@ fn a_large_declaration_is_held_once_and_its_lists_are_bounded() {
     assert!(message.contains("trials.shapes lists 10001 shapes, more than the 10000 a list may hold"), "{message}");
 }
 
+/// Round four: a kernel whose compiled parameter list is not its launch contract's is refused by
+/// the build, naming both; 594d27a built it, and its launch would have been undefined.
+#[test]
+fn a_hand_written_signature_that_is_not_the_contract_fails_the_build() {
+    let text = std::fs::read_to_string(template(project().path())).unwrap();
+    for (signature, says) in [
+        (
+            "const T* __restrict__ X, T* __restrict__ Y, int n, float alpha, int extra",
+            "takes 5 parameter(s) on sm_80, but its launch contract declares 4: `X` (8 bytes), `Y` (8 bytes), `n` (4 bytes), `alpha` (4 bytes)",
+        ),
+        (
+            "const T* __restrict__ X, T* __restrict__ Y, long long n, float alpha",
+            "takes 8 bytes as its parameter 3 on sm_80, but its launch contract's parameter 3 is `n` (4 bytes)",
+        ),
+    ] {
+        let project = with_template(&text.replace("{{ variant }}({{ signature }})", &format!("{{{{ variant }}}}({signature})")), &[]);
+        let message = refused(Some(project.path()), &["build", "--kernels", "scale"]);
+        assert!(message.contains(says), "{message}");
+        assert!(message.contains("kernel-templates/scale.cu.tera"), "{message}");
+        assert!(!project.path().join("registry/scale.fatbin").exists(), "{message}");
+    }
+}
+
+/// Round four: a fatbin replaced by an older file that keeps its modification time (`cp -p`) is
+/// not taken for the one recorded: the build compiles it again.
+#[cfg(unix)]
+#[test]
+fn a_fatbin_replaced_by_an_older_copy_is_compiled_again() {
+    let project = project();
+    let root = project.path();
+    let output = xtask(Some(root), &["build", "--kernels", "scale"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let registry = root.join("registry");
+    let (fatbin, other) = (registry.join("scale.fatbin"), registry.join("scale_reference.fatbin"));
+    let recorded = std::fs::read(&fatbin).unwrap();
+    // Another fatbin of this build put in its place, its modification time kept.
+    assert!(Command::new("cp").arg("-p").arg(&other).arg(&fatbin).status().unwrap().success());
+    assert_ne!(std::fs::read(&fatbin).unwrap(), recorded);
+    let output = xtask(Some(root), &["build", "--kernels", "scale"]);
+    let message = text(&output);
+    assert!(output.status.success() && message.contains("no longer matches the SHA-256 recorded"), "{message}");
+    assert_eq!(std::fs::read(&fatbin).unwrap().len(), recorded.len(), "compiled again");
+}
+
 #[test]
 fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,8 +170,10 @@ fn find_program(program: &str) -> Option<PathBuf> {
 
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
     if let Some(why) = crate::gen::stale(project)? {
+        // Every variant, as `tilesmith gen` would: a selection's references, and the variants
+        // not selected, keep their entries.
         eprintln!("{why}: running gen first");
-        crate::gen::run(project, selection, false, false)?;
+        crate::gen::run(project, &Selection::new(&[])?, false, false)?;
     }
     let started = Instant::now();
     // Everything that could stop the build is checked before the registry is touched.
