@@ -347,6 +347,7 @@ fn a_hand_written_signature_that_is_not_the_contract_fails_the_build() {
         ),
     ] {
         let project = with_template(&text.replace("{{ variant }}({{ signature }})", &format!("{{{{ variant }}}}({signature})")), &[]);
+        assert!(xtask(Some(project.path()), &["gen"]).status.success());
         let message = refused(Some(project.path()), &["build", "--kernels", "scale"]);
         assert!(message.contains(says), "{message}");
         assert!(message.contains("kernel-templates/scale.cu.tera"), "{message}");
@@ -361,6 +362,7 @@ fn a_hand_written_signature_that_is_not_the_contract_fails_the_build() {
 fn a_fatbin_replaced_by_an_older_copy_is_compiled_again() {
     let project = project();
     let root = project.path();
+    assert!(xtask(Some(root), &["gen"]).status.success());
     let output = xtask(Some(root), &["build", "--kernels", "scale"]);
     assert!(output.status.success(), "{}", text(&output));
     let registry = root.join("registry");
