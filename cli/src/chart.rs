@@ -2,28 +2,31 @@
 //! thick one per baseline (cuBLAS per layout, or the copy), across the benchmarked shapes.
 
 use plotters::prelude::*;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use tilesmith_trials::report::Record;
 
 /// Draws `records` (one family and dtype) into an SVG at `path`.
 pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> {
+    // Shapes, lines and points found through maps: a chart of 20,000 records is linear work.
     let mut shapes: Vec<String> = Vec::new();
+    let mut shape_at: HashMap<String, usize> = HashMap::new();
+    let mut series = Lines::default();
+    let mut baselines = Lines::default();
+    let mut baseline_points: HashSet<(String, usize)> = HashSet::new();
     for r in records {
-        let shape = shape_label(r);
-        if !shapes.contains(&shape) {
-            shapes.push(shape);
-        }
-    }
-    let mut series: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
-    let mut baselines: Vec<(String, Vec<(usize, f64)>)> = Vec::new();
-    for r in records {
-        let x = shapes.iter().position(|s| *s == shape_label(r)).expect("shape listed");
-        add_point(&mut series, &r.variant, (x, r.kernel));
+        let label = shape_label(r);
+        let x = *shape_at.entry(label.clone()).or_insert_with(|| {
+            shapes.push(label);
+            shapes.len() - 1
+        });
+        series.add(&r.variant, (x, r.kernel));
         let baseline = if r.group.is_empty() { r.baseline_name.clone() } else { format!("{} {}", r.baseline_name, r.group) };
-        if !baselines.iter().any(|(name, points)| *name == baseline && points.iter().any(|(bx, _)| *bx == x)) {
-            add_point(&mut baselines, &baseline, (x, r.baseline));
+        if baseline_points.insert((baseline.clone(), x)) {
+            baselines.add(&baseline, (x, r.baseline));
         }
     }
+    let (series, baselines) = (series.lines, baselines.lines);
     let top = records.iter().flat_map(|r| [r.kernel, r.baseline]).fold(0.0, f64::max) * 1.1;
     let unit = records.first().map_or("", |r| r.unit.as_str());
 
@@ -76,10 +79,20 @@ pub fn draw(path: &Path, title: &str, records: &[Record]) -> Result<(), String> 
     root.present().map_err(|e| err(&e))
 }
 
-fn add_point(series: &mut Vec<(String, Vec<(usize, f64)>)>, name: &str, point: (usize, f64)) {
-    match series.iter_mut().find(|(existing, _)| existing == name) {
-        Some((_, points)) => points.push(point),
-        None => series.push((name.to_string(), vec![point])),
+/// Named lines of points, in the order their names first come.
+#[derive(Default)]
+struct Lines {
+    lines: Vec<(String, Vec<(usize, f64)>)>,
+    index: HashMap<String, usize>,
+}
+
+impl Lines {
+    fn add(&mut self, name: &str, point: (usize, f64)) {
+        let at = *self.index.entry(name.to_string()).or_insert_with(|| {
+            self.lines.push((name.to_string(), Vec::new()));
+            self.lines.len() - 1
+        });
+        self.lines[at].1.push(point);
     }
 }
 

@@ -441,6 +441,11 @@ fn a_cache_record_whose_report_the_fatbin_contradicts_is_not_taken() {
 
 /// `count` bench records, their families alternating between `families`.
 fn bench_records(count: usize, families: &[&str]) -> String {
+    bench_records_of(count, families, |i| 1024 + i / 200)
+}
+
+/// `count` records of 200 variants over `families`, record i of `rows(i)` × 4096.
+fn bench_records_of(count: usize, families: &[&str], rows: impl Fn(usize) -> usize) -> String {
     let records: Vec<String> = (0..count)
         .map(|i| {
             format!(
@@ -449,7 +454,7 @@ fn bench_records(count: usize, families: &[&str]) -> String {
                 "ratio": 0.5, "input_sets": 1, "measured_at": 0}}"#,
                 i % 200,
                 families[i % families.len()],
-                1024 + i / 200
+                rows(i)
             )
         })
         .collect();
@@ -479,6 +484,18 @@ fn replot_writes_only_into_its_folder_and_takes_linear_time() {
         std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     written.sort();
     assert_eq!(written, ["bench.json", "rmsnorm_bf16.svg", "softmax_bf16.svg"]);
+    // Round four: one chart of records of distinct shapes (looked up in lists at 594d27a: 35 s
+    // for 20,000, four times as long per doubling) takes linear time: 4 times the records,
+    // under 8 times the CPU time.
+    let timed = |count: usize| {
+        std::fs::write(&records, bench_records_of(count, &["softmax"], |i| 1 + i)).unwrap();
+        let (ok, printed, seconds) =
+            common::cpu_time(dir.path(), &["bench", "--replot", records.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert!(ok, "{printed}");
+        seconds
+    };
+    let (small, large) = (timed(5_000), timed(20_000));
+    assert!(large < 8.0 * small.max(0.05), "5,000 records {small} s, 20,000 {large} s");
 }
 
 #[test]

@@ -498,11 +498,13 @@ impl Parser<'_> {
             self.report(raw.span().start, None, format!("axis `{axis}` lists no values"));
         }
         let mut values: Vec<Value> = Vec::new();
+        // Seen values in a set: a list of 200,000 values is checked in linear time.
+        let mut seen = std::collections::BTreeSet::new();
         for (index, item) in items.iter().enumerate() {
             let at = self.item_offset(raw.span().start, index);
             let spanned = Spanned::new(at..at, item.clone());
             if let Some(value) = self.value(family, axis, domain, &spanned, backends) {
-                if values.contains(&value) {
+                if !seen.insert(value.clone()) {
                     self.report(at, None, format!("axis `{axis}` lists {} twice", show(&value)));
                 } else {
                     values.push(value);

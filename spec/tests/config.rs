@@ -771,3 +771,20 @@ fn a_float_in_an_expression_is_named_as_such() {
     let message = Config::parse(Path::new("variants.toml"), &format!("{BASE}[[gemm.groups]]\n{family}")).unwrap_err().to_string();
     assert!(message.contains("2.5 is not a whole number") && !message.contains("untagged"), "{message}");
 }
+
+/// Round four: a long axis list is read in linear time before the variant limit refuses it
+/// (594d27a looked each value up in the list of those before it: 26.6 s for 200,000).
+#[test]
+fn a_long_axis_list_is_refused_in_linear_time() {
+    let parse_tiles = |count: usize| {
+        let tiles: Vec<String> =
+            (0..count).map(|i| format!("[{}, {}, {}]", 16 * (1 + i % 64), 16 * (1 + i / 64 % 64), 16 * (1 + i / 4096))).collect();
+        let groups = format!("[[gemm.groups]]\ntile = [{}]\n", tiles.join(", "));
+        let start = std::time::Instant::now();
+        let message = error(&groups);
+        assert!(message.contains("20000"), "{message}");
+        start.elapsed().as_secs_f64()
+    };
+    let (small, large) = (parse_tiles(50_000), parse_tiles(200_000));
+    assert!(large < 8.0 * small.max(0.05), "50,000 tiles {small} s, 200,000 {large} s");
+}
