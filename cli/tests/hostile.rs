@@ -377,6 +377,52 @@ fn a_fatbin_replaced_by_an_older_copy_is_compiled_again() {
     assert_eq!(std::fs::read(&fatbin).unwrap().len(), recorded.len(), "compiled again");
 }
 
+/// Round four: a project folder whose name is not UTF-8 is named in the build's refusal
+/// ("path contains invalid UTF-8 characters" at 594d27a, after compiling everything).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_project_path_that_is_not_utf8_is_named() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join(std::ffi::OsStr::from_bytes(b"proj\xff"));
+    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith")).arg("init").arg(&root).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let output = Command::new(env!("CARGO_BIN_EXE_tilesmith")).arg("--root").arg(&root).arg("build").output().unwrap();
+    let message = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains("proj\u{fffd}") && message.contains("is not valid UTF-8"), "{message}");
+    assert!(!root.join("registry").exists(), "{message}");
+}
+
+/// Round four: declarations that no GPU or call could use are refused at gen: clusters on an
+/// sm_80 target, f16 trial values past 65,504, a rule no call keeps.
+#[test]
+fn declarations_that_cannot_work_are_refused_at_gen() {
+    let text = std::fs::read_to_string(template(project().path())).unwrap();
+    let clusters = with_template(&text.replace("dynamic_smem_bytes = 0", "cluster = [2, 1, 1]\ndynamic_smem_bytes = 0"), &[]);
+    let message = refused(Some(clusters.path()), &["gen"]);
+    assert!(
+        message.contains("launches clusters of [2, 1, 1] blocks, which need sm_90 or later, but its backend targets sm_80"),
+        "{message}"
+    );
+    for (from, to, says) in [
+        (
+            "{ name = \"x\", access = \"read\", dims = [\"n\"] }",
+            "{ name = \"x\", access = \"read\", dims = [\"n\"], values = { uniform = [-100000.0, 100000.0] } }",
+            "operand `x` (f16): its trial values reach 100000, past 65504, the largest finite f16",
+        ),
+        ("work = {", "rules = [{ holds = \"n < 0\", says = \"never\" }]\nwork = {", "rule `n < 0` holds for no call"),
+    ] {
+        let project = project();
+        let variants = project.path().join("variants.toml");
+        let declared = std::fs::read_to_string(&variants).unwrap();
+        assert!(declared.contains(from), "{from}");
+        std::fs::write(&variants, declared.replacen(from, to, 1)).unwrap();
+        let message = refused(Some(project.path()), &["gen"]);
+        assert!(message.contains(says), "{message}");
+    }
+}
+
 #[test]
 fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let dir = tempfile::tempdir().unwrap();

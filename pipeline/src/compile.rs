@@ -169,6 +169,15 @@ fn find_program(program: &str) -> Option<PathBuf> {
 }
 
 pub fn run(project: &Project, selection: &Selection, options: &Options) -> Result<()> {
+    // The registry's manifest (JSON) records where it was built, and a crate's build.rs embeds
+    // its files by path: both need the path as text.
+    if project.root.to_str().is_none() || project.out.as_ref().is_some_and(|out| out.to_str().is_none()) {
+        bail!(
+            "the project folder {} is not valid UTF-8: tilesmith records it as text in the registry; move or rename the \
+             project to a UTF-8 path",
+            project.root.display()
+        );
+    }
     if let Some(why) = crate::gen::stale(project)? {
         // Every variant, as `tilesmith gen` would: a selection's references, and the variants
         // not selected, keep their entries.

@@ -105,6 +105,18 @@ impl Dtype {
         }
     }
 
+    /// The largest finite value of a floating-point type; none for integers.
+    pub fn max_finite(self) -> Option<f64> {
+        match self {
+            Dtype::F16 => Some(65_504.0),
+            Dtype::Bf16 => Some(3.389_531_389_251_535e38),
+            Dtype::F32 => Some(f64::from(f32::MAX)),
+            Dtype::E4m3 => Some(448.0),
+            Dtype::E5m2 => Some(57_344.0),
+            Dtype::I32 | Dtype::I64 | Dtype::U32 | Dtype::U8 => None,
+        }
+    }
+
     /// The values it holds exactly, for integers: what a trial's range must lie in.
     pub fn integer_range(self) -> Option<(f64, f64)> {
         match self {

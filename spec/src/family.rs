@@ -743,6 +743,28 @@ impl Family {
         }
     }
 
+    /// Refuses trial values a float operand of `variant` cannot hold: drawn past its type's
+    /// largest finite value (uniform bounds, or a normal law's mean and six deviations), they
+    /// would be infinities, and every trial would compare infinities.
+    pub fn values_fit(&self, variant: &Variant) -> Result<(), String> {
+        for decl in self.operands.iter().filter(|o| o.access.reads()) {
+            let dtype = self.operand_dtype(variant, decl);
+            let (Some(max), Some(values)) = (dtype.max_finite(), &decl.values) else { continue };
+            let reach = match (values.uniform, values.normal) {
+                (Some([lo, hi]), _) => lo.abs().max(hi.abs()),
+                (None, Some([mean, std])) => mean.abs() + 6.0 * std.abs(),
+                (None, None) => continue,
+            };
+            if reach > max {
+                return Err(format!(
+                    "operand `{}` ({dtype}): its trial values reach {reach}, past {max}, the largest finite {dtype}",
+                    decl.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The element type of `decl` in `variant`: its fixed dtype, its dtype axis's value, or the
     /// variant's dtype.
     pub fn operand_dtype(&self, variant: &Variant, decl: &OperandDecl) -> Dtype {
@@ -867,6 +889,7 @@ impl Family {
             }
             let rank = operand.dims.len();
             match (&operand.ld, operand.strides.len(), rank) {
+                (_, _, 0) => problems.push(format!("{what}: `dims` lists no side; an operand has 1 to {MAX_RANK}")),
                 (None, 0, 1) => {}
                 (Some(ld), 0, 2) => name("leading dimension", ld, &mut problems),
                 (None, n, _) if rank >= 2 && n + 1 == rank => {
@@ -878,8 +901,8 @@ impl Family {
                 (_, _, 1) => problems.push(format!("{what}: a vector is contiguous: it has no leading dimension or strides")),
                 (Some(_), _, _) => problems.push(format!("{what}: give `ld` (a matrix) or `strides`, not both, and `ld` of matrices only")),
                 (None, n, _) => problems.push(format!(
-                    "{what}: an operand of {rank} sides names a stride for each but the last (contiguous): `strides` has {} quantities, not {n}",
-                    rank.saturating_sub(1)
+                    "{what}: an operand of {rank} sides names a stride for each but the last (contiguous): {} quantities, where `strides` lists {n}",
+                    rank - 1
                 )),
             }
             if rank > 2 && operand.order.is_some() {
@@ -1021,6 +1044,12 @@ impl Family {
             .chain(&self.trials.tune)
             .chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
         problems.extend(self.rules.iter().filter_map(|rule| rule.check_names(&all).err()));
+        problems.extend(
+            self.rules
+                .iter()
+                .filter(|rule| !rule.can_hold())
+                .map(|rule| format!("rule `{rule}` holds for no call: every call would be refused")),
+        );
         for shape in shapes {
             if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
                 problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));

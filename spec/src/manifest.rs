@@ -287,7 +287,10 @@ impl Requirements {
         }
         let quantities = family.all_quantities();
         self.rules.iter().try_for_each(|rule| rule.check_names(&quantities))?;
-        Ok(())
+        match self.rules.iter().find(|rule| !rule.can_hold()) {
+            Some(rule) => Err(format!("rule `{rule}` holds for no call: every call would be refused")),
+            None => Ok(()),
+        }
     }
 }
 
@@ -345,6 +348,7 @@ impl Entry {
         }
         self.variant.check(&self.declaration)?;
         self.declaration.undrawn_integers(&self.variant)?;
+        self.declaration.values_fit(&self.variant)?;
         if self.entry != *name {
             return Err(format!("its entry symbol `{}` is not its name", self.entry));
         }
@@ -367,6 +371,17 @@ impl Entry {
                 .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
                 .collect();
             bytes.check_names(&known).map_err(|rule| format!("its backend's cost_bytes: {rule}"))?;
+        }
+        // Thread-block clusters are Hopper's (compute capability 9.0): an older target cannot
+        // launch them.
+        if self.launch.cluster.iter().product::<u32>() > 1 {
+            let targets = self.targets.sass.iter().chain([&self.targets.ptx]);
+            if let Some(old) = targets.into_iter().find(|t| crate::arch::compute_capability(t).is_some_and(|cc| cc < (9, 0))) {
+                return Err(format!(
+                    "it launches clusters of {:?} blocks, which need sm_90 or later, but its backend targets {old}",
+                    self.launch.cluster
+                ));
+            }
         }
         self.launch.check(&self.variant, &self.declaration, &self.targets.sass)
     }

@@ -99,6 +99,35 @@ impl Rule {
         }
     }
 
+    /// Whether some call could keep it, as far as trying each of its names (up to three) over
+    /// the powers of two, the numbers it names and their neighbours can tell: a rule none of
+    /// those keep (`1 == 2`, `rows < 0`) would refuse every call.
+    pub fn can_hold(&self) -> bool {
+        let mut names: Vec<&str> = self.names().collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() > 3 {
+            return true;
+        }
+        let text = self.to_string();
+        let numbers = text.split(|c: char| !c.is_ascii_digit()).filter_map(|word| word.parse::<u64>().ok());
+        let mut probes: Vec<u64> = (0..32).map(|k| 1u64 << k).chain([0, 3]).collect();
+        for n in numbers {
+            probes.extend([n.saturating_sub(1), n, n.saturating_add(1)]);
+        }
+        probes.sort_unstable();
+        probes.dedup();
+        let combinations = probes.len().pow(names.len() as u32);
+        (0..combinations).any(|mut index| {
+            let mut values = Vec::with_capacity(names.len());
+            for _ in &names {
+                values.push(probes[index % probes.len()]);
+                index /= probes.len();
+            }
+            self.check(&|name| names.iter().position(|n| *n == name).map(|at| values[at])).is_ok()
+        })
+    }
+
     fn broken(&self, value: &dyn Fn(&str) -> Option<u64>, why: &str) -> String {
         let mut names: Vec<&str> = self.names().collect();
         names.sort_unstable();

@@ -691,8 +691,10 @@ ptx = "compute_90"
         (
             "strides = [\"sqb\", \"sqs\", \"sqh\"]",
             "strides = [\"sqb\", \"sqs\"]",
-            "operand `q`: an operand of 4 sides names a stride for each but the last (contiguous): `strides` has 3 quantities, not 2",
+            "operand `q`: an operand of 4 sides names a stride for each but the last (contiguous): 3 quantities, where `strides` lists 2",
         ),
+        // Round four: no side at all ("`strides` has 0 quantities, not 0" at 594d27a).
+        ("dims = [\"seq\", \"dim\"], ld = \"ldc\"", "dims = []", "operand `cos`: `dims` lists no side; an operand has 1 to 8"),
         ("strides = [\"sqb\", \"sqs\", \"sqh\"]", "strides = [\"sqb\", \"sqs\", \"ldc\"]", "`ldc`: the name is taken"),
         ("ld = \"ldc\"", "strides = [\"ldc\"], ld = \"ldd\"", "operand `cos`: give `ld` (a matrix) or `strides`, not both"),
         ("dims = [\"seq\", \"dim\"], ld = \"ldc\"", "dims = [\"dim\"], ld = \"ldc\"", "operand `cos`: a vector is contiguous"),
