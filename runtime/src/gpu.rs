@@ -341,7 +341,7 @@ fn encode(map: &TensorMapArg) -> std::result::Result<CUtensorMap, DriverError> {
     // Rows whose stride is not a multiple of 128 bytes put most box rows across two lines;
     // promoting each miss to 256 bytes then fetches lines no box needs. H100, a 3000³ matrix
     // product (rows of 6000 bytes), 192x192 tiles in clusters of 2: 0.80 of the vendor library
-    // with 256-byte promotion, 0.95 with 128 (docs/dispatch.md, "L2 promotion"); aligned rows
+    // with 256-byte promotion, 0.95 with 128 (records:docs/dispatch.md, "L2 promotion"); aligned rows
     // keep the 256 bytes tuned on.
     let promotion = if map.strides_bytes[0].is_multiple_of(128) {
         CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B

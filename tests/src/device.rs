@@ -61,7 +61,7 @@ pub fn rotation(gpu: &Gpu, bytes_per_set: usize) -> Result<usize, String> {
 /// The least time the GPU runs the untimed calls before a timing. A GPU left idle while the
 /// host made a problem's inputs drops its clocks (345 MHz seen on an idle H100), and a few
 /// calls of a 25 µs kernel did not bring them back: one side of a ratio was then timed at up to
-/// 3x its time (0.32-0.44 one-offs in the dispatch bench, docs/dispatch.md).
+/// 3x its time (0.32-0.44 one-offs in the dispatch bench, records:docs/dispatch.md).
 const MIN_WARMUP: Duration = Duration::from_millis(10);
 
 /// Median time in milliseconds of `runs` calls of `run(i)` (i counting up, over `sets` input
