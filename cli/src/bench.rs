@@ -158,17 +158,18 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         continue;
                     }
                     // A fused epilogue is timed as activation(A·B + bias).
+                    let [sa, sb, sc] = shape.spans();
+                    let [a, b_buffer, c, bias] = Buffer::unallocated([sa, sb, sc, shape.n]);
                     let epilogue = EpilogueArgs {
                         activation,
-                        bias: fused.then_some(Buffer { len: shape.n, addr: 0 }),
+                        bias: fused.then_some(bias),
                         out: (out != *dtype).then_some(out),
                         b: (b != *dtype).then_some(b),
                         ..EpilogueArgs::default()
                     };
                     let mut runnable = Vec::new();
                     for &kernel in members {
-                        let buffers = Buffer::unallocated(shape.spans());
-                        match plan_gemm_with(kernel.info(), *dtype, &shape, buffers, &epilogue, gpu.sms()) {
+                        match plan_gemm_with(kernel.info(), *dtype, &shape, [a, b_buffer, c], &epilogue, gpu.sms()) {
                             Ok(_) => runnable.push(kernel),
                             Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }

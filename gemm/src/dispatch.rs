@@ -316,13 +316,18 @@ fn accepts(built: &Built, transpose: Option<&Kernel>, device: &Device, call: &Ge
                 None => padding(dtype, shape, &buffers, None),
             };
             let Some(padding) = plan.filter(|p| padded_epilogue(p, epilogue)) else { return false };
-            // The workspace starts 256-byte aligned; address 0 stands for it.
-            let (gemm, moves) = padding.buffers(&buffers, 0);
+            // The workspace starts 256-byte aligned; an address far above any buffer's stands
+            // for it (0 would be refused as a null pointer).
+            let (gemm, moves) = padding.buffers(&buffers, WORKSPACE_STAND_IN);
             plan_gemm_with(built, dtype, &padding.gemm, gemm, epilogue, device.sms).is_ok()
                 && moves.iter().all(|(shape, io)| plan_transpose(transpose.info(), dtype, shape, *io, device.sms).is_ok())
         }
     }
 }
+
+/// Where a pick assumes the workspace lies: 256-byte aligned, apart from every buffer a call
+/// passes (device addresses lie below 2^48), and with room for any span below it.
+const WORKSPACE_STAND_IN: u64 = 1 << 62;
 
 /// The GEMM variants of the dtype that take the (canonical) call on the device, with their
 /// strategy: directly where they can; for an unaligned call, or one in a layout none of them
