@@ -143,7 +143,16 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
     for (_, dtype, _, members) in &groups {
         let [b, out] = ["b", "c"].map(|name| members[0].operand_dtype(name).unwrap_or(*dtype));
         let family = &members[0].info().entry.declaration;
-        for shape in family_shapes(family, &given) {
+        let shapes = family_shapes(family, &given);
+        if shapes.is_empty() {
+            let family_name = &members[0].variant().family;
+            let why = match &given {
+                Some(_) => format!("no --shapes of {} sizes", family.quantities.len()),
+                None => "no trials.bench shapes: declare some, or pass --shapes".to_string(),
+            };
+            skipped.extend(members.iter().map(|k| format!("{} ({family_name}): {why}", k.name())));
+        }
+        for shape in shapes {
             let what = describe(&shape, family);
             match &family.baseline {
                 // GEMM's cuBLAS, from the GEMM plug-in, the one this command links.

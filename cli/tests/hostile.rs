@@ -423,6 +423,32 @@ fn declarations_that_cannot_work_are_refused_at_gen() {
     }
 }
 
+/// Round four: kernel-templates/ holding links to folders (two to `.` made gen walk forever, one
+/// to `/` the file system) is refused naming the link; an empty subfolder changes nothing.
+#[cfg(unix)]
+#[test]
+fn links_to_folders_in_the_templates_are_refused_and_empty_folders_ignored() {
+    let project = project();
+    let templates = project.path().join("kernel-templates");
+    std::fs::create_dir_all(templates.join("aaa_empty")).unwrap();
+    std::fs::create_dir_all(templates.join("zzz_empty")).unwrap();
+    let output = common::xtask_within(60, Some(project.path()), &["gen"]);
+    assert!(output.status.success(), "{}", text(&output));
+    for (link, to) in [("loop_a", "."), ("root", "/")] {
+        std::os::unix::fs::symlink(to, templates.join(link)).unwrap();
+        if link == "loop_a" {
+            std::os::unix::fs::symlink(".", templates.join("loop_b")).unwrap();
+        }
+        let output = common::xtask_within(60, Some(project.path()), &["gen"]);
+        let message = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{link}: {message}");
+        assert!(message.contains("is a link to a folder"), "{link}: {message}");
+        for name in [link, "loop_b"] {
+            let _ = std::fs::remove_file(templates.join(name));
+        }
+    }
+}
+
 #[test]
 fn init_writes_nothing_when_it_cannot_finish_and_joins_an_existing_gitignore() {
     let dir = tempfile::tempdir().unwrap();
