@@ -341,18 +341,22 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
 /// One paragraph per distinct failure, naming the variants that share it: a template's error
 /// fails every variant rendered from it with the same message but for the variant's name.
 fn distinct_failures(failures: &[(String, Failure)]) -> Vec<String> {
-    let mut distinct: Vec<(String, &str, &Failure, Vec<&str>)> = Vec::new();
+    let mut distinct: Vec<(&str, &Failure, Vec<&str>)> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (name, failure) in failures {
         let key = failure.message.replace(name.as_str(), "\u{0}");
-        match distinct.iter_mut().find(|(k, ..)| *k == key) {
-            Some((.., sharing)) => sharing.push(name),
-            None => distinct.push((key, name, failure, Vec::new())),
+        match index.get(&key) {
+            Some(&at) => distinct[at].2.push(name),
+            None => {
+                index.insert(key, distinct.len());
+                distinct.push((name, failure, Vec::new()));
+            }
         }
     }
     const NAMED: usize = 4;
     distinct
         .into_iter()
-        .map(|(_, first, failure, sharing)| {
+        .map(|(first, failure, sharing)| {
             let also = match sharing.len() {
                 0 => String::new(),
                 n => format!(

@@ -213,8 +213,8 @@ pub fn run(project: &Project, selection: &Selection, check: bool, repair: bool) 
         written += 1;
     } else {
         // Its time says when gen last saw the templates ([`stale`]), even when it is unchanged.
-        let touched = std::fs::File::options().write(true).open(&manifest.0).and_then(|f| f.set_modified(std::time::SystemTime::now()));
-        touched.with_context(|| format!("cannot update the time of {}", manifest.0.display()))?;
+        // Where it cannot be set (a read-only checkout), the next build only runs gen again.
+        let _ = std::fs::File::options().write(true).open(&manifest.0).and_then(|f| f.set_modified(std::time::SystemTime::now()));
     }
     for path in &orphans {
         remove_if_there(path)?;
