@@ -787,6 +787,8 @@ fn a_long_axis_list_is_refused_in_linear_time() {
         assert!(message.contains("20000"), "{message}");
         start.elapsed().as_secs_f64()
     };
-    let (small, large) = (parse_tiles(50_000), parse_tiles(200_000));
+    // The best of three of each: wall time, which other tests running beside this one inflate.
+    let best = |count: usize| (0..3).map(|_| parse_tiles(count)).fold(f64::INFINITY, f64::min);
+    let (small, large) = (best(50_000), best(200_000));
     assert!(large < 8.0 * small.max(0.05), "50,000 tiles {small} s, 200,000 {large} s");
 }
