@@ -222,14 +222,15 @@ fn check_trial_grids(entry: &Entry) -> Result<(), String> {
             _ => family.tile.iter().take(2).map(String::as_str).chain(family.batch.as_deref()).collect(),
         };
         let keeps_rules = family.rules.iter().chain(&entry.requires.rules).all(|rule| rule.check(&env).is_ok());
-        if !keeps_rules || needed.iter().any(|name| env(name).is_none()) {
+        // A shape with nothing to compute launches nothing (the runtime plans no grid for it).
+        if !keeps_rules || needed.iter().any(|name| env(name).is_none_or(|v| v == 0)) {
             continue;
         }
         let problems = family.batch.as_deref().and_then(env).unwrap_or(1);
         if let Err(rule) = entry.launch.grid_of(family, &env, problems, TRIAL_SMS) {
             let values: Vec<String> = shape.iter().map(|(q, v)| format!("{q} = {v}")).collect();
             return Err(format!(
-                "{field} {{ {} }}: {rule}; a grid side past 65,535 blocks (y, z) belongs on x, which takes up to 2^31-1",
+                "{field} {{ {} }}: {rule}; a side past 65,535 blocks belongs on x, which takes up to 2^31-1",
                 values.join(", ")
             ));
         }
