@@ -298,9 +298,10 @@ pub fn with_deadline<R: Send + 'static>(render: impl FnOnce() -> R + Send + 'sta
     }
 }
 
-/// The process's resident memory in bytes, where the system says (Linux's /proc/self/statm).
+/// The process's resident memory in bytes, where the system says (Linux's /proc/self/status,
+/// `VmRSS` in kB, whatever the page size).
 fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status.lines().find_map(|line| line.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
 }

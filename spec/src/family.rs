@@ -1044,12 +1044,7 @@ impl Family {
             .chain(&self.trials.tune)
             .chain(Some(&self.trials.perf).filter(|p| !p.is_empty()));
         problems.extend(self.rules.iter().filter_map(|rule| rule.check_names(&all).err()));
-        problems.extend(
-            self.rules
-                .iter()
-                .filter(|rule| !rule.can_hold())
-                .map(|rule| format!("rule `{rule}` holds for no call: every call would be refused")),
-        );
+        problems.extend(self.rules.iter().filter_map(|rule| rule.check_can_hold().err()));
         for shape in shapes {
             if let Some(q) = shape.keys().find(|q| !all.contains(&q.as_str())) {
                 problems.push(format!("trials: shape names `{q}`, which is not a quantity (quantities: {})", all.join(", ")));

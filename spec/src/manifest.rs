@@ -287,10 +287,7 @@ impl Requirements {
         }
         let quantities = family.all_quantities();
         self.rules.iter().try_for_each(|rule| rule.check_names(&quantities))?;
-        match self.rules.iter().find(|rule| !rule.can_hold()) {
-            Some(rule) => Err(format!("rule `{rule}` holds for no call: every call would be refused")),
-            None => Ok(()),
-        }
+        self.rules.iter().try_for_each(crate::Rule::check_can_hold)
     }
 }
 
