@@ -388,10 +388,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Tune { registry, args } => {
             let tuning_dir = |project: Option<&Project>| project.map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
-            if args.upgrade {
-                // Before any build, which refuses tables of the earlier format.
-                return done(message(tune::upgrade(&args, tuning_dir(project(&cli.root).ok().as_ref()))));
-            }
             let target = Target::resolve(&cli.root, &registry)?;
             done(message(tune::run(args, &target.open()?, tuning_dir(target.project.as_ref()))))
         }

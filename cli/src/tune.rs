@@ -22,11 +22,6 @@ pub struct Args {
     /// --epilogue, --shapes-file and --log are GEMM's.
     #[arg(long, value_name = "NAME")]
     family: Option<String>,
-    /// Convert GEMM tables of the earlier format (`<GPU>-<SMs>sm.json` in the tuning folder
-    /// itself) into tuning/gemm/, keeping each old file as `<name>.json.earlier`; measures
-    /// nothing.
-    #[arg(long)]
-    pub(crate) upgrade: bool,
     /// Dtypes to tune, comma-separated (default: bf16 for GEMM, every dtype of the family with
     /// --family). A dtype's entries stand for another of the same width where that has none
     /// (f16 runs bf16's picks), so one of each width does.
@@ -108,10 +103,4 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         deadline: tune::deadline(args.minutes),
     };
     crate::tune_family::run(options, registry)
-}
-
-/// `--upgrade`: converts GEMM tables of the earlier format in the tuning folder (`--out`, else
-/// `default_out`) into its `gemm/` folder ([`tilesmith_gemm::trials::tune::upgrade`]).
-pub(crate) fn upgrade(args: &Args, default_out: PathBuf) -> Result<(), String> {
-    tilesmith_gemm::trials::tune::upgrade(&args.out.clone().unwrap_or(default_out))
 }

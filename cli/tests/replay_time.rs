@@ -28,14 +28,13 @@ fn replay_of_a_large_table_is_not_quadratic_in_its_candidates() {
 /// by multiples of 256, so that each copy keeps its alignment and the tiles that divide it);
 /// returns the number of entries replayed and the seconds of CPU taken.
 fn replay(path: &Path, copies: u64, registry: &Path) -> (usize, f64) {
-    use tilesmith_gemm::table::{Key, TuningTable};
-    let mut table = TuningTable::read(path).unwrap();
+    use tilesmith_spec::family_table::FamilyTable;
+    let mut table = FamilyTable::read(path).unwrap();
     let shipped = table.entries.clone();
     for step in 1..copies {
         for entry in &shipped {
             let mut copy = entry.clone();
-            copy.shape[0] += 256 * step;
-            copy.key = Key::new(copy.key.dtype, copy.key.layout, copy.key.alignment, copy.problem());
+            copy.problem[0] += 256 * step;
             table.insert(copy);
         }
     }

@@ -6,9 +6,11 @@ use crate::args::GemmArgs;
 use crate::kernel::{gemm_buffers, transpose_buffers, GemmKernel};
 use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose};
 use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
-use crate::table::{self, Alignment, Strategy, TuningEntry, TuningTable};
+use crate::table::{self, Alignment, Strategy};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
 use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Result};
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
+use tilesmith_spec::tuning::NEAR_TIE;
 use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype, GridRule, Layout};
 
@@ -377,28 +379,30 @@ fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: 
 /// compute capability with the nearest SM count (then the nearest SM clock, then by name),
 /// scaled by √(its SMs / this device's) so that the problem it is compared with fills as many
 /// waves of tiles there as the call does here.
-pub fn table_for<'t>(tables: &'t [TuningTable], device: &Device) -> Option<(&'t TuningTable, f64)> {
+pub fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<(&'t FamilyTable, f64)> {
     let (table, own) = device.table_in(tables, |t| &t.device)?;
     let scale = if own { 1.0 } else { (f64::from(table.device.sms) / f64::from(device.sms.max(1))).sqrt() };
     Some((table, scale))
 }
 
-/// How far (in [`table::distance`], summed |log2| of problem count, M, N and K) a measured
+/// How far ([`FamilyEntry::distance`], summed |log2| of problem count, M, N and K) a measured
 /// problem may lie from a call and still stand for it; farther, the heuristic does better
 /// (`tilesmith replay`).
 const NEAR_ENOUGH: f64 = 1.0;
 
 /// Picks the variant and strategy for a call. Only variants applying the call's activation
-/// (its `epilogue` axis) compete. With a table ([`table_for`]): the nearest problem measured
-/// with the call's activation, else the nearest plain one (a batch's problem count counts), of
-/// the call's layout and alignment (of its dtype, else of a dtype of the same width, whose
-/// variants run the same code) within [`NEAR_ENOUGH`], its candidates in rank order (each as
-/// the variant of the same axes with the call's dtype and epilogue), the first that takes the
-/// call; then the next nearest problem. Otherwise, or when no near candidate takes it,
-/// [`heuristic`]. The call is seen as [`canonical`] makes it.
+/// (its `epilogue` axis) compete, each directly or padded where it takes the call so. With a
+/// table ([`table_for`]): the problems measured with the call's activation, else the plain
+/// ones (a batch's problem count counts), of the call's layout and alignment (of its dtype,
+/// else of a dtype of the same width, whose variants run the same code) within [`NEAR_ENOUGH`];
+/// each measured candidate stands for the variant of the same axes with the call's dtype and
+/// epilogue, and each taker's time is estimated from the problems that time it
+/// ([`family_table::estimate`], the rule every family's chooser reads its table by): the least
+/// estimate, near ties direct first, then by name. Otherwise [`heuristic`]. The call is seen as
+/// [`canonical`] makes it.
 pub fn choose<'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
-    tables: &[TuningTable],
+    tables: &[FamilyTable],
     device: &Device,
     call: &GemmCall<'_>,
 ) -> std::result::Result<Choice, String> {
@@ -438,55 +442,86 @@ pub fn choose<'k>(
     let found = table_for(tables, device);
     if let Some((table, scale)) = found {
         let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
-        let problem = [shape.batch.count as u64, scaled(shape.m), scaled(shape.n), shape.k as u64];
+        let (batch, problem) = (shape.batch.count as u64, [scaled(shape.m), scaled(shape.n), shape.k as u64]);
         let widths = Dtype::ALL
             .iter()
             .copied()
             .filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes() && d.is_integer() == dtype.is_integer());
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
-        let near = |entry: &&TuningEntry| table::distance(entry.problem(), problem) <= NEAR_ENOUGH;
-        // Entries measured with the call's activation first, then the plain ones.
-        let activated = (epilogue.activation != Activation::NONE).then_some(epilogue.activation.as_str());
-        let measured_with = activated.into_iter().map(Some).chain([None]);
-        let entries = measured_with
-            .flat_map(|with| dtypes.iter().flat_map(move |&d| table.nearest(d, shape.layout, class, with, problem)))
-            .filter(near);
+        let takers = candidates(&gemms, transpose, device, call);
         // A padded candidate was measured for the entry's operands; the call's may move others,
         // which gives the GEMM another layout: the same variant in that one.
         let padded_layout = padding(dtype, shape, &buffers, None).map(|p| p.gemm.layout);
-        let convert = unserved(&gemms, shape.layout);
-        for entry in entries {
-            for (rank, candidate) in entry.ranked.iter().enumerate() {
-                let Some(ranked) = all.iter().find(|k| k.name() == candidate.variant) else { continue };
-                let takes = |kernel: &&Kernel| accepts(kernel.info(), transpose, device, call, candidate.strategy, convert);
-                let layout = match candidate.strategy {
-                    Strategy::Padded => padded_layout,
-                    Strategy::Direct => None,
+        // The taker a measured candidate stands for: the variant of its axes with the call's
+        // dtype and epilogue (and, padded, the layout the call's moves give).
+        let stands_for = |timed: &Timed| -> Option<(&'k Kernel, Strategy)> {
+            let strategy = Strategy::of(timed).ok()?;
+            let ranked = all.iter().find(|k| k.name() == timed.variant)?;
+            let layout = if strategy == Strategy::Padded { padded_layout } else { None };
+            let mut siblings = epilogue.activation.epilogues().into_iter().filter_map(|word| sibling(&gemms, ranked, word, layout));
+            siblings.find(|k| takers.iter().any(|(t, s)| *s == strategy && t.name() == k.name())).map(|k| (k, strategy))
+        };
+        // Entries measured with the call's activation first, then the plain ones.
+        let activated = (epilogue.activation != Activation::NONE).then_some(epilogue.activation.as_str());
+        for with in activated.into_iter().map(Some).chain([None]) {
+            for &d in &dtypes {
+                let near: Vec<(f64, &FamilyEntry)> = table
+                    .nearest(d, &table::class(shape.layout, class, with), batch, &problem)
+                    .into_iter()
+                    .take_while(|(distance, _)| *distance <= NEAR_ENOUGH)
+                    .collect();
+                // Each entry's candidates as the takers they stand for, with their rank there.
+                let mapped: Vec<Vec<(&Kernel, Strategy, f64, usize)>> = near
+                    .iter()
+                    .map(|(_, e)| {
+                        let stood = e.ranked.iter().enumerate().filter_map(|(rank, t)| stands_for(t).map(|(k, s)| (k, s, t.ms, rank)));
+                        stood.collect()
+                    })
+                    .collect();
+                let timed_in = |m: &[(&Kernel, Strategy, f64, usize)], k: &Kernel, s: Strategy| {
+                    m.iter().find(|(mk, ms, ..)| *ms == s && mk.name() == k.name()).map(|&(.., ms, rank)| (ms, rank))
                 };
-                let kernel = epilogue.activation.epilogues().iter().filter_map(|word| sibling(&gemms, ranked, word, layout)).find(takes);
-                if let Some(kernel) = kernel {
-                    let with = entry.epilogue.as_deref().map(|e| format!(" with {e}")).unwrap_or_default();
-                    let measured = table::describe(entry.problem()) + &with;
-                    let borrowed = if table.device.is(device) {
-                        String::new()
-                    } else {
-                        format!(
-                            " (the nearest table of compute capability {}.{}, M and N x{scale:.2})",
-                            device.capability[0], device.capability[1]
-                        )
-                    };
-                    let reason = format!(
-                        "tuning table {}{borrowed}: nearest measured problem {measured} ({} {} {:?}), rank {} of {}, {:.2}x cuBLAS there",
-                        tilesmith_spec::tuning::file_name(&table.device),
-                        entry.key.dtype,
-                        shape.layout,
-                        class,
-                        rank + 1,
-                        entry.ranked.len(),
-                        candidate.ratio(entry)
-                    );
-                    return Ok(chosen(kernel, candidate.strategy, reason));
-                }
+                let mut estimated: Vec<(f64, &Kernel, Strategy)> = takers
+                    .iter()
+                    .filter_map(|&(k, s)| {
+                        let times = near.iter().zip(&mapped).map(|((d, e), m)| (*d, timed_in(m, k, s).map(|t| t.0), e.fastest_ms()));
+                        family_table::estimate(times).map(|e| (e.slowdown, k, s))
+                    })
+                    .collect();
+                estimated.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let Some(&(least, ..)) = estimated.first() else { continue };
+                let tie = least + (1.0 + NEAR_TIE).ln();
+                let &(slowdown, kernel, strategy) = estimated
+                    .iter()
+                    .filter(|e| e.0 <= tie)
+                    .min_by(|a, b| (a.2, a.1.name()).cmp(&(b.2, b.1.name())))
+                    .expect("the least is within a tie of itself");
+                let ((distance, entry), (ms, rank)) = near
+                    .iter()
+                    .zip(&mapped)
+                    .find_map(|(n, m)| timed_in(m, kernel, strategy).map(|t| (*n, t)))
+                    .expect("an estimate reads an entry");
+                let with = with.map(|e| format!(" with {e}")).unwrap_or_default();
+                let borrowed = if table.device.is(device) {
+                    String::new()
+                } else {
+                    format!(
+                        " (the nearest table of compute capability {}.{}, M and N x{scale:.2})",
+                        device.capability[0], device.capability[1]
+                    )
+                };
+                let reason = format!(
+                    "tuning table {}{borrowed}: estimated {:.1}% over the fastest from the measured problems near it; nearest measured problem {}{with} ({} {} {class}), rank {} of {}, {:.2}x cuBLAS there, {distance:.2} away",
+                    tilesmith_spec::tuning::file_name(&table.device),
+                    (slowdown.exp() - 1.0) * 100.0,
+                    table::describe(entry.batch, &entry.problem),
+                    entry.dtype,
+                    shape.layout,
+                    rank + 1,
+                    entry.ranked.len(),
+                    entry.baseline_ms / ms
+                );
+                return Ok(chosen(kernel, strategy, reason));
             }
         }
     }

@@ -4,11 +4,12 @@
 use crate::args::GemmArgs;
 use crate::dispatch::{self, Choice, GemmCall, Workspace};
 use crate::shape::{Activation, GemmShape};
-use crate::table::{TuningTable, FAMILY};
+use crate::table::{check_table, FAMILY};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tilesmith_runtime::{Element, Error, Gpu, Registry, Result};
+use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::tuning::{file_name, TUNING_DIR};
 use tilesmith_spec::Dtype;
 
@@ -27,16 +28,15 @@ pub trait GemmRegistry {
     /// What [`GemmRegistry::gemm`] would pick for this call, and why, without launching anything.
     fn choose_gemm<T: Element, TC: Element, TB: Element>(&self, gpu: &Gpu, args: &GemmArgs<'_, T, TC, TB>) -> Result<Choice>;
 
-    /// GEMM's tuning tables, the registry's tables of family `gemm`, each read as GEMM's on
-    /// first use ([`TuningTable::from_family`]); one that does not read is an error naming the
-    /// file.
+    /// GEMM's tuning tables, the registry's tables of family `gemm`, each checked as GEMM's on
+    /// first use ([`check_table`]); one that does not pass is an error naming the file.
     fn gemm_tables(&self) -> Result<Arc<Dispatcher>>;
 }
 
 /// What the dispatcher keeps beside a registry: its tables, and the picks made so far.
 #[derive(Debug)]
 pub struct Dispatcher {
-    pub tables: Vec<TuningTable>,
+    pub tables: Vec<FamilyTable>,
     /// Picks by device, dtype, shape and which operands are unaligned (the padded strategy
     /// moves just those): choosing walks the table and plans candidates, which costs more host
     /// time than a small GEMM takes.
@@ -44,7 +44,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(tables: Vec<TuningTable>) -> Dispatcher {
+    pub fn new(tables: Vec<FamilyTable>) -> Dispatcher {
         Dispatcher { tables, picks: Mutex::default() }
     }
 }
@@ -55,8 +55,9 @@ type PickKey = (String, u32, Dtype, GemmShape, [bool; 3], (Activation, bool, boo
 /// [`Registry::with_family_tables`] replaces them), for choosing against a table not yet built
 /// into it; a table that does not fit the registry (variants it lacks) is refused as that
 /// refuses it.
-pub fn with_tables(registry: Registry, tables: Vec<TuningTable>) -> std::result::Result<Registry, String> {
-    let registry = registry.with_family_tables(tables.iter().map(TuningTable::to_family).collect())?;
+pub fn with_tables(registry: Registry, tables: Vec<FamilyTable>) -> std::result::Result<Registry, String> {
+    tables.iter().try_for_each(check_table)?;
+    let registry = registry.with_family_tables(tables.clone())?;
     // Its extensions are fresh, so the tables given are the ones kept, none included.
     let _ = registry.extension(|| Ok::<_, Error>(Dispatcher::new(tables)));
     Ok(registry)
@@ -72,7 +73,7 @@ impl GemmRegistry for Registry {
             // A registry without GEMM variants has no GEMM tables either.
             let family = self.family(FAMILY).map(|chooser| chooser.tables()).unwrap_or_default();
             let tables = family.iter().map(|table| {
-                TuningTable::from_family(table).map_err(|reason| {
+                check_table(table).map(|()| table.clone()).map_err(|reason| {
                     let path = self.dir().unwrap_or(Path::new("registry")).join(TUNING_DIR).join(FAMILY).join(file_name(&table.device));
                     Error::RegistryUnreadable { path, reason }
                 })

@@ -3,9 +3,10 @@
 
 use std::path::Path;
 use tilesmith_gemm::dispatch::{choose, Choice, GemmCall};
-use tilesmith_gemm::table::{self as tuning, Alignment, Candidate, Key, Strategy, TuningEntry, TuningTable};
+use tilesmith_gemm::table::{self as tuning, Alignment, Strategy};
 use tilesmith_gemm::{plan_gemm_with, Activation, Batch, EpilogueArgs, GemmKernel, GemmRegistry, GemmShape};
 use tilesmith_runtime::{Buffer, Dtype, Layout, Registry};
+use tilesmith_spec::family_table::{rank, FamilyEntry, Timed};
 use tilesmith_spec::tuning::Device;
 use tilesmith_spec::{Built, Manifest};
 
@@ -20,14 +21,14 @@ fn h200() -> Device {
     Device { name: "NVIDIA H200".into(), capability: [9, 0], sms: 132, clocks: None }
 }
 
-fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]) -> TuningEntry {
-    TuningEntry {
-        key: Key::new(Dtype::Bf16, Layout::Tn, alignment, [1, shape[0], shape[1], shape[2]]),
-        shape,
+fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]) -> FamilyEntry {
+    FamilyEntry {
+        dtype: Dtype::Bf16,
+        class: tuning::class(Layout::Tn, alignment, None),
+        problem: shape.to_vec(),
         batch: 1,
-        epilogue: None,
-        cublas_ms: 1.0,
-        ranked: tuning::rank(ranked.iter().map(|&(v, strategy, ms)| Candidate { variant: v.into(), strategy, ms }).collect()).unwrap(),
+        baseline_ms: 1.0,
+        ranked: rank(ranked.iter().map(|&(v, strategy, ms)| Timed { variant: v.into(), strategy: strategy.word(), ms }).collect()).unwrap(),
     }
 }
 
@@ -38,55 +39,50 @@ fn registry() -> Registry {
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let built = manifest.variants.into_iter().map(Built::unbuilt).collect();
     let direct = Strategy::Direct;
-    let table = TuningTable {
-        device: h200(),
-        compiler: "test".into(),
-        entries: vec![
-            entry(
-                Alignment::Aligned,
-                [4096, 4096, 4096],
-                &[
-                    ("gemm_tn_128x256x64_wgmma_w12_unchecked", direct, 0.170),
-                    ("gemm_tn_128x256x64_wgmma_w12", direct, 0.180),
-                    ("gemm_tn_128x128x32", direct, 0.33),
-                ],
-            ),
-            entry(
+    let mut table = tuning::new_table(h200(), "test".into());
+    for entry in [
+        entry(
+            Alignment::Aligned,
+            [4096, 4096, 4096],
+            &[
+                ("gemm_tn_128x256x64_wgmma_w12_unchecked", direct, 0.170),
+                ("gemm_tn_128x256x64_wgmma_w12", direct, 0.180),
+                ("gemm_tn_128x128x32", direct, 0.33),
+            ],
+        ),
+        entry(
+            Alignment::Aligned,
+            [16, 4096, 4096],
+            &[("gemm_tn_64x128x64_wgmma_w8_s6_splitk2", direct, 0.018), ("gemm_tn_64x128x64_wgmma_w8_s6", direct, 0.020)],
+        ),
+        entry(
+            Alignment::Unaligned,
+            [4095, 4097, 4099],
+            &[
+                ("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.29),
+                ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded, 0.30),
+                ("gemm_tn_128x128x32", direct, 0.50),
+            ],
+        ),
+        FamilyEntry {
+            class: tuning::class(Layout::Tn, Alignment::Aligned, Some("gelu_tanh")),
+            ..entry(
                 Alignment::Aligned,
                 [16, 4096, 4096],
-                &[("gemm_tn_64x128x64_wgmma_w8_s6_splitk2", direct, 0.018), ("gemm_tn_64x128x64_wgmma_w8_s6", direct, 0.020)],
-            ),
-            entry(
-                Alignment::Unaligned,
-                [4095, 4097, 4099],
-                &[
-                    ("gemm_tn_128x256x64_wgmma_w12", Strategy::Padded, 0.29),
-                    ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded, 0.30),
-                    ("gemm_tn_128x128x32", direct, 0.50),
-                ],
-            ),
-            TuningEntry {
-                epilogue: Some("gelu_tanh".into()),
-                ..entry(
-                    Alignment::Aligned,
-                    [16, 4096, 4096],
-                    &[
-                        ("gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh", direct, 0.021),
-                        ("gemm_tn_64x128x64_wgmma_w8_s6_gelu_tanh", direct, 0.022),
-                    ],
-                )
-            },
-            TuningEntry {
-                key: Key::new(Dtype::Bf16, Layout::Tn, Alignment::Aligned, [64, 512, 512, 64]),
-                batch: 64,
-                ..entry(
-                    Alignment::Aligned,
-                    [512, 512, 64],
-                    &[("gemm_tn_128x256x64_wgmma_w12", direct, 0.020), ("gemm_tn_128x128x64_wgmma_w12_s6", direct, 0.024)],
-                )
-            },
-        ],
-    };
+                &[("gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh", direct, 0.021), ("gemm_tn_64x128x64_wgmma_w8_s6_gelu_tanh", direct, 0.022)],
+            )
+        },
+        FamilyEntry {
+            batch: 64,
+            ..entry(
+                Alignment::Aligned,
+                [512, 512, 64],
+                &[("gemm_tn_128x256x64_wgmma_w12", direct, 0.020), ("gemm_tn_128x128x64_wgmma_w12_s6", direct, 0.024)],
+            )
+        },
+    ] {
+        table.insert(entry);
+    }
     tilesmith_gemm::with_tables(Registry::new(Path::new("registry"), built), vec![table]).unwrap()
 }
 
@@ -226,7 +222,7 @@ fn a_dtype_without_entries_reads_those_of_its_width() {
     let call = |dtype| GemmCall { dtype, shape: &shape, buffers: buffers(&shape), epilogue: &plain };
     let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::F16)).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x256x64_f16_wgmma_w12_unchecked");
-    assert!(choice.reason.contains("(bf16 tn Aligned)"), "{}", choice.reason);
+    assert!(choice.reason.contains("(bf16 tn aligned)"), "{}", choice.reason);
     // f32 has no twin of its width in the table: the heuristic.
     let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::F32)).unwrap();
     assert!(choice.reason.contains("heuristic"), "{}", choice.reason);
@@ -240,7 +236,7 @@ fn odd_leading_dimensions_take_the_padded_strategy_from_their_own_class() {
     // Every operand is unaligned: A and B are moved transposed and C computed as Cᵀ = Bᵀ·Aᵀ,
     // an nt GEMM; the tn variant ranked first runs as its nt sibling.
     assert_eq!((name.as_str(), strategy), ("gemm_nt_128x256x64_wgmma_w12", Strategy::Padded));
-    assert!(reason.contains("Unaligned") && reason.contains("rank 1 of 3"), "{reason}");
+    assert!(reason.contains("unaligned") && reason.contains("rank 1 of 3"), "{reason}");
     // The same pick in every call: the choice depends on the table alone.
     for _ in 0..3 {
         assert_eq!(pick(&registry, &h200(), packed).0, name);

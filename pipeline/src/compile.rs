@@ -905,14 +905,14 @@ fn indent(text: &str) -> String {
 /// The project's tuning tables (`tuning/<family>/*.json`, [`FamilyTable`]: format, file name,
 /// entries), each checked, with their paths in the tuning folder: each may rank only declared
 /// variants of its own family, and passes the `checks` of the plug-ins linked. A table in the
-/// tuning folder itself is of an earlier format, and refused with the way to convert it.
+/// tuning folder itself would not be read: it is refused, saying where tables go.
 fn project_tables(project: &Project, config: Option<&Config>, checks: &[TableCheck]) -> Result<Vec<(String, FamilyTable)>> {
     let dir = project.tuning_dir();
     let fix = "fix it, remove it or run `tilesmith tune` again";
     if let Some(old) = tuning::paths(&dir).with_context(|| format!("cannot list {}", dir.display()))?.first() {
         bail!(
-            "tuning table {}: tables now lie in a folder per family (tuning/<family>/<GPU>-<SMs>sm.json); \
-             `tilesmith tune --upgrade` converts one of the earlier format and moves it there",
+            "tuning table {}: tables lie in a folder per family (tuning/<family>/<GPU>-<SMs>sm.json), and one in the \
+             tuning folder itself is not read: move it into its family's folder or remove it",
             project.relative(old)
         );
     }

@@ -10,7 +10,7 @@ use crate::{Error, Gpu, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::Family;
-use tilesmith_spec::family_table::{self, FamilyTable};
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable};
 use tilesmith_spec::tuning::{self, Clocks, Device, NEAR_TIE};
 use tilesmith_spec::Dtype;
 
@@ -266,56 +266,60 @@ impl Chooser {
                 })
             };
             // Only direct runs count: another strategy is a plug-in's, which this call does not take.
-            fn direct(entry: &family_table::FamilyEntry) -> impl Iterator<Item = (usize, &family_table::Timed)> {
-                entry.ranked.iter().enumerate().filter(|(_, t)| t.is_direct())
-            }
+            let timed_as = |k: &Kernel, entry: &'_ FamilyEntry| -> Option<usize> {
+                entry.ranked.iter().position(|t| t.is_direct() && same(k, &t.variant))
+            };
             // A taker an entry does not rank was refused at the entry's problem (rows past its
             // shared memory), or is newer than the table (a backend added since). Where one was
             // refused, the entry picked among the others only: it is passed over. Newer ones
             // leave the entry standing where its pick reached MEASURED_ENOUGH of the baseline
             // there: the table keeps its measured picks until a tune run ranks the new variants.
-            let fits_there = |k: &Kernel, entry: &family_table::FamilyEntry| {
+            let fits_there = |k: &Kernel, entry: &FamilyEntry| {
                 let value = |q: &str| table.quantities.iter().position(|n| n == q).and_then(|i| entry.problem.get(i).copied());
                 let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
                 dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
             };
-            let unranked = |entry: &family_table::FamilyEntry| {
-                takers.iter().filter(|(k, _)| !direct(entry).any(|(_, t)| same(k, &t.variant))).map(|(k, _)| *k).collect::<Vec<_>>()
+            let unranked = |entry: &FamilyEntry| takers.iter().filter(|(k, _)| timed_as(k, entry).is_none()).count();
+            let stands = |entry: &FamilyEntry| {
+                let newer = takers.iter().filter(|(k, _)| timed_as(k, entry).is_none()).all(|(k, _)| fits_there(k, entry));
+                let best = entry.ranked.iter().find(|t| t.is_direct() && takers.iter().any(|(k, _)| same(k, &t.variant)));
+                unranked(entry) == 0 || (newer && best.is_some_and(|t| entry.ratio(t) >= MEASURED_ENOUGH))
             };
-            let stands = |entry: &&family_table::FamilyEntry| {
-                let unranked = unranked(entry);
-                let best = direct(entry).find(|(_, t)| takers.iter().any(|(k, _)| same(k, &t.variant)));
-                unranked.is_empty()
-                    || (unranked.iter().all(|k| fits_there(k, entry)) && best.is_some_and(|(_, t)| entry.ratio(t) >= MEASURED_ENOUGH))
-            };
-            let mut near = of_dtype.into_iter().take_while(|e| e.distance(batch, &problem) <= NEAR_ENOUGH);
-            if let Some(entry) = near.find(stands) {
-                let first = direct(entry)
-                    .find_map(|(rank, t)| takers.iter().find(|(k, _)| same(k, &t.variant)).map(|(k, _)| (rank, t, *k)))
-                    .expect("a standing entry ranks a variant that takes the call");
-                // Near ties are ranked by name, which puts a checked variant before its unchecked
-                // sibling; where that one takes the call it does the same work without the bounds
-                // checks (H200, softmax bf16 32768x4096: 6% faster in turns, tied in the table).
-                let unchecked_tie = || {
-                    direct(entry).filter(|(_, t)| t.ms <= first.1.ms * (1.0 + NEAR_TIE)).find_map(|(rank, t)| {
-                        takers.iter().find(|(k, _)| same(k, &t.variant) && !k.variant().is_checked()).map(|(k, _)| (rank, t, *k))
-                    })
-                };
-                let (rank, timed, kernel) = if first.2.variant().is_checked() { unchecked_tie().unwrap_or(first) } else { first };
+            let near: Vec<(f64, &FamilyEntry)> =
+                of_dtype.into_iter().take_while(|(d, _)| *d <= NEAR_ENOUGH).filter(|(_, e)| stands(e)).collect();
+            // Each taker's time estimated from the standing entries that time it.
+            let mut estimated: Vec<(family_table::Estimate, &Kernel)> = takers
+                .iter()
+                .filter_map(|(k, _)| {
+                    let times = near.iter().map(|&(d, entry)| (d, timed_as(k, entry).map(|i| entry.ranked[i].ms), entry.fastest_ms()));
+                    family_table::estimate(times).map(|e| (e, *k))
+                })
+                .collect();
+            estimated.sort_by(|(a, ka), (b, kb)| a.slowdown.total_cmp(&b.slowdown).then_with(|| ka.name().cmp(kb.name())));
+            if let Some(&(least, _)) = estimated.first() {
+                // Near ties go to a variant without bounds checks where one takes the call: it
+                // does the same work without them (H200, softmax bf16 32768x4096: 6% faster in
+                // turns, tied in the table).
+                let tie = least.slowdown + (1.0 + NEAR_TIE).ln();
+                let (estimate, kernel) =
+                    *estimated.iter().filter(|(e, _)| e.slowdown <= tie).find(|(_, k)| !k.variant().is_checked()).unwrap_or(&estimated[0]);
+                let (distance, entry) = *near.iter().find(|(_, e)| timed_as(kernel, e).is_some()).expect("an estimate reads an entry");
+                let rank = timed_as(kernel, entry).expect("the entry times it");
                 let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
-                // A standing entry's unranked takers all fit its problem: newer than the table.
-                let newer = unranked(entry).len();
+                let newer = unranked(entry);
                 let newer =
                     if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
                 let reason = format!(
-                    "tuning table {}/{}{borrowed}: nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there{newer}",
+                    "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {} rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
                     self.name(),
                     tuning::file_name(&table.device),
+                    (estimate.slowdown.exp() - 1.0) * 100.0,
+                    estimate.read,
                     family_table::describe(&table.quantities, &entry.problem),
                     entry.dtype,
                     rank + 1,
                     entry.ranked.len(),
-                    entry.ratio(timed)
+                    entry.ratio(&entry.ranked[rank])
                 );
                 return Ok(Pick { kernel: kernel.clone(), reason });
             }

@@ -103,12 +103,57 @@ pub fn distance(a: &[u64], b: &[u64]) -> f64 {
     a.iter().zip(b).map(|(&x, &y)| ((x.max(1) as f64).log2() - (y.max(1) as f64).log2()).abs()).sum()
 }
 
+/// How many measured problems, nearest first, a variant's estimate reads ([`estimate`]).
+pub const NEIGHBOURS: usize = 4;
+
+/// A variant's estimated time on a call, from the measured problems near it ([`estimate`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Estimate {
+    /// ln(its time / the fastest time) there: 0 where it is estimated as fast as the fastest
+    /// of each problem read.
+    pub slowdown: f64,
+    /// How many problems it was read from.
+    pub read: usize,
+    /// The distance of the nearest of them.
+    pub nearest: f64,
+}
+
+/// The estimate of one variant on a call from the measured problems near it, nearest first:
+/// for each, its distance from the call ([`FamilyEntry::distance`]), the variant's time there
+/// (none where it was not timed there) and the fastest time there. Of the first [`NEIGHBOURS`]
+/// that time it, the mean of ln(its time / the fastest), each weighted by 1/(distance + 1/4)²;
+/// none where no problem times it.
+///
+/// Reading a variant's own neighbours rather than the nearest problem's ranking keeps a pick
+/// right between measured problems where the fastest variant changes (`tilesmith replay`, each
+/// entry of the committed tables held out: docs/chooser.md).
+pub fn estimate(near: impl IntoIterator<Item = (f64, Option<f64>, f64)>) -> Option<Estimate> {
+    let (mut sum, mut weights, mut read, mut nearest) = (0.0, 0.0, 0, None);
+    for (distance, own, fastest) in near {
+        let Some(own) = own else { continue };
+        let weight = 1.0 / (distance + 0.25).powi(2);
+        sum += weight * (own / fastest).ln();
+        weights += weight;
+        nearest.get_or_insert(distance);
+        read += 1;
+        if read == NEIGHBOURS {
+            break;
+        }
+    }
+    Some(Estimate { slowdown: sum / weights, read, nearest: nearest? })
+}
+
 /// A problem as messages write it: `rows=4096 cols=50257`.
 pub fn describe(quantities: &[String], problem: &[u64]) -> String {
     quantities.iter().zip(problem).map(|(q, v)| format!("{q}={v}")).collect::<Vec<_>>().join(" ")
 }
 
 impl FamilyEntry {
+    /// The time of its fastest variant.
+    pub fn fastest_ms(&self) -> f64 {
+        self.ranked.iter().map(|t| t.ms).fold(f64::INFINITY, f64::min)
+    }
+
     /// Its fastest variant's speed relative to the baseline: above 1 is faster.
     pub fn ratio(&self, timed: &Timed) -> f64 {
         self.baseline_ms / timed.ms
@@ -140,14 +185,14 @@ impl FamilyTable {
         FamilyTable { format: FAMILY_TABLE_FORMAT, family: family.to_string(), device, compiler, quantities, entries: Vec::new() }
     }
 
-    /// The entries of `dtype` and `class`, nearest to `batch` problems of `problem` first
-    /// ([`FamilyEntry::distance`]; equal distances by batch and problem).
-    pub fn nearest(&self, dtype: Dtype, class: &BTreeMap<String, String>, batch: u64, problem: &[u64]) -> Vec<&FamilyEntry> {
+    /// The entries of `dtype` and `class` with their distances from `batch` problems of
+    /// `problem`, nearest first ([`FamilyEntry::distance`]; equal distances by batch and problem).
+    pub fn nearest(&self, dtype: Dtype, class: &BTreeMap<String, String>, batch: u64, problem: &[u64]) -> Vec<(f64, &FamilyEntry)> {
         // Each distance computed once, not 2·log2(n) times in the sort's comparator.
         let mut entries: Vec<(f64, &FamilyEntry)> =
             self.entries.iter().filter(|e| e.dtype == dtype && &e.class == class).map(|e| (e.distance(batch, problem), e)).collect();
         entries.sort_by(|(da, a), (db, b)| da.total_cmp(db).then((a.batch, &a.problem).cmp(&(b.batch, &b.problem))));
-        entries.into_iter().map(|(_, e)| e).collect()
+        entries
     }
 
     /// Adds or replaces the entry of its dtype, class, batch and problem, keeping entries in
@@ -359,7 +404,8 @@ mod tests {
     fn nearest_is_by_log_distance_over_the_quantities() {
         let t = table(&[(&[1024, 1024], &[("a", 1.0)]), (&[8192, 8192], &[("b", 1.0)]), (&[65536, 1024], &[("c", 1.0)])]);
         let plain = BTreeMap::new();
-        let order: Vec<&str> = t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000]).iter().map(|e| e.ranked[0].variant.as_str()).collect();
+        let order: Vec<&str> =
+            t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000]).iter().map(|(_, e)| e.ranked[0].variant.as_str()).collect();
         assert_eq!(order, ["c", "a", "b"]);
         assert!(t.nearest(Dtype::F32, &plain, 1, &[1024, 1024]).is_empty());
         assert_eq!(distance(&[2048, 1024], &[1024, 2048]), 2.0);
@@ -411,7 +457,7 @@ mod tests {
         t.insert(classed.clone());
         assert_eq!(t.entries.len(), 3);
         let first =
-            |class: &BTreeMap<String, String>, batch| t.nearest(Dtype::Bf16, class, batch, &[512, 512])[0].ranked[0].variant.clone();
+            |class: &BTreeMap<String, String>, batch| t.nearest(Dtype::Bf16, class, batch, &[512, 512])[0].1.ranked[0].variant.clone();
         assert_eq!(first(&BTreeMap::new(), 1), "a");
         assert_eq!(first(&BTreeMap::new(), 48), "batched");
         assert_eq!(first(&classed.class, 1), "classed");

@@ -114,8 +114,8 @@ pub fn file_name(device: &Device) -> String {
     format!("{name}-{}sm.json", device.sms)
 }
 
-/// The `*.json` files in a tuning folder itself, in name order (tables of an earlier format,
-/// which lay there; today's lie in a folder per family); none where the folder does not exist.
+/// The `*.json` files in a tuning folder itself, in name order (tables lie in a folder per
+/// family, so these are misplaced); none where the folder does not exist.
 /// Something else by that name is an error.
 pub fn paths(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     if !dir.exists() {

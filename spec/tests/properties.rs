@@ -14,6 +14,36 @@ fn shipped() -> String {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
+    /// Ranking any times ends: valid ones are ranked, all of them; anything else is refused
+    /// with the rule.
+    #[test]
+    fn ranking_ends_on_any_times(times in prop::collection::vec(prop_oneof![any::<f64>(), 0.001f64..10.0], 0..12)) {
+        use tilesmith_spec::family_table::{rank, Timed};
+        use tilesmith_spec::tuning::{MAX_MS, MIN_MS};
+        let timed: Vec<Timed> = times.iter().enumerate().map(|(i, &ms)| Timed { variant: format!("v{i}"), strategy: None, ms }).collect();
+        let valid = times.iter().all(|t| (MIN_MS..=MAX_MS).contains(t));
+        match rank(timed) {
+            Ok(ranked) => prop_assert!(valid && ranked.len() == times.len()),
+            Err(rule) => prop_assert!(!valid && rule.contains("times are between 1e-6 and 1e7 ms")),
+        }
+    }
+
+    /// An estimate from any times is a number or none, never a panic; a variant as fast as the
+    /// fastest wherever it was timed is estimated at no slowdown.
+    #[test]
+    fn estimates_are_finite_and_the_fastest_everywhere_is_estimated_fastest(
+        near in prop::collection::vec((0.0f64..20.0, prop::option::of(0.001f64..10.0), 0.001f64..10.0), 0..10),
+    ) {
+        use tilesmith_spec::family_table::estimate;
+        let near: Vec<(f64, Option<f64>, f64)> = near.into_iter().map(|(d, own, fastest)| (d, own.map(|o| o.max(fastest)), fastest)).collect();
+        match estimate(near.iter().copied()) {
+            Some(e) => prop_assert!(e.slowdown.is_finite() && e.slowdown >= 0.0 && e.read >= 1),
+            None => prop_assert!(near.iter().all(|n| n.1.is_none())),
+        }
+        let fastest: Vec<(f64, Option<f64>, f64)> = near.iter().map(|&(d, _, f)| (d, Some(f), f)).collect();
+        prop_assert!(estimate(fastest.iter().copied()).is_none_or(|e| e.slowdown == 0.0));
+    }
+
     /// Expressions: any text parses or is refused, and any parsed one evaluates to a value or
     /// an error (overflow, division by zero, an unknown name) with any values, never a panic.
     #[test]

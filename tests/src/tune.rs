@@ -144,3 +144,111 @@ pub trait Tuner: Sync {
         request: &ReplayRequest<'_>,
     ) -> Result<(), String>;
 }
+
+/// How one way of picking did over a table's problems (`tilesmith replay`): each pick at the
+/// time the table measured for it, against the fastest there and the baseline there.
+pub struct Regret {
+    pub name: &'static str,
+    /// (fastest / pick, baseline / pick, where) per problem whose pick the table measured.
+    picks: Vec<(f64, f64, String)>,
+    /// Picks the table has no time for (a variant it did not measure there).
+    pub unmeasured: usize,
+}
+
+/// Within this fraction of the fastest counts as a right pick (issue 58's 3%).
+pub const RIGHT: f64 = 0.97;
+
+impl Regret {
+    pub fn new(name: &'static str) -> Regret {
+        Regret { name, picks: Vec::new(), unmeasured: 0 }
+    }
+
+    /// Counts a pick measured at `fastest_ms`'s problem in `pick_ms`, else (none) an unmeasured one;
+    /// returns its fraction of the fastest.
+    pub fn add(&mut self, pick_ms: Option<f64>, fastest_ms: f64, baseline_ms: f64, at: &str) -> Option<f64> {
+        let Some(ms) = pick_ms else {
+            self.unmeasured += 1;
+            return None;
+        };
+        self.picks.push((fastest_ms / ms, baseline_ms / ms, at.to_string()));
+        Some(fastest_ms / ms)
+    }
+
+    /// The fractions of the fastest, least first.
+    fn sorted(&self) -> Vec<f64> {
+        let mut ratios: Vec<f64> = self.picks.iter().map(|p| p.0).collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios
+    }
+
+    /// The median fraction of the fastest (1 with no picks measured).
+    pub fn median(&self) -> f64 {
+        let ratios = self.sorted();
+        if ratios.is_empty() {
+            return 1.0;
+        }
+        let mid = ratios.len() / 2;
+        if ratios.len() % 2 == 1 {
+            ratios[mid]
+        } else {
+            (ratios[mid - 1] + ratios[mid]) / 2.0
+        }
+    }
+
+    /// The fraction of the fastest that 9 in 10 picks reach: the 90th percentile of the regret.
+    pub fn ninth_decile(&self) -> f64 {
+        let ratios = self.sorted();
+        ratios.get(ratios.len() / 10).copied().unwrap_or(1.0)
+    }
+
+    /// The least fraction of the fastest, and where.
+    pub fn worst(&self) -> Option<(f64, &str)> {
+        self.picks.iter().min_by(|a, b| a.0.total_cmp(&b.0)).map(|(r, _, at)| (*r, at.as_str()))
+    }
+
+    /// The picks measured, and how many of them are within [`RIGHT`] of the fastest.
+    pub fn right(&self) -> (usize, usize) {
+        (self.picks.iter().filter(|p| p.0 >= RIGHT).count(), self.picks.len())
+    }
+
+    /// The geometric mean of the picks' speed relative to the baseline.
+    pub fn against_baseline(&self) -> f64 {
+        (self.picks.iter().map(|p| p.1.ln()).sum::<f64>() / self.picks.len().max(1) as f64).exp()
+    }
+
+    /// The header of [`Regret::row`]'s table.
+    pub const HEADER: &'static str = "| picks by | median of the fastest | 9 in 10 reach | worst | within 3% | x baseline | unmeasured |\n| --- | --- | --- | --- | --- | --- | --- |";
+
+    /// One row of a markdown table.
+    pub fn row(&self) -> String {
+        let worst = self.worst().map_or("-".into(), |(r, at)| format!("{r:.3} ({at})"));
+        let (right, measured) = self.right();
+        format!(
+            "| {} | {:.3} | {:.3} | {worst} | {right} of {measured} | {:.3} | {} |",
+            self.name,
+            self.median(),
+            self.ninth_decile(),
+            self.against_baseline(),
+            self.unmeasured
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Regret;
+
+    #[test]
+    fn regret_reads_each_pick_against_the_fastest() {
+        let mut regret = Regret::new("test");
+        assert_eq!(regret.add(Some(2.0), 1.0, 4.0, "a"), Some(0.5));
+        for at in ["b", "c", "d"] {
+            regret.add(Some(1.0), 1.0, 2.0, at);
+        }
+        assert_eq!(regret.add(None, 1.0, 1.0, "e"), None);
+        assert_eq!((regret.median(), regret.ninth_decile(), regret.right(), regret.unmeasured), (1.0, 0.5, (3, 4), 1));
+        assert_eq!(regret.worst(), Some((0.5, "a")));
+        assert!((regret.against_baseline() - 2.0).abs() < 1e-12);
+        assert!(regret.row().starts_with("| test | 1.000 | 0.500 | 0.500 (a) | 3 of 4 | 2.000 | 1 |"), "{}", regret.row());
+    }
+}

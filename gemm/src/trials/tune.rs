@@ -6,18 +6,18 @@
 //! default) runs it through the plug-in's [`Tuner`](tilesmith_trials::tune::Tuner); so does
 //! a bundle.
 
-use crate::table::{self, Candidate, Key, Strategy, TuningEntry, TuningTable};
+use crate::table::{self, Alignment, Strategy};
 use crate::trials::checks as trials;
 use crate::trials::timing::GemmCase;
 use crate::{dispatch, Activation, Choice, EpilogueArgs, GemmShape, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
-use tilesmith_spec::family_table::FamilyTable;
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::{self, Device};
 use tilesmith_trials::tune::{deadline, finish, gpus, run_on_gpus, write, Kind, TuneRequest};
 use tilesmith_trials::with_element;
@@ -137,7 +137,7 @@ pub fn shape(problem: Problem, layout: Layout) -> GemmShape {
 }
 
 /// GEMM's kind: its table and problems in the three layouts' dtypes.
-type GemmKind = Kind<TuningTable, (Problem, Dtype, Layout)>;
+type GemmKind = Kind<FamilyTable, (Problem, Dtype, Layout)>;
 
 /// The epilogue `--epilogue` names: an activation that variants of `epilogues` (the values
 /// the registry's GEMM variants have) apply, since calls with none take the plain entries.
@@ -195,8 +195,8 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
         }
         let path = FamilyTable::path(out, table::FAMILY, device);
         let mut table = match path.exists() {
-            true => TuningTable::read(&path)?,
-            false => TuningTable::new(device.clone(), compiler.clone()),
+            true => FamilyTable::read(&path).and_then(|t| table::check_table(&t).map(|()| t))?,
+            false => table::new_table(device.clone(), compiler.clone()),
         };
         if !table.device.is(device) {
             return Err(format!(
@@ -214,10 +214,11 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
         for &problem in &problems {
             for &dtype in &dtypes {
                 for &layout in &layouts {
-                    let (key, dims) = key(problem, dtype, layout);
-                    if !request.fresh && table.entry(&key, epilogue.as_ref().map(|(word, _)| word.as_str()), dims).is_some() {
+                    let (class, batch, dims) = identity(problem, dtype, layout, &epilogue);
+                    let held = table.entries.iter().any(|e| e.dtype == dtype && e.class == class && e.batch == batch && e.problem == dims);
+                    if !request.fresh && held {
                         skipped += 1;
-                    } else if queued.insert((key, dims)) {
+                    } else if queued.insert((dtype, class, batch, dims)) {
                         queue.push_back((problem, dtype, layout));
                     }
                 }
@@ -253,62 +254,14 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
     worked
 }
 
-/// `--upgrade`: converts each GEMM table of the earlier format in the tuning folder `dir`
-/// itself into `dir/gemm/`, keeping the old file beside as `<name>.json.earlier`. A GPU that
-/// already has a table there is refused, naming both files: merging two measurements is not
-/// ours to decide.
-pub fn upgrade(dir: &Path) -> Result<(), String> {
-    let earlier = tuning::paths(dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
-    if earlier.is_empty() {
-        println!("no table of the earlier format in {}", dir.display());
-    }
-    for path in earlier {
-        let table = TuningTable::read_earlier_format(&path)?;
-        let target = FamilyTable::path(dir, table::FAMILY, &table.device);
-        if target.exists() {
-            return Err(format!(
-                "{} and {} are both GEMM tables for {}: keep one (move the other out of the tuning folder)",
-                path.display(),
-                target.display(),
-                table.device
-            ));
-        }
-        let kept = path.with_extension("json.earlier");
-        if std::fs::symlink_metadata(&kept).is_ok() {
-            return Err(format!(
-                "{} is there already, where {} would be kept: move it out of the tuning folder first, so that neither is lost",
-                kept.display(),
-                path.display()
-            ));
-        }
-        let folder = target.parent().expect("inside the tuning folder");
-        std::fs::create_dir_all(folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-        write(&target, &table)?;
-        std::fs::rename(&path, &kept).map_err(|e| format!("cannot rename {} to {}: {e}", path.display(), kept.display()))?;
-        println!(
-            "{} entries of {} into {} (the earlier file is {})",
-            table.entries.len(),
-            path.display(),
-            target.display(),
-            kept.display()
-        );
-    }
-    Ok(())
-}
-
-/// The entry a problem makes: as the dispatcher sees the call ([`dispatch::canonical`]), so a
-/// matrix-vector product in nn is the tn entry.
-fn key(problem: Problem, dtype: Dtype, layout: Layout) -> (Key, [u64; 4]) {
+/// The entry a problem makes, its class, batch and [M, N, K]: as the dispatcher sees the call
+/// ([`dispatch::canonical`]), so a matrix-vector product in nn is the tn entry.
+fn identity(problem: Problem, dtype: Dtype, layout: Layout, epilogue: &Measured) -> (BTreeMap<String, String>, u64, Vec<u64>) {
     let shape = dispatch::canonical(dtype, &shape(problem, layout));
     // Packed odd sizes are unaligned too, `!` or not.
-    let class = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
-    let dims = dims(&shape);
-    (Key::new(dtype, shape.layout, class, dims), dims)
-}
-
-/// [problems, M, N, K] of a shape, as tables hold problems.
-fn dims(shape: &GemmShape) -> [u64; 4] {
-    [shape.batch.count, shape.m, shape.n, shape.k].map(|d| d as u64)
+    let alignment: Alignment = dispatch::alignment(dtype, &shape, &Buffer::unallocated(shape.spans()));
+    let class = table::class(shape.layout, alignment, epilogue.as_ref().map(|(word, _)| word.as_str()));
+    (class, shape.batch.count as u64, [shape.m, shape.n, shape.k].map(|d| d as u64).to_vec())
 }
 
 /// One GPU's share: takes its kind's problems one by one until none are left or time is up,
@@ -330,15 +283,15 @@ fn work(
         }
         let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
         let shape = shape(problem, layout);
-        let (key, dims) = key(problem, dtype, layout);
+        let (class, batch, dims) = identity(problem, dtype, layout, epilogue);
         let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
-        let name = format!("{dtype} {layout} {}{}{with}", table::describe(dims), if problem.odd_ld { " odd ld" } else { "" });
+        let name = format!("{dtype} {layout} {}{}{with}", table::describe(batch, &dims), if problem.odd_ld { " odd ld" } else { "" });
         bar.set_message(name.clone());
         let start = Instant::now();
-        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, key, epilogue))?;
+        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, class, epilogue))?;
         bar.inc(1);
         if let Some(log) = log {
-            let pick = entry.as_ref().and_then(|e| Some(e.ranked.first()?.ratio(e)));
+            let pick = entry.as_ref().and_then(|e| Some(e.ratio(e.ranked.first()?)));
             let line = format!(
                 "GPU {ordinal}\t{name}\t{:.2} s\t{} timed\t{} not launched\t{}\n",
                 start.elapsed().as_secs_f64(),
@@ -396,9 +349,9 @@ fn measure<T: tilesmith_runtime::Element>(
     bar: &ProgressBar,
     dtype: Dtype,
     shape: GemmShape,
-    key: Key,
+    class: BTreeMap<String, String>,
     epilogue: &Measured,
-) -> Result<(Option<TuningEntry>, Counts), String> {
+) -> Result<(Option<FamilyEntry>, Counts), String> {
     let (candidates, transpose) = candidates(registry, gpu, dtype, &shape, epilogue);
     let mut counts = Counts::default();
     if candidates.is_empty() {
@@ -410,12 +363,13 @@ fn measure<T: tilesmith_runtime::Element>(
     if let Some((_, activation)) = epilogue {
         case = case.with_bias_activation(gpu, *activation)?;
     }
-    let problem = format!("{} {dtype} {}", table::describe(dims(&shape)), shape.layout);
+    let problem =
+        format!("{} {dtype} {}", table::describe(shape.batch.count as u64, &[shape.m, shape.n, shape.k].map(|d| d as u64)), shape.layout);
     if !tuning::valid_ms(cublas_ms) {
         return Err(format!("cuBLAS timed {cublas_ms} ms on {problem}"));
     }
     let mut workspace = Workspace::new();
-    let mut measured: Vec<Candidate> = Vec::new();
+    let mut measured: Vec<Timed> = Vec::new();
     let mut best = f64::INFINITY;
     for (estimate, kernel, strategy) in candidates {
         if estimate * 1e3 > SKIP * best {
@@ -448,19 +402,19 @@ fn measure<T: tilesmith_runtime::Element>(
             continue;
         }
         best = best.min(ms);
-        measured.push(Candidate { variant: choice.kernel.name().to_string(), strategy, ms });
+        measured.push(Timed { variant: choice.kernel.name().to_string(), strategy: strategy.word(), ms });
     }
     if measured.is_empty() {
         // Nothing to rank: the problem stays unmeasured, for the heuristic.
         return Ok((None, counts));
     }
-    let entry = TuningEntry {
-        key,
-        shape: [shape.m, shape.n, shape.k].map(|d| d as u64),
+    let entry = FamilyEntry {
+        dtype,
+        class,
+        problem: [shape.m, shape.n, shape.k].map(|d| d as u64).to_vec(),
         batch: shape.batch.count as u64,
-        epilogue: epilogue.as_ref().map(|(word, _)| word.clone()),
-        cublas_ms,
-        ranked: table::rank(measured)?,
+        baseline_ms: cublas_ms,
+        ranked: family_table::rank(measured)?,
     };
     Ok((Some(entry), counts))
 }
@@ -501,7 +455,7 @@ mod tests {
         let mut keys = HashSet::new();
         for &problem in &set {
             for layout in Layout::ALL {
-                keys.insert(key(problem, Dtype::Bf16, *layout));
+                keys.insert(identity(problem, Dtype::Bf16, *layout, &None));
             }
         }
         assert_eq!(keys.len(), 282);

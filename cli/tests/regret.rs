@@ -1,0 +1,65 @@
+//! The choosers' regret on the committed tables, held out entry by entry (`tilesmith replay`,
+//! on the CPU): it may not get worse than it is. Each table's floor is what the chooser reached
+//! when the floor was written; a change that lowers one fails here, naming the table, and a
+//! table measured again (or a better rule) moves its floor with the commit that does it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Per table: the median fraction of the fastest a held-out entry's pick reaches, the fraction
+/// 9 in 10 picks reach, and the share of picks within 3% of the fastest.
+const FLOORS: [(&str, f64, f64, f64); 16] = [
+    ("add_rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.004, 0.990, 15.0 / 16.0),
+    ("add_rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.973, 15.0 / 16.0),
+    ("attention/NVIDIA_H100_80GB_HBM3-132sm.json", 0.965, 0.751, 6.0 / 14.0),
+    ("attention/NVIDIA_H200-132sm.json", 0.964, 0.781, 3.0 / 14.0),
+    ("attention_varlen/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.766, 6.0 / 9.0),
+    ("attention_varlen/NVIDIA_H200-132sm.json", 1.000, 0.833, 7.0 / 9.0),
+    ("cross_entropy/NVIDIA_H100_80GB_HBM3-132sm.json", 0.987, 0.940, 12.0 / 16.0),
+    ("cross_entropy/NVIDIA_H200-132sm.json", 0.997, 0.933, 13.0 / 16.0),
+    ("gemm/NVIDIA_H100_80GB_HBM3-132sm.json", 0.989, 0.792, 304.0 / 531.0),
+    ("gemm/NVIDIA_H200-132sm.json", 0.994, 0.795, 405.0 / 650.0),
+    ("layernorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.957, 14.0 / 16.0),
+    ("layernorm/NVIDIA_H200-132sm.json", 1.000, 0.907, 11.0 / 16.0),
+    ("rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.873, 48.0 / 59.0),
+    ("rmsnorm/NVIDIA_H200-132sm.json", 0.998, 0.908, 36.0 / 54.0),
+    ("softmax/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.945, 57.0 / 65.0),
+    ("softmax/NVIDIA_H200-132sm.json", 1.000, 0.951, 44.0 / 56.0),
+];
+
+#[test]
+fn held_out_regret_on_the_committed_tables_gets_no_worse() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let registry = common::shipped_registry();
+    let mut committed: Vec<String> =
+        tilesmith_spec::family_table::FamilyTable::paths(&workspace.join("tuning")).unwrap().into_iter().map(|(name, _)| name).collect();
+    committed.sort();
+    let floored: Vec<&str> = FLOORS.iter().map(|f| f.0).collect();
+    assert_eq!(committed, floored, "every committed table has a floor here, and every floor a table");
+    let mut worse = Vec::new();
+    for (name, median, ninth, right) in FLOORS {
+        let table = workspace.join("tuning").join(name);
+        let output = Command::new(env!("CARGO_BIN_EXE_tilesmith"))
+            .args(["replay", table.to_str().unwrap(), "--registry", registry.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "replay {name}: {out}{}", String::from_utf8_lossy(&output.stderr));
+        let row = out.lines().find(|l| l.contains("held out |")).unwrap_or_else(|| panic!("replay {name} printed no held-out row: {out}"));
+        // | picks by | median | 9 in 10 | worst | R of N | x baseline | unmeasured |
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let number = |cell: &str| cell.parse::<f64>().unwrap_or_else(|_| panic!("{name}: `{cell}` in {row}"));
+        let (got_median, got_ninth) = (number(cells[2]), number(cells[3]));
+        let (r, n) = cells[5].split_once(" of ").unwrap_or_else(|| panic!("{name}: `{}` in {row}", cells[5]));
+        let got_right = number(r) / number(n).max(1.0);
+        eprintln!("{name}: median {got_median}, 9 in 10 {got_ninth}, within 3% {got_right:.3}");
+        if got_median < median || got_ninth < ninth || got_right < right - 1e-9 {
+            worse.push(format!(
+                "{name}: median {got_median} (floor {median}), 9 in 10 {got_ninth} (floor {ninth}), within 3% {got_right:.3} (floor {right:.3})"
+            ));
+        }
+    }
+    assert!(worse.is_empty(), "held-out regret got worse:\n{}", worse.join("\n"));
+}
