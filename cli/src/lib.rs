@@ -5,6 +5,7 @@
 mod bench;
 mod bundle;
 mod chart;
+mod choose;
 mod init;
 mod list;
 mod perf_table;
@@ -115,6 +116,15 @@ enum Command {
         registry: RegistryArg,
         #[command(flatten)]
         args: tune::Args,
+    },
+    /// What a call of a shape would run, and why, without a GPU: every variant with whether it
+    /// takes the call, its table estimate and the cost model's, the pick and its reason. Reads
+    /// a registry only (--registry, $TILESMITH_REGISTRY, or the project's as built).
+    Choose {
+        #[command(flatten)]
+        registry: RegistryArg,
+        #[command(flatten)]
+        args: choose::Args,
     },
     /// Replay the dispatcher against a measured tuning table, without a GPU: how the heuristic's
     /// picks, the table's own with each problem held out, and another GPU's table's measured
@@ -390,6 +400,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let tuning_dir = |project: Option<&Project>| project.map_or_else(|| PathBuf::from("tuning"), Project::tuning_dir);
             let target = Target::resolve(&cli.root, &registry)?;
             done(message(tune::run(args, &target.open()?, tuning_dir(target.project.as_ref()))))
+        }
+        Command::Choose { registry, args } => {
+            let project_registry = project(&cli.root).ok().map(|p| p.registry_dir());
+            let dir = choose::registry_dir(registry.registry, project_registry).map_err(|err| anyhow::anyhow!(err))?;
+            let registry = Registry::open(Some(&dir)).map_err(|err| anyhow::anyhow!("{err}"))?;
+            done(message(choose::run(args, &registry)))
         }
         Command::Replay { registry, args } => {
             let target = Target::resolve(&cli.root, &registry)?;

@@ -1684,3 +1684,29 @@ fn a_partial_build_carries_the_tables_of_the_families_it_holds() {
     let opened = tilesmith_runtime::Registry::open(Some(&registry)).unwrap();
     assert_eq!(opened.family("twice").unwrap().tables().len(), 1);
 }
+
+// Issue 58: `choose` answers without a GPU from a registry alone, naming every variant's
+// standing and the pick's reason; bad arguments are refused naming the rule.
+#[test]
+fn choose_says_what_a_call_runs_and_why_without_a_gpu() {
+    let registry = common::shipped_registry();
+    std::fs::create_dir_all(registry.path().join("tuning/softmax")).unwrap();
+    let table = "softmax/NVIDIA_H200-132sm.json";
+    std::fs::copy(workspace().join("tuning").join(table), registry.path().join("tuning").join(table)).unwrap();
+    let reg = registry.path().to_str().unwrap();
+    let out = succeeds(None, &["choose", "--registry", reg, "--family", "softmax", "3000x7000", "--gpu", "h200"]);
+    assert!(out.contains("softmax 3000x7000 bf16 on NVIDIA H200 (132 SMs"), "{out}");
+    assert!(out.contains("softmax_w4: takes it: table +") && out.contains("% of the fastest; cost model "), "{out}");
+    let pick = out.lines().find_map(|l| l.strip_prefix("pick: ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(out.contains(&format!("* {pick}: takes it")), "the pick is marked among the variants: {out}");
+    assert!(out.contains("why: tuning table softmax/NVIDIA_H200-132sm.json: estimated "), "{out}");
+    let out = fails(None, &["choose", "--registry", reg, "--family", "softmax", "3000"]);
+    assert!(out.contains("shape `3000`: family softmax takes 2 sizes (rowsxcols)"), "{out}");
+    let out = fails(None, &["choose", "--registry", reg, "--family", "softmax", "3000x7000", "--gpu", "a100"]);
+    assert!(out.contains("--gpu a100: the family's tables measured NVIDIA H200"), "{out}");
+    let out = fails(None, &["choose", "--registry", reg, "--family", "softmax", "3000x7000", "--dtype", "e4m3"]);
+    assert!(out.contains("--dtype e4m3: family softmax has"), "{out}");
+    let empty = tempfile::tempdir().unwrap();
+    let out = fails(None, &["choose", "--registry", empty.path().to_str().unwrap(), "--family", "softmax", "8x8"]);
+    assert!(out.contains("holds no registry: `tilesmith build` makes one (choose never builds to answer)"), "{out}");
+}

@@ -117,6 +117,10 @@ pub struct Pick {
     pub kernel: Kernel,
     /// One line for logs: the table entry or the cost model's estimate behind the pick.
     pub reason: String,
+    /// Every variant that takes the call, with the table's estimate of its time there
+    /// ([`family_table::estimate`]'s ln(its time / the fastest's)); none where no measured
+    /// problem near the call times it.
+    pub takers: Arc<[(Kernel, Option<f64>)]>,
 }
 
 impl Chooser {
@@ -235,7 +239,7 @@ impl Chooser {
                     }
                 }
                 // Nothing to write: any variant that takes the call does nothing.
-                Ok(None) => return Ok(Pick { kernel: kernel.clone(), reason: "the call writes no element".into() }),
+                Ok(None) => return Ok(Pick { kernel: kernel.clone(), reason: "the call writes no element".into(), takers: Arc::new([]) }),
                 Err(rule) => refusals.push((kernel.name().to_string(), rule)),
             }
         }
@@ -246,6 +250,10 @@ impl Chooser {
         let batch = self.inner.declaration.batch.as_deref().and_then(|b| quantity(call, b)).unwrap_or(1);
         let dtype = takers[0].0.variant().dtype;
         let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
+        let considered = |estimated: &[(family_table::Estimate, &Kernel)]| -> Arc<[(Kernel, Option<f64>)]> {
+            let of = |k: &Kernel| estimated.iter().find(|(_, e)| e.name() == k.name()).map(|(e, _)| e.slowdown);
+            takers.iter().map(|(k, _)| ((*k).clone(), of(k))).collect()
+        };
         // A dtype without entries reads those of another as wide, whose variants move as many
         // bytes (f16 calls take bf16's picks); integers and floats never stand for each other.
         let widths = Dtype::ALL
@@ -310,7 +318,7 @@ impl Chooser {
                 let newer =
                     if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
                 let reason = format!(
-                    "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {} rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
+                    "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
                     self.name(),
                     tuning::file_name(&table.device),
                     (estimate.slowdown.exp() - 1.0) * 100.0,
@@ -321,7 +329,7 @@ impl Chooser {
                     entry.ranked.len(),
                     entry.ratio(&entry.ranked[rank])
                 );
-                return Ok(Pick { kernel: kernel.clone(), reason });
+                return Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&estimated) });
             }
         }
         let why = match table {
@@ -333,7 +341,8 @@ impl Chooser {
             .map(|(kernel, launch)| (estimate_seconds(&self.inner.declaration, kernel, launch, call, device), *kernel))
             .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name().cmp(b.1.name())))
             .expect("at least one variant takes the call");
-        Ok(Pick { kernel: kernel.clone(), reason: format!("{why}: cost model, estimated {:.1} us", seconds * 1e6) })
+        let reason = format!("{why}: cost model, estimated {:.1} us", seconds * 1e6);
+        Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&[]) })
     }
 
     /// The family-level rules of a call's names and scalars ([`plan::bind`](crate::plan)).
