@@ -1558,7 +1558,8 @@ fn families_with_no_rust_get_a_chooser() {
     let scale = registry.family("scale").unwrap().pick(&device, 232_448, &call(10_000_000)).unwrap();
     assert_eq!(scale.kernel.name(), "scale_w8", "{}", scale.reason);
     assert!(
-        scale.reason.contains("tuning table scale/GPU-132sm.json: nearest measured problem n=16777216 f32, rank 1 of 2"),
+        scale.reason.contains("tuning table scale/GPU-132sm.json: estimated ")
+            && scale.reason.contains("nearest measured problem n=16777216 f32, rank 1 of 2"),
         "{}",
         scale.reason
     );

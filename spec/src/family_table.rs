@@ -122,7 +122,8 @@ pub struct Estimate {
 /// for each, its distance from the call ([`FamilyEntry::distance`]), the variant's time there
 /// (none where it was not timed there) and the fastest time there. Of the first [`NEIGHBOURS`]
 /// that time it, the mean of ln(its time / the fastest), each weighted by 1/(distance + 1/4)²;
-/// none where no problem times it.
+/// the problem alone where the nearest that times it is the call's own; none where no problem
+/// times it.
 ///
 /// Reading a variant's own neighbours rather than the nearest problem's ranking keeps a pick
 /// right between measured problems where the fastest variant changes (`tilesmith replay`, each
@@ -131,6 +132,10 @@ pub fn estimate(near: impl IntoIterator<Item = (f64, Option<f64>, f64)>) -> Opti
     let (mut sum, mut weights, mut read, mut nearest) = (0.0, 0.0, 0, None);
     for (distance, own, fastest) in near {
         let Some(own) = own else { continue };
+        // A problem measured exactly is its own answer: the call's ranking there is known.
+        if read == 0 && distance == 0.0 {
+            return Some(Estimate { slowdown: (own / fastest).ln(), read: 1, nearest: 0.0 });
+        }
         let weight = 1.0 / (distance + 0.25).powi(2);
         sum += weight * (own / fastest).ln();
         weights += weight;
