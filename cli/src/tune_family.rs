@@ -205,7 +205,10 @@ fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shap
         };
         // A variant refusing the launch (shared memory past this GPU's) is left out.
         match cases[index].1.time_kernel(gpu, registry, kernel) {
-            Ok(ms) => timed.push(Timed { variant: kernel.name().to_string(), strategy: None, ms }),
+            Ok(ms) => {
+                let source = family_table::stamp(&kernel.info().entry.source_sha256);
+                timed.push(Timed { variant: kernel.name().to_string(), strategy: None, ms, source })
+            }
             Err(why) if why.contains("refused") => {}
             Err(why) => return Err(format!("{}: {why}", kernel.name())),
         }

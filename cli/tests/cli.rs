@@ -1544,8 +1544,10 @@ fn families_with_no_rust_get_a_chooser() {
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(dir.path().join("generated/manifest.json")).unwrap()).unwrap();
     let device = Device { name: "GPU".into(), capability: [9, 0], sms: 132, clocks: None };
     let mut table = FamilyTable::new("scale", device.clone(), "test".into(), vec!["n".into()]);
-    let ranked =
-        vec![Timed { variant: "scale_w8".into(), strategy: None, ms: 0.1 }, Timed { variant: "scale".into(), strategy: None, ms: 0.2 }];
+    let ranked = vec![
+        Timed { variant: "scale_w8".into(), strategy: None, ms: 0.1, source: None },
+        Timed { variant: "scale".into(), strategy: None, ms: 0.2, source: None },
+    ];
     table.insert(FamilyEntry { dtype: Dtype::F32, class: Default::default(), problem: vec![1 << 24], batch: 1, baseline_ms: 0.1, ranked });
     let registry =
         tilesmith_runtime::Registry::new(dir.path(), manifest.variants.into_iter().map(tilesmith_spec::Built::unbuilt).collect())

@@ -182,7 +182,7 @@ mod tests {
         };
         assert_eq!(class_of(&entry(plain)), Ok((Layout::Tn, Alignment::Unaligned, None)));
         assert_eq!(class_of(&entry(gelu)), Ok((Layout::Nt, Alignment::Aligned, Some("gelu_tanh"))));
-        let padded = Timed { variant: "v".into(), strategy: Strategy::Padded.word(), ms: 1.0 };
+        let padded = Timed { variant: "v".into(), strategy: Strategy::Padded.word(), ms: 1.0, source: None };
         assert_eq!(Strategy::of(&padded), Ok(Strategy::Padded));
     }
 }

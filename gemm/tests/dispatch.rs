@@ -28,7 +28,10 @@ fn entry(alignment: Alignment, shape: [u64; 3], ranked: &[(&str, Strategy, f64)]
         problem: shape.to_vec(),
         batch: 1,
         baseline_ms: 1.0,
-        ranked: rank(ranked.iter().map(|&(v, strategy, ms)| Timed { variant: v.into(), strategy: strategy.word(), ms }).collect()).unwrap(),
+        ranked: rank(
+            ranked.iter().map(|&(v, strategy, ms)| Timed { variant: v.into(), strategy: strategy.word(), ms, source: None }).collect(),
+        )
+        .unwrap(),
     }
 }
 

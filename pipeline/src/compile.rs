@@ -306,6 +306,11 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     if let Err(err) = carry_tables(project, &carried, |variant| records.contains_key(variant)) {
         also.push(format!("{err:#}"));
     }
+    for (name, table) in &carried {
+        if let Some(words) = table.stale_words(|variant| records.get(variant).map(|built| built.entry.source_sha256.as_str())) {
+            eprintln!("tuning/{name}: {words}");
+        }
+    }
 
     if let Some(index) = &index {
         report(index, manifest, selection);

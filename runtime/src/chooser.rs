@@ -295,14 +295,28 @@ impl Chooser {
             };
             let near: Vec<(f64, &FamilyEntry)> =
                 of_dtype.into_iter().take_while(|(d, _)| *d <= NEAR_ENOUGH).filter(|(_, e)| stands(e)).collect();
+            // A timing of a variant whose source changed since is a hint: read only where no
+            // taker has a timing of its source as it is.
+            let source =
+                |variant: &str| self.inner.kernels.iter().find(|k| k.name() == variant).map(|k| k.info().entry.source_sha256.as_str());
+            let stale = |t: &family_table::Timed| source(&t.variant).is_some_and(|now| t.is_stale(now));
             // Each taker's time estimated from the standing entries that time it.
-            let mut estimated: Vec<(family_table::Estimate, &Kernel)> = takers
-                .iter()
-                .filter_map(|(k, _)| {
-                    let times = near.iter().map(|&(d, entry)| (d, timed_as(k, entry).map(|i| entry.ranked[i].ms), entry.fastest_ms()));
-                    family_table::estimate(times).map(|e| (e, *k))
-                })
-                .collect();
+            let estimates = |hints: bool| -> Vec<(family_table::Estimate, &Kernel)> {
+                takers
+                    .iter()
+                    .filter_map(|(k, _)| {
+                        let ms =
+                            |entry: &FamilyEntry| timed_as(k, entry).map(|i| &entry.ranked[i]).filter(|t| hints || !stale(t)).map(|t| t.ms);
+                        let times = near.iter().map(|&(d, entry)| (d, ms(entry), entry.fastest_ms()));
+                        family_table::estimate(times).map(|e| (e, *k))
+                    })
+                    .collect()
+            };
+            let mut estimated = estimates(false);
+            let hints = estimated.is_empty();
+            if hints {
+                estimated = estimates(true);
+            }
             estimated.sort_by(|(a, ka), (b, kb)| a.slowdown.total_cmp(&b.slowdown).then_with(|| ka.name().cmp(kb.name())));
             if let Some(&(least, _)) = estimated.first() {
                 // Near ties go to a variant without bounds checks where one takes the call: it
@@ -317,6 +331,7 @@ impl Chooser {
                 let newer = unranked(entry);
                 let newer =
                     if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
+                let newer = if hints { newer + " (from timings of sources changed since: hints)" } else { newer };
                 let reason = format!(
                     "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
                     self.name(),

@@ -21,7 +21,7 @@ fn shipped() -> Vec<Built> {
 }
 
 fn entry(dtype: Dtype, problem: [u64; 2], ranked: &[(&str, f64)]) -> FamilyEntry {
-    let ranked = ranked.iter().map(|&(v, ms)| Timed { variant: v.into(), strategy: None, ms }).collect();
+    let ranked = ranked.iter().map(|&(v, ms)| Timed { variant: v.into(), strategy: None, ms, source: None }).collect();
     FamilyEntry {
         dtype,
         class: Default::default(),
@@ -154,7 +154,7 @@ fn entries_of_a_class_and_runs_of_a_strategy_are_a_plug_ins_not_the_choosers() {
     classed.class.insert("layout".into(), "tn".into());
     table.insert(classed);
     // A padded run ranked first is skipped: the call runs what was measured directly.
-    table.entries[0].ranked.insert(0, Timed { variant: "softmax_f32_w4".into(), strategy: Some("padded".into()), ms: 0.05 });
+    table.entries[0].ranked.insert(0, Timed { variant: "softmax_f32_w4".into(), strategy: Some("padded".into()), ms: 0.05, source: None });
     let registry = registry(vec![table]).unwrap();
     let pick = registry.family("softmax").unwrap().pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 8000, 8000)).unwrap();
     assert_eq!(pick.kernel.name(), "softmax_f32_w16", "{}", pick.reason);
@@ -480,4 +480,57 @@ fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offse
     assert_eq!(decode.kernel.name(), "attention_varlen_splitkv_w4_c4", "{}", decode.reason);
     let prefill = family.pick(&h100(), H100_SMEM, &varlen_call(8, [16384, 16384], [2048, 2048], 32, 8, 128)).unwrap();
     assert_eq!(prefill.kernel.name(), "attention_varlen", "{}", prefill.reason);
+}
+
+// Issue 58: a timing of a variant whose source changed since it was timed is a hint: the
+// chooser reads the timings of sources as they are first, and the stale ones only where no
+// taker has any; the table says which are stale.
+#[test]
+fn stale_timings_are_hints_and_are_named() {
+    let sources: std::collections::BTreeMap<String, String> =
+        shipped().into_iter().map(|b| (b.entry.variant.name.clone(), b.entry.source_sha256.clone())).collect();
+    let stamped = |variant: &str, ms: f64, stale: bool| {
+        let own = tilesmith_spec::family_table::stamp(&sources[variant]).unwrap();
+        let source = if stale { "0123456789abcdef".to_string() } else { own };
+        Timed { variant: variant.into(), strategy: None, ms, source: Some(source) }
+    };
+    let table = |stale_fast: bool, stale_slow: bool| {
+        let mut table = FamilyTable::new("softmax", h100(), "test".into(), vec!["rows".into(), "cols".into()]);
+        let mut entry = entry(Dtype::Bf16, [4096, 4096], &[]);
+        let mut ranked = vec![stamped("softmax_w16_unchecked", 0.05, stale_fast), stamped("softmax_w4_unchecked", 0.10, stale_slow)];
+        for v in ["softmax", "softmax_unchecked", "softmax_w4", "softmax_w16", "softmax_warp_w4", "softmax_warp_w4_unchecked"] {
+            ranked.push(stamped(v, 0.3, false));
+        }
+        entry.ranked = tilesmith_spec::family_table::rank(ranked).unwrap();
+        table.insert(entry);
+        table
+    };
+    let pick = |table: FamilyTable| {
+        let registry = registry(vec![table]).unwrap();
+        registry.family("softmax").unwrap().pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4096)).unwrap()
+    };
+    let fresh = pick(table(false, false));
+    assert_eq!(fresh.kernel.name(), "softmax_w16_unchecked", "{}", fresh.reason);
+    // Its source changed since: the fastest fresh timing runs.
+    let passed_over = pick(table(true, false));
+    assert_eq!(passed_over.kernel.name(), "softmax_w4_unchecked", "{}", passed_over.reason);
+    assert!(!passed_over.reason.contains("hints"), "{}", passed_over.reason);
+    let stale = table(true, false);
+    let current = |v: &str| sources.get(v).map(String::as_str);
+    assert_eq!(stale.stale(current), (1, vec!["softmax_w16_unchecked".to_string()]));
+    let words = stale.stale_words(current).unwrap();
+    assert!(words.contains("1 timing(s) of 1 variant(s) whose source changed since they were timed (softmax_w16_unchecked)"), "{words}");
+    assert!(table(false, false).stale_words(current).is_none());
+    // Every timing stale: they are read as hints, and the reason says so.
+    let mut all_stale = table(true, true);
+    for timed in &mut all_stale.entries[0].ranked {
+        timed.source = Some("0123456789abcdef".into());
+    }
+    let hinted = pick(all_stale);
+    assert_eq!(hinted.kernel.name(), "softmax_w16_unchecked", "{}", hinted.reason);
+    assert!(hinted.reason.contains("(from timings of sources changed since: hints)"), "{}", hinted.reason);
+    // A stamp that is not one is refused when the table is read.
+    let mut bad = table(false, false);
+    bad.entries[0].ranked[0].source = Some("xyz".into());
+    assert!(bad.check().unwrap_err().contains("source stamp is not 16 hex digits"));
 }

@@ -68,9 +68,30 @@ pub struct Timed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
     pub ms: f64,
+    /// The first [`STAMP_DIGITS`] hex digits of the SHA-256 of the variant's source when it was
+    /// timed (its manifest entry's `source_sha256`); absent in timings made before it was
+    /// recorded, which are never taken for stale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// How many hex digits of a source's SHA-256 a timing records.
+pub const STAMP_DIGITS: usize = 16;
+
+/// The stamp a timing records of a source whose SHA-256 is `sha256` (hex); none where the
+/// manifest states none.
+pub fn stamp(sha256: &str) -> Option<String> {
+    sha256.get(..STAMP_DIGITS).map(str::to_string)
 }
 
 impl Timed {
+    /// Whether it timed another source than the one whose SHA-256 is `current`: the variant
+    /// changed since, and the time is a hint, not a measurement of what runs. A timing without a
+    /// stamp, or a variant without a hash, is not stale.
+    pub fn is_stale(&self, current: &str) -> bool {
+        self.source.as_deref().is_some_and(|own| !current.is_empty() && !current.starts_with(own))
+    }
+
     /// Whether it ran the variant on the call's own buffers.
     pub fn is_direct(&self) -> bool {
         self.strategy.is_none()
@@ -283,6 +304,13 @@ impl FamilyTable {
             if entry.ranked.is_empty() {
                 return Err(format!("{at}: ranks no variant"));
             }
+            if let Some(bad) = entry
+                .ranked
+                .iter()
+                .find(|t| t.source.as_deref().is_some_and(|s| s.len() != STAMP_DIGITS || !s.bytes().all(|b| b.is_ascii_hexdigit())))
+            {
+                return Err(format!("{at}: {}'s source stamp is not {STAMP_DIGITS} hex digits", bad.variant));
+            }
             let ranked = rank(entry.ranked.clone()).map_err(|rule| format!("{at}: {rule}"))?;
             if ranked != entry.ranked {
                 return Err(format!("{at}: its variants are not in rank order (fastest first, near ties direct first, then by name)"));
@@ -334,6 +362,33 @@ impl FamilyTable {
             )),
             None => Ok(()),
         }
+    }
+
+    /// The timings of variants whose source changed since (`current` gives a variant's
+    /// `source_sha256` now, none where it is not held): how many, and the variants, by name.
+    pub fn stale<'s>(&self, current: impl Fn(&str) -> Option<&'s str>) -> (usize, Vec<String>) {
+        let stale: Vec<&Timed> =
+            self.entries.iter().flat_map(|e| &e.ranked).filter(|t| current(&t.variant).is_some_and(|now| t.is_stale(now))).collect();
+        let mut variants: Vec<String> = stale.iter().map(|t| t.variant.clone()).collect();
+        variants.sort();
+        variants.dedup();
+        (stale.len(), variants)
+    }
+
+    /// How a message names the stale timings of [`FamilyTable::stale`]; none where there are none.
+    pub fn stale_words<'s>(&self, current: impl Fn(&str) -> Option<&'s str>) -> Option<String> {
+        let (count, variants) = self.stale(current);
+        let first: Vec<&str> = variants.iter().take(3).map(String::as_str).collect();
+        (count > 0).then(|| {
+            format!(
+                "{count} timing(s) of {} variant(s) whose source changed since they were timed ({}{}): the chooser reads them as \
+                 hints; `tilesmith tune --family {} --fresh` measures them again",
+                variants.len(),
+                first.join(", "),
+                if variants.len() > 3 { ", ..." } else { "" },
+                self.family
+            )
+        })
     }
 
     /// The variants the entries rank that `known` does not hold.
@@ -399,7 +454,7 @@ mod tests {
                 problem: problem.to_vec(),
                 batch: 1,
                 baseline_ms: 1.0,
-                ranked: ranked.iter().map(|(v, ms)| Timed { variant: v.to_string(), strategy: None, ms: *ms }).collect(),
+                ranked: ranked.iter().map(|(v, ms)| Timed { variant: v.to_string(), strategy: None, ms: *ms, source: None }).collect(),
             })
             .collect();
         table
@@ -441,7 +496,12 @@ mod tests {
 
     #[test]
     fn near_ties_rank_direct_first_then_by_name() {
-        let timed = |variant: &str, strategy: Option<&str>, ms| Timed { variant: variant.into(), strategy: strategy.map(Into::into), ms };
+        let timed = |variant: &str, strategy: Option<&str>, ms| Timed {
+            variant: variant.into(),
+            strategy: strategy.map(Into::into),
+            ms,
+            source: None,
+        };
         let ranked = rank(vec![timed("z", None, 1.0), timed("a", None, 1.01)]).unwrap();
         assert_eq!(ranked[0].variant, "a");
         let ranked = rank(vec![timed("b", None, 1.0), timed("a", None, 1.015), timed("c", Some("padded"), 0.99), timed("d", None, 1.5)]);

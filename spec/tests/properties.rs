@@ -20,7 +20,7 @@ proptest! {
     fn ranking_ends_on_any_times(times in prop::collection::vec(prop_oneof![any::<f64>(), 0.001f64..10.0], 0..12)) {
         use tilesmith_spec::family_table::{rank, Timed};
         use tilesmith_spec::tuning::{MAX_MS, MIN_MS};
-        let timed: Vec<Timed> = times.iter().enumerate().map(|(i, &ms)| Timed { variant: format!("v{i}"), strategy: None, ms }).collect();
+        let timed: Vec<Timed> = times.iter().enumerate().map(|(i, &ms)| Timed { variant: format!("v{i}"), strategy: None, ms, source: None }).collect();
         let valid = times.iter().all(|t| (MIN_MS..=MAX_MS).contains(t));
         match rank(timed) {
             Ok(ranked) => prop_assert!(valid && ranked.len() == times.len()),

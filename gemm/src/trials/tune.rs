@@ -402,7 +402,8 @@ fn measure<T: tilesmith_runtime::Element>(
             continue;
         }
         best = best.min(ms);
-        measured.push(Timed { variant: choice.kernel.name().to_string(), strategy: strategy.word(), ms });
+        let source = family_table::stamp(&choice.kernel.info().entry.source_sha256);
+        measured.push(Timed { variant: choice.kernel.name().to_string(), strategy: strategy.word(), ms, source });
     }
     if measured.is_empty() {
         // Nothing to rank: the problem stays unmeasured, for the heuristic.
