@@ -471,23 +471,31 @@ pub fn choose<'k>(
                     .take_while(|(distance, _)| *distance <= NEAR_ENOUGH)
                     .collect();
                 // Each entry's candidates as the takers they stand for, with their rank there.
-                let mapped: Vec<Vec<(&Kernel, Strategy, f64, usize)>> = near
+                // A timing of a variant whose source changed since is a hint (stale).
+                let stale =
+                    |t: &Timed| all.iter().find(|k| k.name() == t.variant).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
+                let mapped: Vec<Vec<(&Kernel, Strategy, f64, usize, bool)>> = near
                     .iter()
                     .map(|(_, e)| {
-                        let stood = e.ranked.iter().enumerate().filter_map(|(rank, t)| stands_for(t).map(|(k, s)| (k, s, t.ms, rank)));
-                        stood.collect()
+                        let stood = e.ranked.iter().enumerate();
+                        stood.filter_map(|(rank, t)| stands_for(t).map(|(k, s)| (k, s, t.ms, rank, stale(t)))).collect()
                     })
                     .collect();
-                let timed_in = |m: &[(&Kernel, Strategy, f64, usize)], k: &Kernel, s: Strategy| {
-                    m.iter().find(|(mk, ms, ..)| *ms == s && mk.name() == k.name()).map(|&(.., ms, rank)| (ms, rank))
+                let timed_in = |m: &[(&Kernel, Strategy, f64, usize, bool)], k: &Kernel, s: Strategy, hints: bool| {
+                    m.iter()
+                        .find(|(mk, ms, .., old)| *ms == s && mk.name() == k.name() && (hints || !old))
+                        .map(|&(_, _, ms, rank, _)| (ms, rank))
                 };
-                let mut estimated: Vec<(f64, &Kernel, Strategy)> = takers
-                    .iter()
-                    .filter_map(|&(k, s)| {
-                        let times = near.iter().zip(&mapped).map(|((d, e), m)| (*d, timed_in(m, k, s).map(|t| t.0), e.fastest_ms()));
-                        family_table::estimate(times).map(|e| (e.slowdown, k, s))
-                    })
-                    .collect();
+                let estimates = |hints: bool| -> Vec<(f64, &Kernel, Strategy)> {
+                    let times =
+                        |k, s| near.iter().zip(&mapped).map(move |((d, e), m)| (*d, timed_in(m, k, s, hints).map(|t| t.0), e.fastest_ms()));
+                    takers.iter().filter_map(|&(k, s)| family_table::estimate(times(k, s)).map(|e| (e.slowdown, k, s))).collect()
+                };
+                let mut estimated = estimates(false);
+                let hints = estimated.is_empty();
+                if hints {
+                    estimated = estimates(true);
+                }
                 estimated.sort_by(|a, b| a.0.total_cmp(&b.0));
                 let Some(&(least, ..)) = estimated.first() else { continue };
                 let tie = least + (1.0 + NEAR_TIE).ln();
@@ -499,9 +507,10 @@ pub fn choose<'k>(
                 let ((distance, entry), (ms, rank)) = near
                     .iter()
                     .zip(&mapped)
-                    .find_map(|(n, m)| timed_in(m, kernel, strategy).map(|t| (*n, t)))
+                    .find_map(|(n, m)| timed_in(m, kernel, strategy, hints).map(|t| (*n, t)))
                     .expect("an estimate reads an entry");
                 let with = with.map(|e| format!(" with {e}")).unwrap_or_default();
+                let hinted = if hints { " (from timings of sources changed since: hints)" } else { "" };
                 let borrowed = if table.device.is(device) {
                     String::new()
                 } else {
@@ -511,7 +520,7 @@ pub fn choose<'k>(
                     )
                 };
                 let reason = format!(
-                    "tuning table {}{borrowed}: estimated {:.1}% over the fastest from the measured problems near it; nearest measured problem {}{with} ({} {} {class}), rank {} of {}, {:.2}x cuBLAS there, {distance:.2} away",
+                    "tuning table {}{borrowed}: estimated {:.1}% over the fastest from the measured problems near it; nearest measured problem {}{with} ({} {} {class}), rank {} of {}, {:.2}x cuBLAS there, {distance:.2} away{hinted}",
                     tilesmith_spec::tuning::file_name(&table.device),
                     (slowdown.exp() - 1.0) * 100.0,
                     table::describe(entry.batch, &entry.problem),
