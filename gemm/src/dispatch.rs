@@ -385,6 +385,16 @@ pub fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<(&'t 
     Some((table, scale))
 }
 
+/// A measured candidate as the taker it stands for, with its time, rank and whether it timed a
+/// source that changed since.
+struct Stood<'k> {
+    kernel: &'k Kernel,
+    strategy: Strategy,
+    ms: f64,
+    rank: usize,
+    stale: bool,
+}
+
 /// How far ([`FamilyEntry::distance`], summed |log2| of problem count, M, N and K) a measured
 /// problem may lie from a call and still stand for it; farther, the heuristic does better
 /// (`tilesmith replay`).
@@ -474,17 +484,19 @@ pub fn choose<'k>(
                 // A timing of a variant whose source changed since is a hint (stale).
                 let stale =
                     |t: &Timed| all.iter().find(|k| k.name() == t.variant).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
-                let mapped: Vec<Vec<(&Kernel, Strategy, f64, usize, bool)>> = near
+                let mapped: Vec<Vec<Stood>> = near
                     .iter()
                     .map(|(_, e)| {
                         let stood = e.ranked.iter().enumerate();
-                        stood.filter_map(|(rank, t)| stands_for(t).map(|(k, s)| (k, s, t.ms, rank, stale(t)))).collect()
+                        stood
+                            .filter_map(|(rank, t)| {
+                                stands_for(t).map(|(kernel, strategy)| Stood { kernel, strategy, ms: t.ms, rank, stale: stale(t) })
+                            })
+                            .collect()
                     })
                     .collect();
-                let timed_in = |m: &[(&Kernel, Strategy, f64, usize, bool)], k: &Kernel, s: Strategy, hints: bool| {
-                    m.iter()
-                        .find(|(mk, ms, .., old)| *ms == s && mk.name() == k.name() && (hints || !old))
-                        .map(|&(_, _, ms, rank, _)| (ms, rank))
+                let timed_in = |m: &[Stood], k: &Kernel, s: Strategy, hints: bool| {
+                    m.iter().find(|t| t.strategy == s && t.kernel.name() == k.name() && (hints || !t.stale)).map(|t| (t.ms, t.rank))
                 };
                 let estimates = |hints: bool| -> Vec<(f64, &Kernel, Strategy)> {
                     let times =
