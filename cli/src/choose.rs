@@ -71,11 +71,9 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
     };
     let device = device(chooser.tables().iter().map(|t| &t.device), args.gpu.as_deref())?;
     println!("{} {} {dtype} on {device}", args.family, args.shape);
+    let source = |variant: &str| chooser.kernels().iter().find(|k| k.name() == variant).map(|k| k.info().entry.source_sha256.as_str());
     for table in chooser.tables().iter().filter(|t| t.device.is(&device)) {
-        let source = |variant: &str| registry.kernel(variant).ok().map(|k| k.info().entry.source_sha256.clone());
-        let sources: std::collections::BTreeMap<String, String> =
-            table.entries.iter().flat_map(|e| &e.ranked).filter_map(|t| Some((t.variant.clone(), source(&t.variant)?))).collect();
-        if let Some(words) = table.stale_words(|variant| sources.get(variant).map(String::as_str)) {
+        if let Some(words) = table.stale_words(source) {
             println!("note: {words}");
         }
     }

@@ -1,7 +1,7 @@
 //! GEMM (C = A·B with an epilogue) and transpose as a plug-in of tilesmith's runtime: their
 //! typed calls, the dispatcher that picks a GEMM variant and strategy per call from GEMM's
-//! tuning tables, and those tables' format. The runtime, the pipeline and the trials harness
-//! name no family; everything that knows GEMM is here.
+//! tuning tables, and its words in the one table format. The runtime, the pipeline and the
+//! trials harness name no family; everything that knows GEMM is here.
 //!
 //! ```no_run
 //! use tilesmith_gemm::{GemmArgs, GemmKernel, GemmRegistry, Workspace};

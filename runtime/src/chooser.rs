@@ -1,7 +1,8 @@
 //! One call for any family: the chooser binds a call's arguments by the family's declared
 //! names, keeps the family's variants that take it (planning is `can_implement`), and runs the
-//! fastest: the first of the nearest measured problem's ranking in the family's tuning table,
-//! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
+//! fastest: the least estimate from the measured problems near the call in the family's tuning
+//! table ([`family_table::estimate`], the rule GEMM's dispatcher reads its table by too), else
+//! the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
 
 use crate::gpu::static_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
@@ -174,11 +175,11 @@ impl Chooser {
         CallBuilder::new(self, gpu)
     }
 
-    /// The variant a call runs on, and why, without launching it: the nearest measured
-    /// problem's ranking (within [`NEAR_ENOUGH`]) in this GPU's table, or, where it has none,
-    /// that of the GPU of the same compute capability nearest in SMs and clock
-    /// ([`Device::table_in`], as plug-in dispatchers read theirs); the first of
-    /// those variants that takes the call. Otherwise the cost model's least estimate.
+    /// The variant a call runs on, and why, without launching it: of the variants that take
+    /// the call, the least estimate ([`family_table::estimate`]) from the measured problems
+    /// within [`NEAR_ENOUGH`] in this GPU's table, or, where it has none, in that of the GPU of
+    /// the same compute capability nearest in SMs and clock ([`Device::table_in`], as plug-in
+    /// dispatchers read theirs). Otherwise the cost model's least estimate.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         let device = (gpu.name(), gpu.sms());
         let hash = PickKey::hash_of(device, call);
