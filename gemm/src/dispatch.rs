@@ -8,6 +8,7 @@ use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose};
 use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
 use crate::table::{self, Alignment, Strategy};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
+use std::collections::{HashMap, HashSet};
 use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Result};
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::NEAR_TIE;
@@ -385,11 +386,11 @@ pub fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<(&'t 
     Some((table, scale))
 }
 
-/// A measured candidate as the taker it stands for, with its time, rank and whether it timed a
-/// source that changed since.
-struct Stood<'k> {
-    kernel: &'k Kernel,
-    strategy: Strategy,
+/// The taker a measured candidate stands for, with its strategy; none where no taker does.
+type Taker<'k> = Option<(&'k Kernel, Strategy)>;
+
+/// A measured candidate's time, rank and whether it timed a source that changed since.
+struct Stood {
     ms: f64,
     rank: usize,
     stale: bool,
@@ -410,9 +411,9 @@ const NEAR_ENOUGH: f64 = 1.0;
 /// ([`family_table::estimate`], the rule every family's chooser reads its table by): the least
 /// estimate, near ties direct first, then by name. Otherwise [`heuristic`]. The call is seen as
 /// [`canonical`] makes it.
-pub fn choose<'k>(
+pub fn choose<'t, 'k>(
     kernels: impl IntoIterator<Item = &'k Kernel>,
-    tables: &[FamilyTable],
+    tables: &'t [FamilyTable],
     device: &Device,
     call: &GemmCall<'_>,
 ) -> std::result::Result<Choice, String> {
@@ -464,39 +465,56 @@ pub fn choose<'k>(
         let padded_layout = padding(dtype, shape, &buffers, None).map(|p| p.gemm.layout);
         // The taker a measured candidate stands for: the variant of its axes with the call's
         // dtype and epilogue (and, padded, the layout the call's moves give).
+        let by_name: HashMap<&str, &Kernel> = all.iter().map(|k| (k.name(), *k)).collect();
+        let taking: HashSet<(&str, Strategy)> = takers.iter().map(|(k, s)| (k.name(), *s)).collect();
         let stands_for = |timed: &Timed| -> Option<(&'k Kernel, Strategy)> {
             let strategy = Strategy::of(timed).ok()?;
-            let ranked = all.iter().find(|k| k.name() == timed.variant)?;
+            let ranked = *by_name.get(timed.variant.as_str())?;
             let layout = if strategy == Strategy::Padded { padded_layout } else { None };
             let mut siblings = epilogue.activation.epilogues().into_iter().filter_map(|word| sibling(&gemms, ranked, word, layout));
-            siblings.find(|k| takers.iter().any(|(t, s)| *s == strategy && t.name() == k.name())).map(|k| (k, strategy))
+            siblings.find(|k| taking.contains(&(k.name(), strategy))).map(|k| (k, strategy))
+        };
+        // Entries rank the same variants: each one's taker is found once a pick.
+        let found: std::cell::RefCell<HashMap<(&str, Option<&str>), Taker<'k>>> = Default::default();
+        let stands_for = |timed: &'t Timed| -> Taker<'k> {
+            let key = (timed.variant.as_str(), timed.strategy.as_deref());
+            if let Some(known) = found.borrow().get(&key) {
+                return *known;
+            }
+            let taker = stands_for(timed);
+            found.borrow_mut().insert(key, taker);
+            taker
         };
         // Entries measured with the call's activation first, then the plain ones.
         let activated = (epilogue.activation != Activation::NONE).then_some(epilogue.activation.as_str());
         for with in activated.into_iter().map(Some).chain([None]) {
             for &d in &dtypes {
                 let near: Vec<(f64, &FamilyEntry)> = table
-                    .nearest(d, &table::class(shape.layout, class, with), batch, &problem)
+                    .nearest(d, &table::class(shape.layout, class, with), batch, &problem, NEAR_ENOUGH)
                     .into_iter()
-                    .take_while(|(distance, _)| *distance <= NEAR_ENOUGH)
+                    .take(family_table::NEAR_READ)
                     .collect();
                 // Each entry's candidates as the takers they stand for, with their rank there.
                 // A timing of a variant whose source changed since is a hint (stale).
-                let stale =
-                    |t: &Timed| all.iter().find(|k| k.name() == t.variant).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
-                let mapped: Vec<Vec<Stood>> = near
+                let stale = |t: &Timed| by_name.get(t.variant.as_str()).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
+                // Entries are read nearest first until every taker has the timings its estimate
+                // reads: a densely measured neighbourhood costs a pick no more than a sparse one.
+                // Each entry's candidates as the takers they stand for, by name and strategy,
+                // the first in rank order kept.
+                let mapped: Vec<HashMap<(&str, Strategy), Stood>> = near
                     .iter()
                     .map(|(_, e)| {
-                        let stood = e.ranked.iter().enumerate();
+                        let mut stood = HashMap::new();
+                        for (rank, t) in e.ranked.iter().enumerate() {
+                            if let Some((kernel, strategy)) = stands_for(t) {
+                                stood.entry((kernel.name(), strategy)).or_insert(Stood { ms: t.ms, rank, stale: stale(t) });
+                            }
+                        }
                         stood
-                            .filter_map(|(rank, t)| {
-                                stands_for(t).map(|(kernel, strategy)| Stood { kernel, strategy, ms: t.ms, rank, stale: stale(t) })
-                            })
-                            .collect()
                     })
                     .collect();
-                let timed_in = |m: &[Stood], k: &Kernel, s: Strategy, hints: bool| {
-                    m.iter().find(|t| t.strategy == s && t.kernel.name() == k.name() && (hints || !t.stale)).map(|t| (t.ms, t.rank))
+                let timed_in = |m: &HashMap<(&str, Strategy), Stood>, k: &Kernel, s: Strategy, hints: bool| {
+                    m.get(&(k.name(), s)).filter(|t| hints || !t.stale).map(|t| (t.ms, t.rank))
                 };
                 let estimates = |hints: bool| -> Vec<(f64, &Kernel, Strategy)> {
                     let times =

@@ -265,11 +265,12 @@ impl Chooser {
         if let Some(table) = table {
             // Entries of a class are a plug-in dispatcher's, which it reads itself.
             let plain = BTreeMap::new();
-            let of_dtype =
-                dtypes.iter().map(|&d| table.nearest(d, &plain, batch, &problem)).find(|entries| !entries.is_empty()).unwrap_or_default();
+            let measured = dtypes.iter().copied().find(|&d| table.entries.iter().any(|e| e.dtype == d && e.class.is_empty()));
+            let of_dtype = measured.map(|d| table.nearest(d, &plain, batch, &problem, NEAR_ENOUGH)).unwrap_or_default();
             // The variant of the call's dtype with a ranked one's other axes.
+            let by_name: HashMap<&str, &Kernel> = self.inner.kernels.iter().map(|k| (k.name(), k)).collect();
             let same = |k: &Kernel, ranked: &str| {
-                self.inner.kernels.iter().find(|r| r.name() == ranked).is_some_and(|r| {
+                by_name.get(ranked).is_some_and(|r| {
                     let (v, r) = (k.variant(), r.variant());
                     v.backend == r.backend && v.tile == r.tile && v.warps == r.warps && v.bounds == r.bounds && v.axes == r.axes
                 })
@@ -294,12 +295,10 @@ impl Chooser {
                 let best = entry.ranked.iter().find(|t| t.is_direct() && takers.iter().any(|(k, _)| same(k, &t.variant)));
                 unranked(entry) == 0 || (newer && best.is_some_and(|t| entry.ratio(t) >= MEASURED_ENOUGH))
             };
-            let near: Vec<(f64, &FamilyEntry)> =
-                of_dtype.into_iter().take_while(|(d, _)| *d <= NEAR_ENOUGH).filter(|(_, e)| stands(e)).collect();
+            let near: Vec<(f64, &FamilyEntry)> = of_dtype.into_iter().filter(|(_, e)| stands(e)).take(family_table::NEAR_READ).collect();
             // A timing of a variant whose source changed since is a hint: read only where no
             // taker has a timing of its source as it is.
-            let source =
-                |variant: &str| self.inner.kernels.iter().find(|k| k.name() == variant).map(|k| k.info().entry.source_sha256.as_str());
+            let source = |variant: &str| by_name.get(variant).map(|k| k.info().entry.source_sha256.as_str());
             let stale = |t: &family_table::Timed| source(&t.variant).is_some_and(|now| t.is_stale(now));
             // Each taker's time estimated from the standing entries that time it.
             let estimates = |hints: bool| -> Vec<(family_table::Estimate, &Kernel)> {

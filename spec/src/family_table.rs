@@ -127,6 +127,10 @@ pub fn distance(a: &[u64], b: &[u64]) -> f64 {
 /// How many measured problems, nearest first, a variant's estimate reads ([`estimate`]).
 pub const NEIGHBOURS: usize = 4;
 
+/// How many measured problems near a call, nearest first, a pick reads at most: its time stays
+/// bounded however densely a table is measured around the call.
+pub const NEAR_READ: usize = 4 * NEIGHBOURS;
+
 /// A variant's estimated time on a call, from the measured problems near it ([`estimate`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Estimate {
@@ -211,12 +215,26 @@ impl FamilyTable {
         FamilyTable { format: FAMILY_TABLE_FORMAT, family: family.to_string(), device, compiler, quantities, entries: Vec::new() }
     }
 
-    /// The entries of `dtype` and `class` with their distances from `batch` problems of
-    /// `problem`, nearest first ([`FamilyEntry::distance`]; equal distances by batch and problem).
-    pub fn nearest(&self, dtype: Dtype, class: &BTreeMap<String, String>, batch: u64, problem: &[u64]) -> Vec<(f64, &FamilyEntry)> {
+    /// The entries of `dtype` and `class` within `within` of `batch` problems of `problem`, with
+    /// their distances, nearest first ([`FamilyEntry::distance`]; equal distances by batch and
+    /// problem). Only those within are sorted: a pick costs one pass over the table.
+    pub fn nearest(
+        &self,
+        dtype: Dtype,
+        class: &BTreeMap<String, String>,
+        batch: u64,
+        problem: &[u64],
+        within: f64,
+    ) -> Vec<(f64, &FamilyEntry)> {
         // Each distance computed once, not 2·log2(n) times in the sort's comparator.
-        let mut entries: Vec<(f64, &FamilyEntry)> =
-            self.entries.iter().filter(|e| e.dtype == dtype && &e.class == class).map(|e| (e.distance(batch, problem), e)).collect();
+        let mut entries: Vec<(f64, &FamilyEntry)> = self
+            .entries
+            .iter()
+            .filter(|e| e.dtype == dtype)
+            .map(|e| (e.distance(batch, problem), e))
+            // The class compared last: its words cost more than a distance.
+            .filter(|(d, e)| *d <= within && &e.class == class)
+            .collect();
         entries.sort_by(|(da, a), (db, b)| da.total_cmp(db).then((a.batch, &a.problem).cmp(&(b.batch, &b.problem))));
         entries
     }
@@ -465,9 +483,10 @@ mod tests {
         let t = table(&[(&[1024, 1024], &[("a", 1.0)]), (&[8192, 8192], &[("b", 1.0)]), (&[65536, 1024], &[("c", 1.0)])]);
         let plain = BTreeMap::new();
         let order: Vec<&str> =
-            t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000]).iter().map(|(_, e)| e.ranked[0].variant.as_str()).collect();
+            t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000], f64::INFINITY).iter().map(|(_, e)| e.ranked[0].variant.as_str()).collect();
         assert_eq!(order, ["c", "a", "b"]);
-        assert!(t.nearest(Dtype::F32, &plain, 1, &[1024, 1024]).is_empty());
+        assert!(t.nearest(Dtype::F32, &plain, 1, &[1024, 1024], f64::INFINITY).is_empty());
+        assert_eq!(t.nearest(Dtype::Bf16, &plain, 1, &[60000, 1000], 1.0).len(), 1, "only c lies within 1");
         assert_eq!(distance(&[2048, 1024], &[1024, 2048]), 2.0);
     }
 
@@ -521,8 +540,9 @@ mod tests {
         t.insert(batched.clone());
         t.insert(classed.clone());
         assert_eq!(t.entries.len(), 3);
-        let first =
-            |class: &BTreeMap<String, String>, batch| t.nearest(Dtype::Bf16, class, batch, &[512, 512])[0].1.ranked[0].variant.clone();
+        let first = |class: &BTreeMap<String, String>, batch| {
+            t.nearest(Dtype::Bf16, class, batch, &[512, 512], f64::INFINITY)[0].1.ranked[0].variant.clone()
+        };
         assert_eq!(first(&BTreeMap::new(), 1), "a");
         assert_eq!(first(&BTreeMap::new(), 48), "batched");
         assert_eq!(first(&classed.class, 1), "classed");
