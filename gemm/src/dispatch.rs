@@ -467,7 +467,7 @@ pub fn choose<'t, 'k>(
         // dtype and epilogue (and, padded, the layout the call's moves give).
         let by_name: HashMap<&str, &Kernel> = all.iter().map(|k| (k.name(), *k)).collect();
         let taking: HashSet<(&str, Strategy)> = takers.iter().map(|(k, s)| (k.name(), *s)).collect();
-        let stands_for = |timed: &Timed| -> Option<(&'k Kernel, Strategy)> {
+        let stands_for = |timed: &Timed| -> Taker<'k> {
             let strategy = Strategy::of(timed).ok()?;
             let ranked = *by_name.get(timed.variant.as_str())?;
             let layout = if strategy == Strategy::Padded { padded_layout } else { None };
@@ -494,11 +494,8 @@ pub fn choose<'t, 'k>(
                     .into_iter()
                     .take(family_table::NEAR_READ)
                     .collect();
-                // Each entry's candidates as the takers they stand for, with their rank there.
                 // A timing of a variant whose source changed since is a hint (stale).
                 let stale = |t: &Timed| by_name.get(t.variant.as_str()).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
-                // Entries are read nearest first until every taker has the timings its estimate
-                // reads: a densely measured neighbourhood costs a pick no more than a sparse one.
                 // Each entry's candidates as the takers they stand for, by name and strategy,
                 // the first in rank order kept.
                 let mapped: Vec<HashMap<(&str, Strategy), Stood>> = near
