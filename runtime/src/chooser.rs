@@ -1,8 +1,8 @@
 //! One call for any family: the chooser binds a call's arguments by the family's declared
 //! names, keeps the family's variants that take it (planning is `can_implement`), and runs the
 //! fastest: the least estimate from the measured problems near the call in the family's tuning
-//! table ([`family_table::estimate`], the rule GEMM's dispatcher reads its table by too), else
-//! the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
+//! table ([`family_table::estimate`], the rule a plug-in's dispatcher reads its tables by too),
+//! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
 
 use crate::gpu::static_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
