@@ -139,8 +139,6 @@ pub struct Estimate {
     pub slowdown: f64,
     /// How many problems it was read from.
     pub read: usize,
-    /// The distance of the nearest of them.
-    pub nearest: f64,
 }
 
 /// The estimate of one variant on a call from the measured problems near it, nearest first:
@@ -154,23 +152,22 @@ pub struct Estimate {
 /// right between measured problems where the fastest variant changes (`tilesmith replay`, each
 /// entry of the committed tables held out: docs/chooser.md).
 pub fn estimate(near: impl IntoIterator<Item = (f64, Option<f64>, f64)>) -> Option<Estimate> {
-    let (mut sum, mut weights, mut read, mut nearest) = (0.0, 0.0, 0, None);
+    let (mut sum, mut weights, mut read) = (0.0, 0.0, 0);
     for (distance, own, fastest) in near {
         let Some(own) = own else { continue };
         // A problem measured exactly is its own answer: the call's ranking there is known.
         if read == 0 && distance == 0.0 {
-            return Some(Estimate { slowdown: (own / fastest).ln(), read: 1, nearest: 0.0 });
+            return Some(Estimate { slowdown: (own / fastest).ln(), read: 1 });
         }
         let weight = 1.0 / (distance + 0.25).powi(2);
         sum += weight * (own / fastest).ln();
         weights += weight;
-        nearest.get_or_insert(distance);
         read += 1;
         if read == NEIGHBOURS {
             break;
         }
     }
-    Some(Estimate { slowdown: sum / weights, read, nearest: nearest? })
+    (read > 0).then(|| Estimate { slowdown: sum / weights, read })
 }
 
 /// A problem as messages write it: `rows=4096 cols=50257`.
