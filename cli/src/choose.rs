@@ -1,12 +1,12 @@
 //! `tilesmith choose --family NAME SHAPE`: what a call of that shape would run, and why, on a
 //! GPU named by a table, without a GPU: every variant of the dtype with whether it takes the
 //! call (the rule where not), its table estimate and the cost model's, then the pick and its
-//! reason. It reads only a registry; GEMM's calls go through GEMM's dispatcher.
+//! reason. It reads only a registry; GEMM's calls go through the chooser with GEMM's policy.
 
 use std::path::PathBuf;
 use tilesmith_gemm::dispatch::{self, GemmCall};
-use tilesmith_gemm::{table as gemm_table, EpilogueArgs, GemmRegistry, GemmShape};
-use tilesmith_runtime::{estimate_seconds, plan_call, runs_on, Buffer, Dtype, Layout, Registry};
+use tilesmith_gemm::{family_call, table as gemm_table, Choice, EpilogueArgs, GemmShape};
+use tilesmith_runtime::{estimate_seconds, plan_call, runs_on, Buffer, Chooser, Dtype, Layout, Registry};
 use tilesmith_spec::tuning::Device;
 use tilesmith_trials::declared;
 
@@ -78,7 +78,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         }
     }
     if args.family == gemm_table::FAMILY {
-        return gemm(registry, &device, dtype, &sizes, &args.layout);
+        return gemm(registry, chooser, &device, args.smem_per_block, dtype, &sizes, &args.layout);
     }
     let shape: declared::Shape = family.quantities.iter().cloned().zip(sizes.iter().copied()).collect();
     // The call as a variant with the least leading-dimension rule takes it packed.
@@ -128,18 +128,27 @@ fn device<'d>(devices: impl Iterator<Item = &'d Device> + Clone, name: Option<&s
     }
 }
 
-/// GEMM's call, packed in `layout`, through its dispatcher: the candidates by the heuristic's
-/// estimate, and the pick.
-fn gemm(registry: &Registry, device: &Device, dtype: Dtype, sizes: &[u64], layout: &str) -> Result<(), String> {
+/// GEMM's call, packed in `layout`, through the family's chooser (GEMM's policy): the
+/// candidates by the heuristic's estimate, and the pick.
+fn gemm(
+    registry: &Registry,
+    chooser: &Chooser,
+    device: &Device,
+    smem_per_block: u32,
+    dtype: Dtype,
+    sizes: &[u64],
+    layout: &str,
+) -> Result<(), String> {
     let layout = Layout::parse(layout).ok_or_else(|| format!("--layout {layout}: one of nn, nt, tn, tt"))?;
     let [m, n, k] = [0, 1, 2].map(|i| sizes[i] as usize);
     let shape = GemmShape::packed(m, n, k, layout);
     let plain = EpilogueArgs::default();
-    let call = GemmCall { dtype, shape: &shape, buffers: Buffer::unallocated(shape.spans()), epilogue: &plain };
-    let tables = registry.gemm_tables().map_err(|e| e.to_string())?;
+    let buffers = Buffer::unallocated(shape.spans());
+    let pick = chooser.pick(device, smem_per_block, &family_call(dtype, &shape, buffers, &plain))?;
+    let choice = pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).ok_or("GEMM's policy is not linked")?;
     let kernels: Vec<_> = registry.kernels().collect();
     let transpose = dispatch::transposer(kernels.iter().copied(), device, dtype);
-    let choice = dispatch::choose(kernels.iter().copied(), &tables.tables, device, &call)?;
+    let call = GemmCall { dtype, shape: &shape, buffers, epilogue: &plain };
     for (seconds, kernel, strategy) in dispatch::by_estimate(&kernels, transpose, device, &call) {
         let mark = if kernel.name() == choice.kernel.name() && strategy == choice.strategy { "*" } else { " " };
         println!("{mark} {} {strategy:?}: takes it; heuristic {:.1} us", kernel.name(), seconds * 1e6);

@@ -52,13 +52,36 @@ impl Choice {
     pub fn run<T: Element, TC: Element, TB: Element>(
         &self,
         gpu: &Gpu,
-        args: GemmArgs<'_, T, TC, TB>,
+        mut args: GemmArgs<'_, T, TC, TB>,
         workspace: &mut Workspace,
     ) -> Result<()> {
-        let args = GemmArgs { shape: canonical(T::DTYPE, &args.shape), ..args };
+        let shape = args.shape;
+        let (buffers, epilogue, _guards) = args.pinned(gpu.stream());
+        // SAFETY: the buffers are the borrowed slices of `args`, held until the launches are enqueued.
+        unsafe { self.run_buffers(gpu, T::DTYPE, &shape, buffers, &epilogue, workspace) }
+    }
+
+    /// As [`Choice::run`], on buffers the caller holds on the GPU's stream.
+    ///
+    /// # Safety
+    ///
+    /// As [`Kernel::launch_planned`]: each buffer is a live allocation of at least its length.
+    pub(crate) unsafe fn run_buffers(
+        &self,
+        gpu: &Gpu,
+        dtype: Dtype,
+        shape: &GemmShape,
+        buffers: [Buffer; 3],
+        epilogue: &EpilogueArgs,
+        workspace: &mut Workspace,
+    ) -> Result<()> {
+        let shape = &canonical(dtype, shape);
+        // SAFETY: the caller keeps this function's promise, which is the launches'.
         match (self.strategy, &self.transpose) {
-            (Strategy::Direct, _) => self.kernel.gemm(gpu, args),
-            (Strategy::Padded, Some(transpose)) => run_padded(gpu, &self.kernel, transpose, args, workspace),
+            (Strategy::Direct, _) => unsafe { gemm_buffers(&self.kernel, gpu, dtype, shape, buffers, epilogue) },
+            (Strategy::Padded, Some(transpose)) => unsafe {
+                run_padded(gpu, &self.kernel, transpose, dtype, shape, buffers, epilogue, workspace)
+            },
             (Strategy::Padded, None) => Err(Error::Refused {
                 name: self.kernel.name().to_string(),
                 rule: "the padded strategy needs a transpose variant to move operands".into(),
@@ -68,7 +91,7 @@ impl Choice {
 }
 
 /// Scratch memory for the padded strategy, grown on demand and kept for the next call.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct Workspace {
     buffer: Option<CudaSlice<u8>>,
 }
@@ -700,17 +723,24 @@ pub fn estimate_seconds(built: &Built, device: &Device, dtype: Dtype, shape: &Ge
     seconds
 }
 
-fn run_padded<T: Element, TC: Element, TB: Element>(
+/// The padded strategy's launches, each planned before the first is enqueued.
+///
+/// # Safety
+///
+/// As [`Choice::run_buffers`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_padded(
     gpu: &Gpu,
     kernel: &Kernel,
     transpose: &Kernel,
-    mut args: GemmArgs<'_, T, TC, TB>,
+    dtype: Dtype,
+    shape: &GemmShape,
+    call: [Buffer; 3],
+    epilogue: &EpilogueArgs,
     workspace: &mut Workspace,
 ) -> Result<()> {
     let stream = gpu.stream();
-    let shape = args.shape;
-    let (call, epilogue, _guards) = args.pinned(stream);
-    check_gemm_call(&shape, call).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
+    check_gemm_call(shape, call).map_err(|rule| Error::Refused { name: kernel.name().to_string(), rule })?;
     if shape.is_batched() {
         return Err(Error::Refused {
             name: kernel.name().to_string(),
@@ -718,26 +748,25 @@ fn run_padded<T: Element, TC: Element, TB: Element>(
                 .into(),
         });
     }
-    let padding = padded_for(T::DTYPE, &shape, &call, kernel.layout()?).ok_or_else(|| Error::Refused {
+    let padding = padded_for(dtype, shape, &call, kernel.layout()?).ok_or_else(|| Error::Refused {
         name: kernel.name().to_string(),
         rule: format!(
             "the padded strategy has no moves of the operands that give layout {} (or its scratch would not fit an address)",
             kernel.variant().word("layout").unwrap_or("?")
         ),
     })?;
-    if !padded_epilogue(&padding, &epilogue) {
+    if !padded_epilogue(&padding, epilogue) {
         return Err(Error::Refused {
             name: kernel.name().to_string(),
             rule: "the padded strategy computes an unaligned C transposed, which carries no epilogue or output type of its own: align C's rows to 16 bytes".into(),
         });
     }
-    if !moves_bytes_alike(T::DTYPE, &epilogue) {
+    if !moves_bytes_alike(dtype, epilogue) {
         return Err(Error::Refused {
             name: kernel.name().to_string(),
             rule: format!(
-                "the padded strategy moves B with A's transposes, which needs B's elements as wide as A's: {} and {}",
-                T::DTYPE,
-                TB::DTYPE
+                "the padded strategy moves B with A's transposes, which needs B's elements as wide as A's: {dtype} and {}",
+                epilogue.b.unwrap_or(dtype)
             ),
         });
     }
@@ -745,23 +774,23 @@ fn run_padded<T: Element, TC: Element, TB: Element>(
     let (base, _scratch) = scratch.device_ptr_mut(stream);
     let (gemm, moves) = padding.buffers(&call, base);
     // Every launch is planned before the first is enqueued, so a refusal leaves C untouched.
-    kernel.plan_gemm(gpu.sms(), T::DTYPE, &padding.gemm, gemm, &epilogue)?;
+    kernel.plan_gemm(gpu.sms(), dtype, &padding.gemm, gemm, epilogue)?;
     for (shape, io) in &moves {
-        transpose.plan_transpose(gpu.sms(), T::DTYPE, shape, *io)?;
+        transpose.plan_transpose(gpu.sms(), dtype, shape, *io)?;
     }
     let (c_move, operand_moves) = match padding.c {
         Some(_) => moves.split_last().map(|(last, rest)| (Some(*last), rest)).expect("C's move is last"),
         None => (None, &moves[..]),
     };
-    // SAFETY: the buffers are the call's borrowed slices and the workspace's scratch, which
-    // `_scratch` holds, each of the length `padding` reserved.
+    // SAFETY: the buffers are the call's, live as the caller promises, and the workspace's
+    // scratch, which `_scratch` holds, each of the length `padding` reserved.
     unsafe {
         for (shape, io) in operand_moves {
-            transpose_buffers(transpose, gpu, T::DTYPE, shape, *io)?;
+            transpose_buffers(transpose, gpu, dtype, shape, *io)?;
         }
-        gemm_buffers(kernel, gpu, T::DTYPE, &padding.gemm, gemm, &epilogue)?;
+        gemm_buffers(kernel, gpu, dtype, &padding.gemm, gemm, epilogue)?;
         if let Some((shape, io)) = c_move {
-            transpose_buffers(transpose, gpu, T::DTYPE, &shape, io)?;
+            transpose_buffers(transpose, gpu, dtype, &shape, io)?;
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! GEMM (C = A·B with an epilogue) and transpose as a plug-in of tilesmith's runtime: their
 //! typed calls, the dispatcher that picks a GEMM variant and strategy per call from GEMM's
-//! tuning tables, and its words in the one table format. The runtime, the pipeline and the
+//! tuning tables (the policy the runtime's chooser of family `gemm` asks, registered when this
+//! crate is linked), and its words in the one table format. The runtime, the pipeline and the
 //! trials harness name no family; everything that knows GEMM is here.
 //!
 //! ```no_run
@@ -16,9 +17,17 @@
 //! // One variant by name...
 //! let kernel = registry.kernel("gemm_tn_128x128x32")?;
 //! kernel.gemm(&gpu, GemmArgs::packed(&a, &b, &mut c, m, n, k, kernel.layout()?))?;
-//! // ...or the dispatcher's pick for this GPU and shape.
+//! // ...or the dispatcher's pick for this GPU and shape...
 //! let choice = registry.gemm(&gpu, GemmArgs::packed(&a, &b, &mut c, m, n, k, kernel.layout()?), &mut Workspace::new())?;
 //! println!("{}: {}", choice.label(), choice.reason);
+//! // ...which is the family's call by name, with the layout as an axis.
+//! let pick = registry.family("gemm")?.call(&gpu)
+//!     .operand("a", &a).operand("b", &b).operand_mut("c", &mut c)
+//!     .quantity("m", m).quantity("n", n).quantity("k", k)
+//!     .quantity("lda", k).quantity("ldb", k).quantity("ldc", n)
+//!     .axis("layout", "tn")
+//!     .launch()?;
+//! assert_eq!(pick.kernel.name(), choice.kernel.name());
 //! # Ok(()) }
 //! ```
 
@@ -35,6 +44,6 @@ pub mod trials;
 pub use args::{Epilogue, GemmArgs, TransposeArgs};
 pub use dispatch::{Choice, Workspace};
 pub use kernel::GemmKernel;
-pub use plan::{check_gemm_call, plan_gemm, plan_gemm_with, plan_transpose};
-pub use registry::{with_tables, Dispatcher, GemmRegistry};
+pub use plan::{check_gemm_call, family_call, plan_gemm, plan_gemm_with, plan_transpose, typed_call};
+pub use registry::GemmRegistry;
 pub use shape::{Activation, Batch, EpilogueArgs, GemmShape, TransposeShape};

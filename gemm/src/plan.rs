@@ -2,9 +2,9 @@
 //! must meet, binds them by the family's declared names and leaves every other check to the
 //! runtime's `plan_call`.
 
-use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
+use crate::shape::{Activation, Batch, EpilogueArgs, GemmShape, TransposeShape};
 use tilesmith_runtime::{check_stored, plan_call, Buffer, Call, Launch, Stored};
-use tilesmith_spec::{Built, Dtype};
+use tilesmith_spec::{Built, Dtype, Layout};
 
 fn order(row_major: bool) -> &'static str {
     if row_major {
@@ -99,6 +99,12 @@ pub(crate) fn gemm_call(
         };
         return Err(format!("it applies epilogue {applied}, but the call asks for activation {} (epilogue {asked})", epilogue.activation));
     }
+    Ok(bound(dtype, shape, [a, b, c], epilogue))
+}
+
+/// A GEMM call's arguments bound by the family's names, only what differs from the
+/// declaration's defaults (so that plain calls fit GEMM families without the epilogue's names).
+fn bound(dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], epilogue: &EpilogueArgs) -> Call {
     let s = shape;
     let out = epilogue.out.unwrap_or(dtype);
     let mut call = Call::default()
@@ -111,7 +117,6 @@ pub(crate) fn gemm_call(
         .quantity("lda", s.lda as u64)
         .quantity("ldb", s.ldb as u64)
         .quantity("ldc", s.ldc as u64);
-    // Only what differs from the defaults, so that plain calls fit GEMM families without them.
     if s.is_batched() {
         call = call.quantity("batch", s.batch.count as u64);
         for (name, stride) in ["stride_a", "stride_b", "stride_c"].into_iter().zip(s.batch.strides) {
@@ -134,7 +139,54 @@ pub(crate) fn gemm_call(
             call = call.operand(name, out, buffer);
         }
     }
-    Ok(call)
+    call
+}
+
+/// The call of family `gemm` that `registry.family("gemm")` takes for these arguments: bound
+/// by name, with the layout and the activation as the axes the call asks for.
+pub fn family_call(dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], epilogue: &EpilogueArgs) -> Call {
+    bound(dtype, shape, buffers, epilogue).axis("layout", shape.layout.as_str()).axis("epilogue", epilogue.activation.as_str())
+}
+
+/// A call of family `gemm` by name as GEMM's typed arguments: its dtype (A's), shape, buffers
+/// and epilogue; the inverse of [`family_call`]. Names and values are those the family's
+/// declaration binds (the chooser checks them first); the layout is the one rule it adds.
+pub fn typed_call(call: &Call) -> Result<(Dtype, GemmShape, [Buffer; 3], EpilogueArgs), String> {
+    let operand = |name: &str| call.operands.iter().find(|(n, ..)| n == name).map(|(_, dtype, buffer)| (*dtype, *buffer));
+    let needed = |name: &str| operand(name).ok_or_else(|| format!("a GEMM call passes operand `{name}`"));
+    let ((dtype, a), (b_dtype, b), (out, c)) = (needed("a")?, needed("b")?, needed("c")?);
+    let quantity = |name: &str, default: u64| {
+        let value = call.quantities.iter().find(|(n, _)| n == name).map_or(default, |(_, v)| *v);
+        usize::try_from(value).map_err(|_| format!("{name} = {value} does not fit an address on this host"))
+    };
+    let axis = |name: &str| call.axes.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let layout = axis("layout").ok_or("a GEMM call names the layout it is stored in: .axis(\"layout\", \"tn\") (nn, nt, tn or tt)")?;
+    let layout = Layout::parse(layout).ok_or_else(|| format!("layout `{layout}` is none of nn, nt, tn, tt"))?;
+    let activation = axis("epilogue").map(Activation::named).transpose()?.unwrap_or(Activation::NONE);
+    let scalar = |name: &str, default: f32| call.scalars.iter().find(|(n, _)| n == name).map_or(default, |(_, v)| *v as f32);
+    let batch =
+        Batch { count: quantity("batch", 1)?, strides: [quantity("stride_a", 0)?, quantity("stride_b", 0)?, quantity("stride_c", 0)?] };
+    let shape = GemmShape {
+        m: quantity("m", 0)?,
+        n: quantity("n", 0)?,
+        k: quantity("k", 0)?,
+        lda: quantity("lda", 0)?,
+        ldb: quantity("ldb", 0)?,
+        ldc: quantity("ldc", 0)?,
+        layout,
+        batch,
+    };
+    let epilogue = EpilogueArgs {
+        activation,
+        alpha: scalar("alpha", 1.0),
+        beta: scalar("beta", 0.0),
+        bias: operand("bias").map(|(_, buffer)| buffer),
+        row_bias: operand("row_bias").map(|(_, buffer)| buffer),
+        out: (out != dtype).then_some(out),
+        b: (b_dtype != dtype).then_some(b_dtype),
+        scales: [scalar("scale_a", 1.0), scalar("scale_b", 1.0)],
+    };
+    Ok((dtype, shape, [a, b, c], epilogue))
 }
 
 /// K = 0 with M and N above 0 (a launch planned) is refused: C would be all zeros.

@@ -2,7 +2,7 @@
 //! `plan_call` on the shipped GEMMs), and GEMM's tables in a registry, all without a GPU.
 
 use std::path::Path;
-use tilesmith_gemm::{Batch, GemmKernel, GemmRegistry, GemmShape, TransposeShape};
+use tilesmith_gemm::{Batch, GemmKernel, GemmShape, TransposeShape};
 use tilesmith_runtime::{Arg, Buffer, Registry};
 use tilesmith_spec::{Built, Dtype, Layout, Manifest, Param, ParamKind};
 
@@ -348,14 +348,16 @@ fn a_corrupt_tuning_table_is_an_error_naming_the_file() {
     // A table that does not read as any family's keeps the registry from opening.
     let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
     assert!(err.contains(&format!("{}: not a family tuning table (missing field", path.display())), "{err}");
-    // One that reads as a family's but not as GEMM's: the registry opens, the dispatcher refuses it.
+    // One that reads as a family's but not as GEMM's: GEMM's policy refuses it as the registry opens.
     let classless = r#"{"format": 1, "family": "gemm", "device": {"name": "NVIDIA H200", "capability": [9, 0], "sms": 132},
         "compiler": "", "quantities": ["m", "n", "k"], "entries": [{"dtype": "bf16", "problem": [64, 64, 64], "baseline_ms": 1.0,
         "ranked": [{"variant": "gemm_tn_128x128x32", "ms": 1.0}]}]}"#;
     std::fs::write(&path, classless).unwrap();
-    let err = Registry::open(Some(dir.path())).unwrap().gemm_tables().unwrap_err().to_string();
+    let err = Registry::open(Some(dir.path())).unwrap_err().to_string();
+    let tuning = dir.path().join("tuning");
     assert!(
-        err.starts_with(&format!("cannot read the registry at {}: entry 1", path.display())) && err.contains("needs a layout"),
+        err.starts_with(&format!("cannot read the registry at {}: tuning table gemm/NVIDIA_H200-132sm.json: entry 1", tuning.display()))
+            && err.contains("needs a layout"),
         "{err}"
     );
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use tilesmith_gemm::dispatch::{choose, Choice, GemmCall};
 use tilesmith_gemm::table::{self as tuning, Alignment, Strategy};
-use tilesmith_gemm::{plan_gemm_with, Activation, Batch, EpilogueArgs, GemmKernel, GemmRegistry, GemmShape};
+use tilesmith_gemm::{plan_gemm_with, Activation, Batch, EpilogueArgs, GemmKernel, GemmShape};
 use tilesmith_runtime::{Buffer, Dtype, Layout, Registry};
 use tilesmith_spec::family_table::{rank, FamilyEntry, Timed};
 use tilesmith_spec::tuning::Device;
@@ -86,7 +86,7 @@ fn registry() -> Registry {
     ] {
         table.insert(entry);
     }
-    tilesmith_gemm::with_tables(Registry::new(Path::new("registry"), built), vec![table]).unwrap()
+    Registry::new(Path::new("registry"), built).with_family_tables(vec![table]).unwrap()
 }
 
 fn buffers(shape: &GemmShape) -> [Buffer; 3] {
@@ -101,7 +101,12 @@ fn choose_with(
     buffers: [Buffer; 3],
     epilogue: &EpilogueArgs,
 ) -> Result<Choice, String> {
-    choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, device, &GemmCall { dtype: Dtype::Bf16, shape, buffers, epilogue })
+    choose(
+        registry.kernels(),
+        registry.family("gemm").unwrap().tables(),
+        device,
+        &GemmCall { dtype: Dtype::Bf16, shape, buffers, epilogue },
+    )
 }
 
 fn pick(registry: &Registry, device: &Device, shape: GemmShape) -> (String, Strategy, String) {
@@ -223,11 +228,11 @@ fn a_dtype_without_entries_reads_those_of_its_width() {
     let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
     let plain = EpilogueArgs::default();
     let call = |dtype| GemmCall { dtype, shape: &shape, buffers: buffers(&shape), epilogue: &plain };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::F16)).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::F16)).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x256x64_f16_wgmma_w12_unchecked");
     assert!(choice.reason.contains("(bf16 tn aligned)"), "{}", choice.reason);
     // f32 has no twin of its width in the table: the heuristic.
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::F32)).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::F32)).unwrap();
     assert!(choice.reason.contains("heuristic"), "{}", choice.reason);
 }
 
@@ -377,42 +382,45 @@ fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhe
     let buffers = Buffer::unallocated(shape.spans());
     let call = |dtype, epilogue| GemmCall { dtype, shape: &shape, buffers, epilogue };
     let bf16_out = EpilogueArgs { out: Some(Dtype::Bf16), scales: [0.5, 4.0], ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::E4m3, &bf16_out)).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &bf16_out)).unwrap();
     assert!(choice.kernel.name().starts_with("gemm_tn_128x256x128_e4m3_wgmma_w12_outbf16"), "{}: {}", choice.kernel.name(), choice.reason);
     let f16_out = EpilogueArgs { out: Some(Dtype::F16), ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F16));
     let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::E4m3, &f32_out)).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &f32_out)).unwrap();
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No variant writes fp8: the refusal names the output type.
     let fp8_out = EpilogueArgs { out: Some(Dtype::E5m2), ..EpilogueArgs::default() };
-    let refused = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
+    let refused = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
     assert!(refused.contains("writing e5m2"), "{refused}");
     // bf16 inputs with f32 C in nn: an mma variant writes it directly. Without those, only tn
     // variants write f32, so the call moves A and B into tn copies, though bf16 nn variants
     // (writing bf16) exist.
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
     let to_f32 = GemmCall { dtype: Dtype::Bf16, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &f32_out };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &to_f32).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &to_f32).unwrap();
     assert_eq!((choice.strategy, choice.kernel.variant().backend.as_str()), (Strategy::Direct, "mma"), "{}", choice.reason);
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     let no_mma_f32 = registry.kernels().filter(|k| k.variant().backend != "mma" || k.operand_dtype("c") != Some(Dtype::F32));
-    let choice = choose(no_mma_f32, &registry.gemm_tables().unwrap().tables, &h200(), &to_f32).unwrap();
+    let choice = choose(no_mma_f32, registry.family("gemm").unwrap().tables(), &h200(), &to_f32).unwrap();
     assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No fp8 variant computes nn: A and B move into K-major copies (1-byte transposes) and the
     // tn variant runs on them; aligned 16-bit calls never move (their layouts all have variants).
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
     let nn_call = GemmCall { dtype: Dtype::E4m3, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &bf16_out };
-    let choice = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &nn_call).unwrap();
+    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &nn_call).unwrap();
     assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
     assert_eq!(choice.transpose.as_ref().map(|t| t.name()), Some("transpose_128x64_e4m3"));
     let bf16_nn = GemmCall { dtype: Dtype::Bf16, epilogue: &EpilogueArgs::default(), ..nn_call };
-    assert_eq!(choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &bf16_nn).unwrap().strategy, Strategy::Direct);
+    assert_eq!(
+        choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &bf16_nn).unwrap().strategy,
+        Strategy::Direct
+    );
     // 8-bit wgmma needs sm_90a: an A100 gets the rule, not a launch.
     let a100 = Device { name: "NVIDIA A100".into(), capability: [8, 0], sms: 108, clocks: None };
-    let err = choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();
+    let err = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();
     assert_eq!(err, "the registry's e4m3 GEMM variants have code for sm_90a only, and NVIDIA A100 is compute capability 8.0");
 }
 
@@ -443,7 +451,7 @@ fn mixed_fp8_calls_go_to_the_variants_reading_b_as_its_type() {
     let registry = registry();
     let choose_for = |dtype, shape: &GemmShape, epilogue: &EpilogueArgs| {
         let call = GemmCall { dtype, shape, buffers: Buffer::unallocated(shape.spans()), epilogue };
-        choose(registry.kernels(), &registry.gemm_tables().unwrap().tables, &h200(), &call)
+        choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call)
     };
     let tn = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
     let by_e5m2 = EpilogueArgs { out: Some(Dtype::Bf16), b: Some(Dtype::E5m2), scales: [0.5, 2.0], ..EpilogueArgs::default() };

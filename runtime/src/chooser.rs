@@ -3,11 +3,14 @@
 //! fastest: the least estimate from the measured problems near the call in the family's tuning
 //! table ([`family_table::estimate`], the rule a plug-in's dispatcher reads its tables by too),
 //! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
+//! A family whose plug-in registers a [`Policy`] (GEMM: classes of calls, a padded strategy)
+//! is picked and run by that policy, through this same chooser and pick cache.
 
 use crate::gpu::static_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
 use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::Family;
@@ -42,6 +45,8 @@ struct Inner {
     /// Every variant but the reference ones, by name.
     kernels: Vec<Kernel>,
     tables: Vec<FamilyTable>,
+    /// The family's policy, where a plug-in registered one.
+    policy: Option<Arc<dyn Policy>>,
     /// Picks by [`PickKey::hash_of`], each with its key, compared in full on a hit.
     picks: Mutex<HashMap<u64, Vec<(PickKey, Pick)>>>,
 }
@@ -113,29 +118,84 @@ impl PickKey {
 }
 
 /// The variant a chooser runs for a call, and why.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Pick {
     pub kernel: Kernel,
     /// One line for logs: the table entry or the cost model's estimate behind the pick.
     pub reason: String,
     /// Every variant that takes the call, with the table's estimate of its time there
     /// ([`family_table::estimate`]'s ln(its time / the fastest's)); none where no measured
-    /// problem near the call times it.
+    /// problem near the call times it, and none listed where a [`Policy`] picked.
     pub takers: Arc<[(Kernel, Option<f64>)]>,
+    /// What a [`Policy`] keeps of its pick beyond the kernel (GEMM: the strategy and the
+    /// transpose that moves operands), for its [`Policy::launch`]; none for the generic pick.
+    pub way: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Pick {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pick").field("kernel", &self.kernel.name()).field("reason", &self.reason).finish_non_exhaustive()
+    }
+}
+
+/// What a plug-in decides for the calls of its family in place of the generic rule: how a call
+/// is picked (GEMM: by the class of the call, among variants run directly or with operands
+/// moved) and run. Registered with `inventory::submit!` as a [`PolicyOf`], it serves every
+/// registry's chooser of that family in a program that links the plug-in, so that
+/// `registry.family(..)` and the plug-in's typed calls take one road, with one pick cache.
+pub trait Policy: Send + Sync + std::fmt::Debug {
+    /// Checks a table of the family beyond what every family's meets (a class, a strategy);
+    /// a table that fails makes the registry fail to open, naming the file.
+    fn check_table(&self, table: &FamilyTable) -> std::result::Result<(), String>;
+
+    /// The pick for a call the family's declaration binds, among `chooser`'s variants and
+    /// from its tables, on `device`, whose blocks may use `smem_per_block` bytes of shared memory.
+    fn pick(&self, chooser: &Chooser, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String>;
+
+    /// Enqueues `call` with a pick it made for a call of the same shape.
+    ///
+    /// # Safety
+    /// [`Target::launch`]'s: the call's buffers are device memory of the lengths it says.
+    unsafe fn launch(&self, gpu: &Gpu, pick: &Pick, call: &Call) -> Result<()>;
+}
+
+/// A plug-in's [`Policy`] for a family, registered with `inventory::submit!`.
+pub struct PolicyOf {
+    pub family: &'static str,
+    /// Makes the policy, given every variant of the registry (a policy may run another
+    /// family's: GEMM's padded strategy moves operands with transposes).
+    pub make: fn(&[Kernel]) -> Arc<dyn Policy>,
+}
+
+inventory::collect!(PolicyOf);
+
+/// The policy registered for `family`, if a linked plug-in registered one.
+pub(crate) fn policy_of(family: &str, every: &[Kernel]) -> Option<Arc<dyn Policy>> {
+    inventory::iter::<PolicyOf>.into_iter().find(|p| p.family == family).map(|p| (p.make)(every))
 }
 
 impl Chooser {
     /// The chooser of `family` over these variants (reference ones are left out) and tables,
-    /// each checked against the family: its quantities, and variants it has.
-    pub(crate) fn new(family: &str, kernels: Vec<Kernel>, tables: Vec<FamilyTable>) -> std::result::Result<Chooser, String> {
+    /// each checked against the family (its quantities, and variants it has) and its policy.
+    pub(crate) fn new(
+        family: &str,
+        kernels: Vec<Kernel>,
+        tables: Vec<FamilyTable>,
+        policy: Option<Arc<dyn Policy>>,
+    ) -> std::result::Result<Chooser, String> {
         let declaration = kernels.first().map(|k| k.info().entry.declaration.clone()).ok_or_else(|| format!("no variant of {family}"))?;
         for table in &tables {
-            table.check_serves(&declaration, |name| kernels.iter().any(|k| k.name() == name && !k.is_reference())).map_err(|rule| {
-                format!("tuning table {family}/{}: {rule}; build them or tune it again", tuning::file_name(&table.device))
-            })?;
+            let file = tuning::file_name(&table.device);
+            table
+                .check_serves(&declaration, |name| kernels.iter().any(|k| k.name() == name && !k.is_reference()))
+                .map_err(|rule| format!("tuning table {family}/{file}: {rule}; build them or tune it again"))?;
+            if let Some(policy) = &policy {
+                policy.check_table(table).map_err(|rule| format!("tuning table {family}/{file}: {rule}"))?;
+            }
         }
         let kernels = kernels.into_iter().filter(|k| !k.is_reference()).collect();
-        Ok(Chooser { inner: Arc::new(Inner { family: family.to_string(), declaration, kernels, tables, picks: Mutex::default() }) })
+        let inner = Inner { family: family.to_string(), declaration, kernels, tables, policy, picks: Mutex::default() };
+        Ok(Chooser { inner: Arc::new(inner) })
     }
 
     pub fn name(&self) -> &str {
@@ -203,6 +263,9 @@ impl Chooser {
     /// bytes of shared memory; uncached.
     pub fn pick(&self, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String> {
         self.bind(call)?;
+        if let Some(policy) = &self.inner.policy {
+            return policy.pick(self, device, smem_per_block, call);
+        }
         let capability = (device.capability[0], device.capability[1]);
         let mut refusals: Vec<(String, String)> = Vec::new();
         let mut takers: Vec<(&Kernel, Launch)> = Vec::new();
@@ -240,7 +303,14 @@ impl Chooser {
                     }
                 }
                 // Nothing to write: any variant that takes the call does nothing.
-                Ok(None) => return Ok(Pick { kernel: kernel.clone(), reason: "the call writes no element".into(), takers: Arc::new([]) }),
+                Ok(None) => {
+                    return Ok(Pick {
+                        kernel: kernel.clone(),
+                        reason: "the call writes no element".into(),
+                        takers: Arc::new([]),
+                        way: None,
+                    })
+                }
                 Err(rule) => refusals.push((kernel.name().to_string(), rule)),
             }
         }
@@ -344,7 +414,7 @@ impl Chooser {
                     entry.ranked.len(),
                     entry.ratio(&entry.ranked[rank])
                 );
-                return Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&estimated) });
+                return Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&estimated), way: None });
             }
         }
         let why = match table {
@@ -357,7 +427,7 @@ impl Chooser {
             .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name().cmp(b.1.name())))
             .expect("at least one variant takes the call");
         let reason = format!("{why}: cost model, estimated {:.1} us", seconds * 1e6);
-        Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&[]) })
+        Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&[]), way: None })
     }
 
     /// The family-level rules of a call's names and scalars ([`plan::bind`](crate::plan)).
@@ -390,8 +460,12 @@ impl Target for Chooser {
     /// Runs the pick; a cached one is checked again like any launch.
     unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         let pick = self.choose(gpu, call)?;
-        // SAFETY: the caller keeps `Target::launch`'s promise, which is the kernel's.
-        unsafe { pick.kernel.launch(gpu, call)? };
+        // SAFETY: the caller keeps `Target::launch`'s promise, which is the kernel's and the
+        // policy's.
+        match &self.inner.policy {
+            Some(policy) => unsafe { policy.launch(gpu, &pick, call)? },
+            None => unsafe { pick.kernel.launch(gpu, call)? },
+        }
         Ok(pick)
     }
     fn family(&self) -> &Family {

@@ -30,13 +30,15 @@ mod kernel;
 mod plan;
 mod registry;
 
-pub use chooser::{estimate_seconds, Chooser, Pick, NEAR_ENOUGH};
+pub use chooser::{estimate_seconds, Chooser, Pick, Policy, PolicyOf, NEAR_ENOUGH};
 pub use error::Error;
 pub use extensions::Extensions;
 pub use fatbin::Fatbin;
 /// The 8-bit float element types (`e4m3`, `e5m2`), for buffers of fp8 kernels.
 pub use float8::{F8E4M3, F8E5M2};
 pub use gpu::Gpu;
+/// How a plug-in registers its [`Policy`]: `tilesmith_runtime::inventory::submit! { PolicyOf { .. } }`.
+pub use inventory;
 pub use kernel::{CallBuilder, Element, Kernel, Planned, Target};
 pub use plan::{batch_span, check_stored, plan_call, runs_on, span, Arg, Buffer, Call, Launch, OffsetsCheck, Stored, TensorMapArg};
 pub use registry::{Embedded, Registry, REGISTRY_VAR};

@@ -1,7 +1,7 @@
 //! Opening a registry, the folder `tilesmith build` writes or one embedded in the program by
 //! `tilesmith-build`, and finding kernels in it by name.
 
-use crate::chooser::Chooser;
+use crate::chooser::{policy_of, Chooser};
 use crate::extensions::Extensions;
 use crate::fatbin::Fatbin;
 use crate::kernel::Kernel;
@@ -156,7 +156,8 @@ impl Registry {
         }
         for (family, tables) in by_family {
             let kernels = self.kernels.values().filter(|k| k.variant().family == family).cloned().collect();
-            self.families.insert(family.clone(), Chooser::new(&family, kernels, tables)?);
+            let policy = policy_of(&family, &self.kernels.values().cloned().collect::<Vec<_>>());
+            self.families.insert(family.clone(), Chooser::new(&family, kernels, tables, policy)?);
         }
         Ok(self)
     }
@@ -197,11 +198,19 @@ impl Registry {
     }
 }
 
-/// A chooser per family of these kernels, without tables.
+/// A chooser per family of these kernels, without tables, with the family's policy where a
+/// linked plug-in registered one.
 fn choosers(kernels: &BTreeMap<String, Kernel>) -> BTreeMap<String, Chooser> {
+    let every: Vec<Kernel> = kernels.values().cloned().collect();
     let mut by_family: BTreeMap<String, Vec<Kernel>> = BTreeMap::new();
-    for kernel in kernels.values() {
+    for kernel in &every {
         by_family.entry(kernel.variant().family.clone()).or_default().push(kernel.clone());
     }
-    by_family.into_iter().filter_map(|(family, kernels)| Some((family.clone(), Chooser::new(&family, kernels, Vec::new()).ok()?))).collect()
+    by_family
+        .into_iter()
+        .filter_map(|(family, kernels)| {
+            let policy = policy_of(&family, &every);
+            Some((family.clone(), Chooser::new(&family, kernels, Vec::new(), policy).ok()?))
+        })
+        .collect()
 }
