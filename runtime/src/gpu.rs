@@ -47,6 +47,9 @@ pub struct Gpu {
     /// Tensor maps encoded before: encoding three costs the host microseconds a launch, and
     /// repeated calls (the same weights and activations each step) ask for the same ones.
     maps: Mutex<HashMap<TensorMapArg, CUtensorMap>>,
+    /// Clusters of a persistent launch that fit on the GPU at once, by function, block, shared
+    /// memory and cluster shape: asking the driver costs about as much as the launch.
+    clusters_fit: Mutex<HashMap<ClusterFit, u32>>,
     /// Page-locked host memory that offsets are read back into before a launch (grown as
     /// calls need): one copy and one wait for all of a call's, no pageable staging.
     staging: Mutex<Option<PinnedHostSlice<i32>>>,
@@ -54,6 +57,10 @@ pub struct Gpu {
 
 /// Tensor maps a GPU keeps encoded; past this many it forgets them all.
 const MAPS_KEPT: usize = 4096;
+
+/// What the clusters of a persistent launch that fit depend on: the function (by address, held
+/// by `loaded` as long as the GPU), its block, dynamic shared memory and cluster shape.
+type ClusterFit = (usize, [u32; 3], u32, [u32; 3]);
 
 impl Gpu {
     /// How many GPUs the driver sees. Without a CUDA driver or without a GPU this is an error value.
@@ -91,6 +98,7 @@ impl Gpu {
             clocks,
             loaded: Mutex::new(HashMap::new()),
             maps: Mutex::new(HashMap::new()),
+            clusters_fit: Mutex::new(HashMap::new()),
             staging: Mutex::new(None),
         })
     }
@@ -303,10 +311,24 @@ impl Gpu {
         };
         self.ctx.bind_to_thread()?;
         if clustered && launch.persistent {
-            let mut fit = 0;
-            unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
+            let key = (function.cu_function() as usize, launch.block, launch.dynamic_smem_bytes, launch.cluster);
+            let kept = self.clusters_fit.lock().unwrap_or_else(|p| p.into_inner()).get(&key).copied();
+            let fit = match kept {
+                Some(fit) => fit,
+                None => {
+                    let mut fit = 0;
+                    unsafe { sys::cuOccupancyMaxActiveClusters(&mut fit, function.cu_function(), &config) }.result()?;
+                    let fit = u32::try_from(fit).unwrap_or(0);
+                    let mut kept = self.clusters_fit.lock().unwrap_or_else(|p| p.into_inner());
+                    if kept.len() >= MAPS_KEPT {
+                        kept.clear();
+                    }
+                    kept.insert(key, fit);
+                    fit
+                }
+            };
             if fit > 0 {
-                config.gridDimX = config.gridDimX.min(fit as u32 * x);
+                config.gridDimX = config.gridDimX.min(fit * x);
             }
         }
         // The plan checked every argument against the kernel's parameter list and the operands;

@@ -908,6 +908,21 @@ impl Case {
         Ok((ms, pick, host_us))
     }
 
+    /// Mean microseconds of host time a copy of the call's bytes takes to enqueue (cudarc's
+    /// device-to-device copy), over calls back to back: the yardstick of a dispatched call's
+    /// host time beside the driver's own enqueue.
+    fn copy_host_us(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        const HOST_CALLS: usize = 64;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        let start = std::time::Instant::now();
+        for i in 0..HOST_CALLS {
+            copy_once(gpu, &mut self.copies, i)?;
+        }
+        let host_us = start.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64;
+        gpu.synchronize().map_err(|e| e.to_string())?;
+        Ok(host_us)
+    }
+
     /// Median milliseconds of the call through the family's chooser and of `kernel` on the same
     /// sets, timed in turns ([`medians_ms`]), so that the two see the GPU at the same moments:
     /// what says whether the pick is as fast as the fastest variant, without the spread between
@@ -957,6 +972,7 @@ impl Case {
         let mut record = self.record_timed(gpu, &pick.kernel, ms, copy_ms);
         record.variant = format!("dispatch:{}", pick.kernel.name());
         record.host_us = Some(host_us);
+        record.baseline_host_us = Some(self.copy_host_us(gpu)?);
         Ok(record)
     }
 

@@ -38,6 +38,10 @@ pub struct Record {
     /// GPU's is timed at its host time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_us: Option<f64>,
+    /// The same for the baseline's enqueue, timed the same way beside it (cuBLAS's GEMM, a
+    /// copy's `cuMemcpyDtoDAsync`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_host_us: Option<f64>,
     /// For a dispatched call: the fastest variant of its shape, timed in turns with the call in
     /// one case (same inputs, same moments), and its time over the call's (1: as fast).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +80,7 @@ impl Record {
             input_sets,
             measured_at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             host_us: None,
+            baseline_host_us: None,
             beside: None,
         }
     }
@@ -88,7 +93,8 @@ impl Record {
 
     /// A one-line summary for the trial's output.
     pub fn summary(&self) -> String {
-        let host = self.host_us.map(|us| format!(", host {us:.1} µs a call")).unwrap_or_default();
+        let baseline_host = self.baseline_host_us.map(|us| format!(" ({} {us:.1})", self.baseline_name)).unwrap_or_default();
+        let host = self.host_us.map(|us| format!(", host {us:.1} µs a call{baseline_host}")).unwrap_or_default();
         let beside = self.beside.as_ref().map(|(variant, of)| format!(", {of:.3} of {variant} timed in turns")).unwrap_or_default();
         format!(
             "{} {:.1} {} ({:.3} ms), {} {:.1} ({:.3} ms): ratio {:.2}{host}{beside}",

@@ -146,6 +146,24 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         Ok(host.as_secs_f64() * 1e6 / HOST_CALLS as f64)
     }
 
+    /// As [`GemmCase::host_us`], for the baseline library's enqueue (cuBLAS's, cuBLASLt's) on
+    /// the same inputs.
+    fn library_host_us(&mut self, gpu: &Gpu) -> Result<f64, String> {
+        const HOST_CALLS: usize = 64;
+        self.open_library(gpu)?;
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("opened above"));
+        gpu.synchronize().map_err(|err| err.to_string())?;
+        let start = std::time::Instant::now();
+        for i in 0..HOST_CALLS {
+            let (a, b) = &inputs[i % sets];
+            library.run(gpu, &shape, a, b, &mut outputs[i % sets])?;
+        }
+        let host = start.elapsed();
+        gpu.synchronize().map_err(|err| err.to_string())?;
+        Ok(host.as_secs_f64() * 1e6 / HOST_CALLS as f64)
+    }
+
     fn time(
         &mut self,
         gpu: &Gpu,
@@ -319,6 +337,7 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         // The call's layout: a padded pick's kernel may run in another.
         record.group = s.layout.to_string();
         record.host_us = Some(self.host_us(gpu, registry, workspace)?);
+        record.baseline_host_us = Some(self.library_host_us(gpu)?);
         Ok(record)
     }
 
