@@ -1,9 +1,10 @@
 //! The typed arguments of GEMM and transpose calls: CUDA buffers, a shape and an epilogue.
 
+use crate::plan::family_values;
 use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use std::sync::Arc;
-use tilesmith_runtime::{Buffer, Element, Gpu};
+use tilesmith_runtime::{Buffer, CallBuilder, Element, Gpu, Target};
 use tilesmith_spec::{Dtype, Layout};
 
 /// A GEMM's epilogue: C = activation(α·A·B + β·C + bias[col] + row_bias[row]), in f32 before
@@ -100,7 +101,20 @@ impl<'a, T, TC, TB> GemmArgs<'a, T, TC, TB> {
     }
 }
 
-impl<T: Element, TC: Element, TB: Element> GemmArgs<'_, T, TC, TB> {
+impl<'a, T: Element, TC: Element, TB: Element> GemmArgs<'a, T, TC, TB> {
+    /// This call bound by the family's names on `call` (`registry.family("gemm")?.call(&gpu)`),
+    /// its layout and activation as axes: the call `registry.gemm` picks for.
+    pub fn bind<X: Target>(self, call: CallBuilder<'a, X>) -> CallBuilder<'a, X> {
+        let e = self.epilogue;
+        let mut call = call.operand("a", self.a).operand("b", self.b).operand_mut("c", self.c);
+        for (name, bias) in [("bias", e.bias), ("row_bias", e.row_bias)] {
+            if let Some(bias) = bias {
+                call = call.operand(name, bias);
+            }
+        }
+        call.values(&family_values(&self.shape, e.activation, e.alpha, e.beta, [e.scale_a, e.scale_b]))
+    }
+
     /// A, B and C and the epilogue as the checks see them, with the guards that keep every
     /// buffer ordered on `stream` until they drop (after the launches are enqueued): the one
     /// place a GEMM call's operands are pinned.

@@ -102,15 +102,23 @@ pub(crate) fn gemm_call(
     Ok(bound(dtype, shape, [a, b, c], epilogue))
 }
 
-/// A GEMM call's arguments bound by the family's names, only what differs from the
-/// declaration's defaults (so that plain calls fit GEMM families without the epilogue's names).
+/// A GEMM call's arguments bound by the family's names.
 fn bound(dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], epilogue: &EpilogueArgs) -> Call {
-    let s = shape;
     let out = epilogue.out.unwrap_or(dtype);
+    let mut call = Call::default().operand("a", dtype, a).operand("b", epilogue.b.unwrap_or(dtype), b).operand("c", out, c);
+    for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
+        if let Some(buffer) = buffer {
+            call = call.operand(name, out, buffer);
+        }
+    }
+    let values = values(shape, epilogue.alpha, epilogue.beta, epilogue.scales);
+    Call { quantities: values.quantities, scalars: values.scalars, ..call }
+}
+
+/// A GEMM call's quantities and scalars by the family's names: only what differs from the
+/// declaration's defaults, so that plain calls fit GEMM families without the epilogue's names.
+fn values(s: &GemmShape, alpha: f32, beta: f32, scales: [f32; 2]) -> Call {
     let mut call = Call::default()
-        .operand("a", dtype, a)
-        .operand("b", epilogue.b.unwrap_or(dtype), b)
-        .operand("c", out, c)
         .quantity("m", s.m as u64)
         .quantity("n", s.n as u64)
         .quantity("k", s.k as u64)
@@ -123,29 +131,26 @@ fn bound(dtype: Dtype, shape: &GemmShape, [a, b, c]: [Buffer; 3], epilogue: &Epi
             call = call.quantity(name, stride as u64);
         }
     }
-    if epilogue.alpha != 1.0 {
-        call = call.scalar("alpha", f64::from(epilogue.alpha));
-    }
-    if epilogue.beta != 0.0 {
-        call = call.scalar("beta", f64::from(epilogue.beta));
-    }
-    for (name, scale) in ["scale_a", "scale_b"].into_iter().zip(epilogue.scales) {
-        if scale != 1.0 {
-            call = call.scalar(name, f64::from(scale));
-        }
-    }
-    for (name, buffer) in [("bias", epilogue.bias), ("row_bias", epilogue.row_bias)] {
-        if let Some(buffer) = buffer {
-            call = call.operand(name, out, buffer);
+    for (name, value, default) in [("alpha", alpha, 1.0), ("beta", beta, 0.0), ("scale_a", scales[0], 1.0), ("scale_b", scales[1], 1.0)] {
+        if value != default {
+            call = call.scalar(name, f64::from(value));
         }
     }
     call
 }
 
+/// The values (quantities, scalars, axes) of the call of family `gemm` by name for a shape and
+/// epilogue: the layout and the activation are the axes it asks for.
+pub(crate) fn family_values(shape: &GemmShape, activation: Activation, alpha: f32, beta: f32, scales: [f32; 2]) -> Call {
+    values(shape, alpha, beta, scales).axis("layout", shape.layout.as_str()).axis("epilogue", activation.as_str())
+}
+
 /// The call of family `gemm` that `registry.family("gemm")` takes for these arguments: bound
 /// by name, with the layout and the activation as the axes the call asks for.
 pub fn family_call(dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], epilogue: &EpilogueArgs) -> Call {
-    bound(dtype, shape, buffers, epilogue).axis("layout", shape.layout.as_str()).axis("epilogue", epilogue.activation.as_str())
+    let e = epilogue;
+    let values = family_values(shape, e.activation, e.alpha, e.beta, e.scales);
+    Call { quantities: values.quantities, scalars: values.scalars, axes: values.axes, ..bound(dtype, shape, buffers, e) }
 }
 
 /// A call of family `gemm` by name as GEMM's typed arguments: its dtype (A's), shape, buffers

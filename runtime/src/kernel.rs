@@ -398,6 +398,15 @@ impl<'a, T: Target> CallBuilder<'a, T> {
         self
     }
 
+    /// The quantities, scalars and axes of `values` (a call by name without operands, as a
+    /// plug-in's typed call binds them), after those bound so far.
+    pub fn values(mut self, values: &Call) -> Self {
+        self.call.quantities.extend(values.quantities.iter().cloned());
+        self.call.scalars.extend(values.scalars.iter().cloned());
+        self.call.axes.extend(values.axes.iter().cloned());
+        self
+    }
+
     /// The call as bound so far, for planning without a launch.
     pub fn arguments(&self) -> &Call {
         &self.call

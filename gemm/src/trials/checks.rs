@@ -226,7 +226,19 @@ pub fn dispatch_correctness<T: Element, TC: Element, TB: Element>(
         Ok(())
     })?;
     let choice = picked.ok_or("the dispatcher made no pick")?;
-    Ok(format!("{}, relative error {error:.2e}; {}", choice.label(), choice.reason))
+    // The same call by name through the family's chooser, on fresh inputs: GEMM's policy runs
+    // it (padded where the pick is), with scratch of its own.
+    let chooser = registry.family("gemm").map_err(|err| err.to_string())?;
+    let mut by_name = None;
+    let named_error = gemm_checked::<T, TC, TB>(gpu, shape, tolerance, &epilogue, |args| {
+        by_name = Some(args.bind(chooser.call(gpu)).launch().map_err(|err| format!("by name: {err}"))?);
+        Ok(())
+    })?;
+    let pick = by_name.ok_or("the family's chooser made no pick")?;
+    if pick.kernel.name() != choice.kernel.name() {
+        return Err(format!("by name the chooser ran {}, typed {}", pick.kernel.name(), choice.label()));
+    }
+    Ok(format!("{}, relative error {error:.2e} (by name {named_error:.2e}); {}", choice.label(), choice.reason))
 }
 
 fn gemm_correctness<T: Element, TC: Element, TB: Element>(gpu: &Gpu, kernel: &Kernel) -> Result<String, String> {
