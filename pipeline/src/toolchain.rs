@@ -4,6 +4,7 @@ use crate::project::temporary_sibling;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tilesmith_spec::files::{user_folder, HOME_VAR};
 
 /// The wheels that make a working nvcc: the compiler, its runtime headers, the CRT headers,
 /// NVVM, and CCCL, which nvcc's wheel does not pull in (cuda_bf16.h needs its `nv/target`).
@@ -101,17 +102,9 @@ impl Nvcc {
 /// `$TILESMITH_HOME/toolchain/`, else `tilesmith/toolchain/` in the platform's cache folder
 /// (`$XDG_CACHE_HOME` or `~/.cache` on Linux, `~/Library/Caches` on macOS).
 fn install_dir() -> Result<PathBuf> {
-    let home = match std::env::var_os(HOME_VAR).filter(|v| !v.is_empty()) {
-        Some(home) => PathBuf::from(home),
-        None => dirs::cache_dir()
-            .map(|cache| cache.join("tilesmith"))
-            .ok_or_else(|| anyhow::anyhow!("no cache folder for the toolchain: set {HOME_VAR} (or NVCC, CUDA_HOME)"))?,
-    };
+    let home = user_folder().ok_or_else(|| anyhow::anyhow!("no cache folder for the toolchain: set {HOME_VAR} (or NVCC, CUDA_HOME)"))?;
     Ok(home.join("toolchain").join(INSTALL_NAME))
 }
-
-/// Environment variable naming tilesmith's per-user folder (the toolchain goes in it).
-const HOME_VAR: &str = "TILESMITH_HOME";
 
 /// Installs the wheels into a temporary folder and renames it into place, so an interrupted
 /// install never leaves a half-filled toolchain behind; a lock makes concurrent builds wait for

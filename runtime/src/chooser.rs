@@ -3,15 +3,17 @@
 //! fastest: the least estimate from the measured problems near the call in the family's tuning
 //! table ([`family_table::estimate`], the rule a plug-in's dispatcher reads its tables by too),
 //! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
-//! A family whose plug-in registers a [`Policy`] (GEMM: classes of calls, a padded strategy)
+//! A family whose plug-in registers a [`Policy`] (classes of calls, other ways to run a variant)
 //! is picked and run by that policy, through this same chooser and pick cache.
 
+use crate::first_call;
 use crate::gpu::static_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
 use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::Family;
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable};
@@ -47,9 +49,18 @@ struct Inner {
     tables: Vec<FamilyTable>,
     /// The family's policy, where a plug-in registered one.
     policy: Option<Arc<dyn Policy>>,
-    /// Picks by [`PickKey::hash_of`], each with its key, compared in full on a hit.
-    picks: Mutex<HashMap<u64, Vec<(PickKey, Pick)>>>,
+    /// Picks by [`PickKey::hash_of`], each with its key and whether it was timed on first call
+    /// (or read from such a timing), compared in full on a hit.
+    picks: Mutex<HashMap<u64, Vec<Kept>>>,
+    /// Whether calls are tuned on their first launch (asked by the environment unless set),
+    /// and the folder their timings are kept in where not the per-user one.
+    first_call: Mutex<(Option<bool>, Option<PathBuf>)>,
+    /// The first-call timings, opened on first use, per GPU (name and SMs).
+    timed: Mutex<Vec<((String, u32), first_call::Store)>>,
 }
+
+/// A kept pick: its key, the pick, and whether it was timed on a first call.
+type Kept = (PickKey, Pick, bool);
 
 /// Picks a chooser keeps; past this many it forgets them all (calls that vary this much are
 /// not the repeated ones the cache is for).
@@ -127,8 +138,8 @@ pub struct Pick {
     /// ([`family_table::estimate`]'s ln(its time / the fastest's)); none where no measured
     /// problem near the call times it, and none listed where a [`Policy`] picked.
     pub takers: Arc<[(Kernel, Option<f64>)]>,
-    /// What a [`Policy`] keeps of its pick beyond the kernel (GEMM: the strategy and the
-    /// transpose that moves operands), for its [`Policy::launch`]; none for the generic pick.
+    /// What a [`Policy`] keeps of its pick beyond the kernel (the way it runs it, the other
+    /// variants that way launches), for its [`Policy::launch`]; none for the generic pick.
     pub way: Option<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -139,7 +150,7 @@ impl std::fmt::Debug for Pick {
 }
 
 /// What a plug-in decides for the calls of its family in place of the generic rule: how a call
-/// is picked (GEMM: by the class of the call, among variants run directly or with operands
+/// is picked (by the class of the call, among variants run directly or with operands
 /// moved) and run. Registered with `inventory::submit!` as a [`PolicyOf`], it serves every
 /// registry's chooser of that family in a program that links the plug-in, so that
 /// `registry.family(..)` and the plug-in's typed calls take one road, with one pick cache.
@@ -163,7 +174,7 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
 pub struct PolicyOf {
     pub family: &'static str,
     /// Makes the policy, given every variant of the registry (a policy may run another
-    /// family's: GEMM's padded strategy moves operands with transposes).
+    /// family's, as one that moves operands through scratch may).
     pub make: fn(&[Kernel]) -> Arc<dyn Policy>,
 }
 
@@ -194,7 +205,16 @@ impl Chooser {
             }
         }
         let kernels = kernels.into_iter().filter(|k| !k.is_reference()).collect();
-        let inner = Inner { family: family.to_string(), declaration, kernels, tables, policy, picks: Mutex::default() };
+        let inner = Inner {
+            family: family.to_string(),
+            declaration,
+            kernels,
+            tables,
+            policy,
+            picks: Mutex::default(),
+            first_call: Mutex::default(),
+            timed: Mutex::default(),
+        };
         Ok(Chooser { inner: Arc::new(inner) })
     }
 
@@ -239,24 +259,127 @@ impl Chooser {
     /// the call, the least estimate ([`family_table::estimate`]) from the measured problems
     /// within [`NEAR_ENOUGH`] in this GPU's table, or, where it has none, in that of the GPU of
     /// the same compute capability nearest in SMs and clock ([`Device::table_in`], as plug-in
-    /// dispatchers read theirs). Otherwise the cost model's least estimate.
+    /// dispatchers read theirs). Otherwise the cost model's least estimate. With tuning on first
+    /// call, a call shape timed before (in this process or one before it) runs the variant timed
+    /// fastest.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
+        self.chosen(gpu, call).map(|(pick, _)| pick)
+    }
+
+    /// Whether calls are tuned on their first launch ([`first_call`]): `on`, for every call of
+    /// this chooser (and its clones) from now; by default as `TILESMITH_TUNE_FIRST_CALL` says.
+    /// A family with a plug-in's policy is picked by the policy, never timed.
+    pub fn tune_first_calls(&self, on: bool) {
+        self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(on);
+    }
+
+    /// Keeps the first-call timings in `folder` instead of `first-call/` in tilesmith's
+    /// per-user folder (`$TILESMITH_HOME`, else the platform's cache folder).
+    pub fn keep_first_calls_in(&self, folder: &Path) {
+        self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(folder.to_path_buf());
+        self.inner.timed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn tunes_first_calls(&self) -> bool {
+        let set = self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).0;
+        self.inner.policy.is_none() && set.unwrap_or_else(first_call::asked_by_environment)
+    }
+
+    /// The pick for a call, kept or made, and whether it was timed on a first call.
+    fn chosen(&self, gpu: &Gpu, call: &Call) -> Result<(Pick, bool)> {
         let device = (gpu.name(), gpu.sms());
         let hash = PickKey::hash_of(device, call);
         if let Some(kept) = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner()).get(&hash) {
-            if let Some((_, pick)) = kept.iter().find(|(key, _)| key.is(device, call)) {
-                return Ok(pick.clone());
+            if let Some((_, pick, timed)) = kept.iter().find(|(key, ..)| key.is(device, call)) {
+                return Ok((pick.clone(), *timed));
             }
         }
-        let pick = self
+        let mut pick = self
             .pick(&gpu.device(), gpu.smem_per_block(), call)
             .map_err(|rule| Error::NoFamilyVariant { family: self.name().to_string(), rule })?;
+        let mut timed = false;
+        if self.tunes_first_calls() && pick.takers.len() > 1 {
+            let stored = self.with_store(gpu, |store| Some((store.get(&first_call::key(call))?.to_string(), store.file())));
+            if let Some((kernel, file)) = stored.and_then(|(name, file)| Some((self.taker(&pick, &name)?, file))) {
+                pick = Pick { kernel, reason: format!("timed on an earlier first call of this shape ({file})"), ..pick };
+                timed = true;
+            }
+        }
+        self.keep(device, call, &pick, timed);
+        Ok((pick, timed))
+    }
+
+    /// The taker of a pick named `name`.
+    fn taker(&self, pick: &Pick, name: &str) -> Option<Kernel> {
+        pick.takers.iter().find(|(k, _)| k.name() == name).map(|(k, _)| k.clone())
+    }
+
+    /// Keeps a pick for the call, in place of one kept before.
+    fn keep(&self, device: (&str, u32), call: &Call, pick: &Pick, timed: bool) {
         let mut picks = self.inner.picks.lock().unwrap_or_else(|p| p.into_inner());
         if picks.len() >= PICKS_KEPT {
             picks.clear();
         }
-        picks.entry(hash).or_default().push((PickKey::new(device, call), pick.clone()));
-        Ok(pick)
+        let kept = picks.entry(PickKey::hash_of(device, call)).or_default();
+        kept.retain(|(key, ..)| !key.is(device, call));
+        kept.push((PickKey::new(device, call), pick.clone(), timed));
+    }
+
+    /// `f` of the first-call timings on this GPU, opened on first use.
+    fn with_store<R>(&self, gpu: &Gpu, f: impl FnOnce(&mut first_call::Store) -> R) -> R {
+        let mut stores = self.inner.timed.lock().unwrap_or_else(|p| p.into_inner());
+        let at = match stores.iter().position(|((name, sms), _)| name == gpu.name() && *sms == gpu.sms()) {
+            Some(at) => at,
+            None => {
+                let folder = self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).1.clone();
+                let store = first_call::Store::open(folder, self.name(), self.kernels(), gpu);
+                stores.push(((gpu.name().to_string(), gpu.sms()), store));
+                stores.len() - 1
+            }
+        };
+        f(&mut stores[at].1)
+    }
+
+    /// Times the first [`first_call::CANDIDATES`] takers of a pick on the call's buffers (the
+    /// pick's own first, then by the table's estimate, then the cost model's) and keeps the
+    /// fastest; near ties ([`NEAR_TIE`]) go to the one earlier in that order.
+    ///
+    /// # Safety
+    ///
+    /// [`Target::launch`]'s.
+    unsafe fn time_first_call(&self, gpu: &Gpu, call: &Call, pick: Pick) -> Result<Pick> {
+        let device = gpu.device();
+        let model = |k: &Kernel| {
+            let launch = k.plan_call(gpu.sms(), call).ok().flatten();
+            launch.map_or(f64::INFINITY, |launch| estimate_seconds(&self.inner.declaration, k, &launch, call, &device))
+        };
+        let mut order: Vec<(f64, f64, &Kernel)> =
+            pick.takers.iter().map(|(k, estimate)| (estimate.unwrap_or(f64::INFINITY), model(k), k)).collect();
+        order.sort_by(|a, b| {
+            (a.2.name() != pick.kernel.name()).cmp(&(b.2.name() != pick.kernel.name())).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1))
+        });
+        let candidates: Vec<&Kernel> = order.iter().map(|(.., k)| *k).take(first_call::CANDIDATES).collect();
+        // SAFETY: the caller's promise, which is the timings'.
+        let times = unsafe { first_call::time(gpu, &self.inner.declaration, &candidates, call)? };
+        let Some(fastest) = times.iter().flatten().copied().min_by(f64::total_cmp) else {
+            return Ok(pick);
+        };
+        let at =
+            times.iter().position(|t| t.is_some_and(|ms| ms <= fastest * (1.0 + NEAR_TIE))).expect("the fastest is within a tie of itself");
+        let kernel = candidates[at].clone();
+        let own = times[0].map_or("did not launch".to_string(), |ms| format!("{:.3}x the fastest", ms / fastest));
+        let file = self.with_store(gpu, |store| {
+            store.put(first_call::key(call), kernel.name());
+            store.file()
+        });
+        let reason = format!(
+            "timed on first call: {} of {} variant(s) taking it, on the call's buffers, fastest {fastest:.4} ms; the estimate's pick {} ran {own} ({}); kept in {file}",
+            candidates.len(),
+            pick.takers.len(),
+            pick.kernel.name(),
+            pick.reason
+        );
+        Ok(Pick { kernel, reason, ..pick })
     }
 
     /// [`Chooser::choose`] without a GPU: for `device`, whose blocks may use `smem_per_block`
@@ -459,7 +582,12 @@ impl Target for Chooser {
 
     /// Runs the pick; a cached one is checked again like any launch.
     unsafe fn launch(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
-        let pick = self.choose(gpu, call)?;
+        let (mut pick, timed) = self.chosen(gpu, call)?;
+        if !timed && pick.takers.len() > 1 && self.tunes_first_calls() {
+            // SAFETY: the caller keeps `Target::launch`'s promise, which is the timings'.
+            pick = unsafe { self.time_first_call(gpu, call, pick)? };
+            self.keep((gpu.name(), gpu.sms()), call, &pick, true);
+        }
         // SAFETY: the caller keeps `Target::launch`'s promise, which is the kernel's and the
         // policy's.
         match &self.inner.policy {

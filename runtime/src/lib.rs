@@ -25,6 +25,7 @@ mod chooser;
 mod error;
 mod extensions;
 mod fatbin;
+pub mod first_call;
 mod gpu;
 mod kernel;
 mod plan;

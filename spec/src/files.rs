@@ -1,8 +1,22 @@
 //! Reading the files tilesmith is given, bounded: only regular files (never a FIFO, which would
-//! block, or a device such as /dev/zero, which never ends), and at most a size per kind.
+//! block, or a device such as /dev/zero, which never ends), and at most a size per kind; and
+//! where tilesmith keeps its per-user files.
 
 use std::io::{Error, ErrorKind, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming tilesmith's per-user folder.
+pub const HOME_VAR: &str = "TILESMITH_HOME";
+
+/// tilesmith's per-user folder (the toolchain, first-call timings): `$TILESMITH_HOME`, else
+/// `tilesmith/` in the platform's cache folder (`$XDG_CACHE_HOME` or `~/.cache` on Linux,
+/// `~/Library/Caches` on macOS); none where the platform has no cache folder.
+pub fn user_folder() -> Option<PathBuf> {
+    match std::env::var_os(HOME_VAR).filter(|v| !v.is_empty()) {
+        Some(home) => Some(PathBuf::from(home)),
+        None => dirs::cache_dir().map(|cache| cache.join("tilesmith")),
+    }
+}
 
 /// The largest text file tilesmith reads: variants.toml, a template, a manifest, a tuning table,
 /// a build or cache record, a perf record, bench.json.

@@ -825,17 +825,23 @@ impl Case {
     /// operand is updated in place, the first set gets its initial contents back and `kernel`
     /// runs on it once more first.
     fn check_first(&mut self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<(), String> {
-        let shape = &self.shape;
-        let reference = reference(registry, kernel)?;
-        let family = &kernel.info().entry.declaration;
         if self.initial.iter().any(Option::is_some) {
             for (buf, initial) in self.sets[0].bufs.iter_mut().zip(&self.initial) {
                 if let Some(initial) = initial {
                     *buf = initial.copy(gpu)?;
                 }
             }
-            self.sets[0].launch(gpu, kernel, shape).map_err(|e| e.to_string())?;
+            self.sets[0].launch(gpu, kernel, &self.shape).map_err(|e| e.to_string())?;
         }
+        self.compare_first(gpu, registry, kernel)
+    }
+
+    /// The first set's outputs as they are, checked against the reference's on the inputs as
+    /// made: after exactly one launch of `kernel`'s work on them.
+    fn compare_first(&self, gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<(), String> {
+        let shape = &self.shape;
+        let reference = reference(registry, kernel)?;
+        let family = &kernel.info().entry.declaration;
         let first = &self.sets[0];
         let ops = stored(family, reference.variant(), shape)?;
         let bufs = ops
@@ -989,6 +995,55 @@ fn copy_once(gpu: &Gpu, copies: &mut [(CudaSlice<u8>, CudaSlice<u8>)], i: usize)
     let count = copies.len();
     let (src, dst) = &mut copies[i % count];
     gpu.stream().memcpy_dtod(src, dst).map_err(|err| format!("device-to-device copy: {err}"))
+}
+
+/// Tuning on first call, for `family`: a chooser of its own (its own picks) with tuning on and
+/// its timings kept in a folder of its own; one call of the family's perf shape, whose result
+/// is checked against the reference on the inputs as made (operands updated in place must come
+/// back from the timings as they were); a second call takes the kept pick, and a second
+/// chooser the pick read back from the file.
+pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String, String> {
+    let tables: Vec<_> = registry.families().flat_map(|c| c.tables().iter().cloned()).collect();
+    let folder = tempfile::tempdir().map_err(|err| format!("a folder for the timings: {err}"))?;
+    let fresh = || -> Result<Registry, String> {
+        let registry = registry.clone().with_family_tables(tables.clone())?;
+        let chooser = registry.family(family).map_err(|e| e.to_string())?;
+        chooser.tune_first_calls(true);
+        chooser.keep_first_calls_in(folder.path());
+        Ok(registry)
+    };
+    let (one, two) = (fresh()?, fresh()?);
+    let chooser = one.family(family).map_err(|e| e.to_string())?;
+    let capability = gpu.capability();
+    let runs = |k: &&Kernel| tilesmith_runtime::runs_on(&k.info().entry.targets, capability) && perf_shape(k).is_ok();
+    let of = |dtype: Dtype| chooser.kernels().iter().filter(runs).find(|k| k.variant().dtype == dtype);
+    let kernel = of(Dtype::Bf16).or_else(|| chooser.kernels().iter().find(runs)).ok_or("no variant of it runs here")?;
+    let mut case = Case::new(gpu, kernel, perf_shape(kernel)?)?;
+    let (shape, axes) = (case.shape.clone(), case.axes.clone());
+    let pick = case.sets[0].launch_chosen(gpu, chooser, &shape, &axes).map_err(|e| e.to_string())?;
+    gpu.synchronize().map_err(|e| e.to_string())?;
+    case.compare_first(gpu, registry, &pick.kernel)?;
+    if pick.takers.len() > 1 && !pick.reason.starts_with("timed on first call") {
+        return Err(format!("{} variants take {}, and the pick was not timed: {}", pick.takers.len(), describe(&shape), pick.reason));
+    }
+    let second = 1 % case.sets.len();
+    let again = case.sets[second].launch_chosen(gpu, chooser, &shape, &axes).map_err(|e| e.to_string())?;
+    let read = case.sets[0].bound(two.family(family).map_err(|e| e.to_string())?.call(gpu), chooser.declaration(), &shape);
+    let read = axes.iter().fold(read, |call, (axis, value)| call.axis(axis, value)).choose().map_err(|e| e.to_string())?;
+    if pick.takers.len() > 1 {
+        if again.kernel.name() != pick.kernel.name() || again.reason != pick.reason {
+            return Err(format!("a second call ran {} ({}), the first {}", again.kernel.name(), again.reason, pick.kernel.name()));
+        }
+        if read.kernel.name() != pick.kernel.name() || !read.reason.starts_with("timed on an earlier first call") {
+            return Err(format!(
+                "a second chooser picked {} ({}), the first timed {}",
+                read.kernel.name(),
+                read.reason,
+                pick.kernel.name()
+            ));
+        }
+    }
+    Ok(format!("{family} {}: {}; {}", describe(&shape), pick.kernel.name(), pick.reason))
 }
 
 /// Whether `kernel` takes `shape` (its multiples, sizes and limits), planned on buffers that hold

@@ -10,7 +10,7 @@
 
 use crate::host::{read_regions, relative_error};
 use crate::trials::{self, Plugin};
-use crate::{device, report};
+use crate::{declared, device, report};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -150,6 +150,20 @@ pub fn run(mut args: Arguments, setup: Setup) -> ExitCode {
     let mut all = cpu_trials();
     for plugin in plugins {
         all.extend(plugin.trials(&setup.entries, !driver));
+    }
+    // Tuning on first call, once per family whose reference is one of its variants.
+    let mut families: Vec<String> = setup
+        .entries
+        .iter()
+        .filter(|e| e.declaration.reference.library.is_none() && !e.is_reference())
+        .map(|e| e.variant.family.clone())
+        .collect();
+    families.sort();
+    families.dedup();
+    for family in families {
+        let name = format!("{family}::first_call");
+        let run = move |gpu: &Gpu, registry: &Registry| declared::first_call(gpu, registry, &family);
+        all.push(gpu_test(name, run).with_ignored_flag(!driver));
     }
     for entry in setup.entries {
         let Some([correctness, perf_name]) = trials::names(&entry) else { continue };

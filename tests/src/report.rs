@@ -38,7 +38,7 @@ pub struct Record {
     /// GPU's is timed at its host time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_us: Option<f64>,
-    /// The same for the baseline's enqueue, timed the same way beside it (cuBLAS's GEMM, a
+    /// The same for the baseline's enqueue, timed the same way beside it (a library's, a
     /// copy's `cuMemcpyDtoDAsync`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline_host_us: Option<f64>,
