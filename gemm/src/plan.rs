@@ -181,12 +181,17 @@ pub fn typed_call(call: &Call) -> Result<(Dtype, GemmShape, [Buffer; 3], Epilogu
         layout,
         batch,
     };
+    // The biases are read as C's type, whatever a call by name says they hold.
+    let bias = |name: &str| match operand(name) {
+        Some((held, _)) if held != out => Err(format!("`{name}` holds {held}, and C holds {out}: a GEMM's biases are of C's type")),
+        found => Ok(found.map(|(_, buffer)| buffer)),
+    };
     let epilogue = EpilogueArgs {
         activation,
         alpha: scalar("alpha", 1.0),
         beta: scalar("beta", 0.0),
-        bias: operand("bias").map(|(_, buffer)| buffer),
-        row_bias: operand("row_bias").map(|(_, buffer)| buffer),
+        bias: bias("bias")?,
+        row_bias: bias("row_bias")?,
         out: (out != dtype).then_some(out),
         b: (b_dtype != dtype).then_some(b_dtype),
         scales: [scalar("scale_a", 1.0), scalar("scale_b", 1.0)],

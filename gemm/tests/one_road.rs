@@ -118,6 +118,17 @@ fn a_gemm_call_by_name_states_its_layout() {
     assert!(err.contains("a GEMM call names the layout it is stored in: .axis(\"layout\", \"tn\")"), "{err}");
 }
 
+/// A bias of another type than C is refused by name, not read as C's type.
+#[test]
+fn a_bias_of_another_type_than_c_is_refused() {
+    let shape = GemmShape::packed(256, 256, 256, Layout::Tn);
+    let bias = Buffer { len: 256, addr: 0x7e00_0000_0000 };
+    let epilogue = EpilogueArgs { bias: Some(bias), ..EpilogueArgs::default() };
+    let mut call = family_call(Dtype::Bf16, &shape, Buffer::unallocated(shape.spans()), &epilogue);
+    call.operands.iter_mut().filter(|(name, ..)| name == "bias").for_each(|(_, dtype, _)| *dtype = Dtype::F32);
+    assert_eq!(typed_call(&call).unwrap_err(), "`bias` holds f32, and C holds bf16: a GEMM's biases are of C's type");
+}
+
 #[test]
 fn strategies_are_the_dispatchers() {
     // The padded strategy comes through the family's pick: an unaligned call off every table.

@@ -33,9 +33,10 @@ const KEPT: usize = 4096;
 /// The largest file read back.
 const MAX_FILE_BYTES: u64 = 16 << 20;
 
-/// Whether the environment asks for it.
+/// Whether the environment asks for it: read once, since every launch of a pick not timed asks.
 pub(crate) fn asked_by_environment() -> bool {
-    std::env::var_os(VAR).is_some_and(|v| !v.is_empty() && v != "0")
+    static ASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ASKED.get_or_init(|| std::env::var_os(VAR).is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
 /// A call shape as a line of the store: every name with its element type and alignment, value
