@@ -10,8 +10,7 @@ use crate::table::{self, Alignment, Strategy};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
 use std::collections::{HashMap, HashSet};
 use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Result};
-use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
-use tilesmith_spec::tuning::NEAR_TIE;
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed, Timing};
 use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype, GridRule, Layout};
 
@@ -412,13 +411,6 @@ pub fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<(&'t 
 /// The taker a measured candidate stands for, with its strategy; none where no taker does.
 type Taker<'k> = Option<(&'k Kernel, Strategy)>;
 
-/// A measured candidate's time, rank and whether it timed a source that changed since.
-struct Stood {
-    ms: f64,
-    rank: usize,
-    stale: bool,
-}
-
 /// How far ([`FamilyEntry::distance`], summed |log2| of problem count, M, N and K) a measured
 /// problem may lie from a call and still stand for it; farther, the heuristic does better
 /// (`tilesmith replay`).
@@ -521,44 +513,33 @@ pub fn choose<'t, 'k>(
                 let stale = |t: &Timed| by_name.get(t.variant.as_str()).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
                 // Each entry's candidates as the takers they stand for, by name and strategy,
                 // the first in rank order kept.
-                let mapped: Vec<HashMap<(&str, Strategy), Stood>> = near
+                let mapped: Vec<HashMap<(&str, Strategy), Timing>> = near
                     .iter()
                     .map(|(_, e)| {
                         let mut stood = HashMap::new();
                         for (rank, t) in e.ranked.iter().enumerate() {
                             if let Some((kernel, strategy)) = stands_for(t) {
-                                stood.entry((kernel.name(), strategy)).or_insert(Stood { ms: t.ms, rank, stale: stale(t) });
+                                stood.entry((kernel.name(), strategy)).or_insert(Timing { ms: t.ms, rank, stale: stale(t) });
                             }
                         }
                         stood
                     })
                     .collect();
-                let timed_in = |m: &HashMap<(&str, Strategy), Stood>, k: &Kernel, s: Strategy, hints: bool| {
-                    m.get(&(k.name(), s)).filter(|t| hints || !t.stale).map(|t| (t.ms, t.rank))
+                let timing = |taker: usize, entry: usize| {
+                    let (kernel, strategy) = takers[taker];
+                    mapped[entry].get(&(kernel.name(), strategy)).copied()
                 };
-                let estimates = |hints: bool| -> Vec<(f64, &Kernel, Strategy)> {
-                    let times =
-                        |k, s| near.iter().zip(&mapped).map(move |((d, e), m)| (*d, timed_in(m, k, s, hints).map(|t| t.0), e.fastest_ms()));
-                    takers.iter().filter_map(|&(k, s)| family_table::estimate(times(k, s)).map(|e| (e.slowdown, k, s))).collect()
+                // Near ties go to the direct strategy, then by name.
+                let prefer = |(a, _): (usize, f64), (b, _): (usize, f64)| {
+                    let ((ka, sa), (kb, sb)) = (takers[a], takers[b]);
+                    (sa, ka.name()).cmp(&(sb, kb.name()))
                 };
-                let mut estimated = estimates(false);
-                let hints = estimated.is_empty();
-                if hints {
-                    estimated = estimates(true);
-                }
-                estimated.sort_by(|a, b| a.0.total_cmp(&b.0));
-                let Some(&(least, ..)) = estimated.first() else { continue };
-                let tie = least + (1.0 + NEAR_TIE).ln();
-                let &(slowdown, kernel, strategy) = estimated
-                    .iter()
-                    .filter(|e| e.0 <= tie)
-                    .min_by(|a, b| (a.2, a.1.name()).cmp(&(b.2, b.1.name())))
-                    .expect("the least is within a tie of itself");
-                let ((distance, entry), (ms, rank)) = near
-                    .iter()
-                    .zip(&mapped)
-                    .find_map(|(n, m)| timed_in(m, kernel, strategy, hints).map(|t| (*n, t)))
-                    .expect("an estimate reads an entry");
+                let Some(least) = family_table::least(takers.len(), &near, timing, prefer) else { continue };
+                let (kernel, strategy) = takers[least.taker];
+                let (distance, entry) = near[least.entry];
+                let (rank, ms) = (least.rank, timing(least.taker, least.entry).expect("the entry times it").ms);
+                let slowdown = least.estimate.slowdown;
+                let hints = least.hints;
                 let with = with.map(|e| format!(" with {e}")).unwrap_or_default();
                 let hinted = if hints { " (from timings of sources changed since: hints)" } else { "" };
                 let borrowed = if table.device.is(device) {

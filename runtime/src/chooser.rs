@@ -444,10 +444,6 @@ impl Chooser {
         let batch = self.inner.declaration.batch.as_deref().and_then(|b| quantity(call, b)).unwrap_or(1);
         let dtype = takers[0].0.variant().dtype;
         let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
-        let considered = |estimated: &[(family_table::Estimate, &Kernel)]| -> Arc<[(Kernel, Option<f64>)]> {
-            let of = |k: &Kernel| estimated.iter().find(|(_, e)| e.name() == k.name()).map(|(e, _)| e.slowdown);
-            takers.iter().map(|(k, _)| ((*k).clone(), of(k))).collect()
-        };
         // A dtype without entries reads those of another as wide, whose variants move as many
         // bytes (f16 calls take bf16's picks); integers and floats never stand for each other.
         let widths = Dtype::ALL
@@ -489,55 +485,44 @@ impl Chooser {
                 unranked(entry) == 0 || (newer && best.is_some_and(|t| entry.ratio(t) >= MEASURED_ENOUGH))
             };
             let near: Vec<(f64, &FamilyEntry)> = of_dtype.into_iter().filter(|(_, e)| stands(e)).take(family_table::NEAR_READ).collect();
-            // A timing of a variant whose source changed since is a hint: read only where no
-            // taker has a timing of its source as it is.
+            // A timing of a variant whose source changed since is a hint (stale).
             let source = |variant: &str| by_name.get(variant).map(|k| k.info().entry.source_sha256.as_str());
-            let stale = |t: &family_table::Timed| source(&t.variant).is_some_and(|now| t.is_stale(now));
-            // Each taker's time estimated from the standing entries that time it.
-            let estimates = |hints: bool| -> Vec<(family_table::Estimate, &Kernel)> {
-                takers
-                    .iter()
-                    .filter_map(|(k, _)| {
-                        let ms =
-                            |entry: &FamilyEntry| timed_as(k, entry).map(|i| &entry.ranked[i]).filter(|t| hints || !stale(t)).map(|t| t.ms);
-                        let times = near.iter().map(|&(d, entry)| (d, ms(entry), entry.fastest_ms()));
-                        family_table::estimate(times).map(|e| (e, *k))
-                    })
-                    .collect()
+            let timing = |taker: usize, entry: usize| {
+                let entry = near[entry].1;
+                let rank = timed_as(takers[taker].0, entry)?;
+                let timed = &entry.ranked[rank];
+                Some(family_table::Timing { ms: timed.ms, rank, stale: source(&timed.variant).is_some_and(|now| timed.is_stale(now)) })
             };
-            let mut estimated = estimates(false);
-            let hints = estimated.is_empty();
-            if hints {
-                estimated = estimates(true);
-            }
-            estimated.sort_by(|(a, ka), (b, kb)| a.slowdown.total_cmp(&b.slowdown).then_with(|| ka.name().cmp(kb.name())));
-            if let Some(&(least, _)) = estimated.first() {
-                // Near ties go to a variant without bounds checks where one takes the call: it
-                // does the same work without them (H200, softmax bf16 32768x4096: 6% faster in
-                // turns, tied in the table).
-                let tie = least.slowdown + (1.0 + NEAR_TIE).ln();
-                let (estimate, kernel) =
-                    *estimated.iter().filter(|(e, _)| e.slowdown <= tie).find(|(_, k)| !k.variant().is_checked()).unwrap_or(&estimated[0]);
-                let (distance, entry) = *near.iter().find(|(_, e)| timed_as(kernel, e).is_some()).expect("an estimate reads an entry");
-                let rank = timed_as(kernel, entry).expect("the entry times it");
+            // Near ties go to a variant without bounds checks where one takes the call: it does
+            // the same work without them (H200, softmax bf16 32768x4096: 6% faster in turns,
+            // tied in the table).
+            let checked = |t: usize| takers[t].0.variant().is_checked();
+            let prefer = |(a, sa): (usize, f64), (b, sb): (usize, f64)| {
+                checked(a).cmp(&checked(b)).then(sa.total_cmp(&sb)).then_with(|| takers[a].0.name().cmp(takers[b].0.name()))
+            };
+            if let Some(least) = family_table::least(takers.len(), &near, timing, prefer) {
+                let kernel = takers[least.taker].0;
+                let (distance, entry) = near[least.entry];
+                let rank = least.rank;
                 let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
                 let newer = unranked(entry);
                 let newer =
                     if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
-                let newer = if hints { newer + " (from timings of sources changed since: hints)" } else { newer };
+                let newer = if least.hints { newer + " (from timings of sources changed since: hints)" } else { newer };
                 let reason = format!(
                     "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
                     self.name(),
                     tuning::file_name(&table.device),
-                    (estimate.slowdown.exp() - 1.0) * 100.0,
-                    estimate.read,
+                    (least.estimate.slowdown.exp() - 1.0) * 100.0,
+                    least.estimate.read,
                     family_table::describe(&table.quantities, &entry.problem),
                     entry.dtype,
                     rank + 1,
                     entry.ranked.len(),
                     entry.ratio(&entry.ranked[rank])
                 );
-                return Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&estimated), way: None });
+                let estimated = takers.iter().zip(&least.estimates).map(|((k, _), e)| ((*k).clone(), e.map(|e| e.slowdown))).collect();
+                return Ok(Pick { kernel: kernel.clone(), reason, takers: estimated, way: None });
             }
         }
         let why = match table {
@@ -550,7 +535,8 @@ impl Chooser {
             .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name().cmp(b.1.name())))
             .expect("at least one variant takes the call");
         let reason = format!("{why}: cost model, estimated {:.1} us", seconds * 1e6);
-        Ok(Pick { kernel: kernel.clone(), reason, takers: considered(&[]), way: None })
+        let unestimated = takers.iter().map(|(k, _)| ((*k).clone(), None)).collect();
+        Ok(Pick { kernel: kernel.clone(), reason, takers: unestimated, way: None })
     }
 
     /// The family-level rules of a call's names and scalars ([`plan::bind`](crate::plan)).

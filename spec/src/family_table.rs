@@ -170,6 +170,70 @@ pub fn estimate(near: impl IntoIterator<Item = (f64, Option<f64>, f64)>) -> Opti
     (read > 0).then(|| Estimate { slowdown: sum / weights, read })
 }
 
+/// A taker's timing in one measured problem: its time, its place in the ranking, and whether
+/// it timed a source that changed since (a hint).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub ms: f64,
+    pub rank: usize,
+    pub stale: bool,
+}
+
+/// The pick [`least`] makes: which taker, its estimate, whether it was read from hints only,
+/// the nearest problem that times it with its rank there (for the reason), and every taker's
+/// estimate (none where no problem near times it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Least {
+    pub taker: usize,
+    pub estimate: Estimate,
+    pub hints: bool,
+    pub entry: usize,
+    pub rank: usize,
+    pub estimates: Vec<Option<Estimate>>,
+}
+
+/// How every table is read: of `takers` variants (or ways of running one) that take a call,
+/// each estimated from the measured problems `near` it ([`estimate`]; `timing(taker, entry)`
+/// says how an entry timed it), the least estimate; among those within [`NEAR_TIE`] of it, the
+/// first by `prefer`, which orders (taker, slowdown) pairs (an unchecked variant first, a
+/// direct run first). Timings of stale sources are read only where no taker has a timing of
+/// its source as it is. None where no problem near times any taker.
+pub fn least(
+    takers: usize,
+    near: &[(f64, &FamilyEntry)],
+    timing: impl Fn(usize, usize) -> Option<Timing>,
+    prefer: impl Fn((usize, f64), (usize, f64)) -> std::cmp::Ordering,
+) -> Option<Least> {
+    let estimates = |hints: bool| -> Vec<(usize, Estimate)> {
+        (0..takers)
+            .filter_map(|taker| {
+                let own = |entry: usize| timing(taker, entry).filter(|t| hints || !t.stale).map(|t| t.ms);
+                let times = near.iter().enumerate().map(|(i, (distance, e))| (*distance, own(i), e.fastest_ms()));
+                estimate(times).map(|e| (taker, e))
+            })
+            .collect()
+    };
+    let (estimated, hints) = match estimates(false) {
+        fresh if !fresh.is_empty() => (fresh, false),
+        _ => (estimates(true), true),
+    };
+    let least = estimated.iter().map(|(_, e)| e.slowdown).min_by(f64::total_cmp)?;
+    let tie = least + (1.0 + NEAR_TIE).ln();
+    let &(taker, estimate) = estimated
+        .iter()
+        .filter(|(_, e)| e.slowdown <= tie)
+        .min_by(|(a, ea), (b, eb)| prefer((*a, ea.slowdown), (*b, eb.slowdown)))
+        .expect("the least is within a tie of itself");
+    let (entry, rank) = (0..near.len())
+        .find_map(|i| timing(taker, i).filter(|t| hints || !t.stale).map(|t| (i, t.rank)))
+        .expect("an estimate reads an entry");
+    let mut estimates = vec![None; takers];
+    for (t, e) in estimated {
+        estimates[t] = Some(e);
+    }
+    Some(Least { taker, estimate, hints, entry, rank, estimates })
+}
+
 /// A problem as messages write it: `rows=4096 cols=50257`.
 pub fn describe(quantities: &[String], problem: &[u64]) -> String {
     quantities.iter().zip(problem).map(|(q, v)| format!("{q}={v}")).collect::<Vec<_>>().join(" ")
