@@ -551,6 +551,34 @@ mod tests {
         assert_eq!(distance(&[2048, 1024], &[1024, 2048]), 2.0);
     }
 
+    /// The least estimate runs; a near tie goes to the preferred taker; a stale timing counts
+    /// only where no taker has a fresh one, and the pick says so.
+    #[test]
+    fn the_least_estimate_runs_and_ties_go_to_the_preferred() {
+        let t = table(&[(&[4096, 4096], &[("a", 1.0), ("b", 1.01), ("c", 1.5)]), (&[8192, 4096], &[("c", 1.0), ("a", 1.2)])]);
+        let near: Vec<(f64, &FamilyEntry)> = t.entries.iter().enumerate().map(|(i, e)| (i as f64, e)).collect();
+        let names = ["a", "b", "c"];
+        let timing = |stale: &'static [&'static str]| {
+            let near = &near;
+            move |taker: usize, entry: usize| {
+                let ranked = &near[entry].1.ranked;
+                let rank = ranked.iter().position(|r| r.variant == names[taker])?;
+                Some(Timing { ms: ranked[rank].ms, rank, stale: stale.contains(&names[taker]) })
+            }
+        };
+        let by_name = |(a, _): (usize, f64), (b, _): (usize, f64)| a.cmp(&b);
+        let pick = least(3, &near, timing(&[]), by_name).unwrap();
+        // The exact problem is the answer: a (0) and b (ln 1.01, a near tie); a is preferred.
+        assert_eq!((pick.taker, pick.entry, pick.rank, pick.hints), (0, 0, 0, false));
+        assert!(pick.estimates[1].is_some_and(|e| e.slowdown > 0.0) && pick.estimates[2].is_some());
+        let b_first = |(a, _): (usize, f64), (b, _): (usize, f64)| (a != 1).cmp(&(b != 1));
+        assert_eq!(least(3, &near, timing(&[]), b_first).unwrap().taker, 1, "a tie goes to the preferred");
+        assert_eq!(least(3, &near, timing(&["a", "b"]), by_name).unwrap().taker, 2, "stale timings wait");
+        let hinted = least(3, &near, timing(&["a", "b", "c"]), by_name).unwrap();
+        assert!(hinted.hints && hinted.taker == 0);
+        assert_eq!(least(3, &[], timing(&[]), by_name), None);
+    }
+
     #[test]
     fn nonsense_is_refused_naming_the_entry_and_rule() {
         let path = Path::new("tuning/softmax/GPU-132sm.json");
