@@ -1,20 +1,19 @@
-//! Benchmarks variants against their family's declared baseline (cuBLAS for GEMM, a
-//! device-to-device copy of the bytes moved for the others) side by side in one process, over
-//! the shapes each family declares (`trials.bench`) or those given; prints a table and writes
-//! bench.json and one SVG chart per family and dtype. `tilesmith bench` runs it; so does a bundle.
+//! Benchmarks variants against their family's declared baseline (a device-to-device copy of the
+//! bytes moved, or a library's call, which the trials plug-in providing it times: cuBLAS for
+//! GEMM) side by side in one process, over the shapes each family declares (`trials.bench`) or
+//! those given; prints a table and writes bench.json and one SVG chart per family and dtype.
+//! `tilesmith bench` runs it; so does a bundle.
 
 use crate::chart;
+use crate::PLUGINS;
 use globset::{Glob, GlobSetBuilder};
 use std::path::PathBuf;
-use tilesmith_gemm::trials::checks as trials;
-use tilesmith_gemm::trials::fused::{LtGemm, Unfused};
-use tilesmith_gemm::trials::timing::{FusedBaseline, GemmCase};
-use tilesmith_gemm::trials::{flops_record, flops_record_chosen, GEMM_FLOPS_LIBRARY, GEMM_LIBRARY};
-use tilesmith_gemm::{plan_gemm_with, with_inputs, with_output, Activation, EpilogueArgs, GemmKernel, GemmShape, Workspace};
-use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Registry};
+use tilesmith_gemm::Activation;
+use tilesmith_runtime::{Dtype, Gpu, Kernel, Registry};
 use tilesmith_spec::family::{Baseline, Family};
 use tilesmith_trials::declared::{self, Case, Shape};
 use tilesmith_trials::report::{self, Record};
+use tilesmith_trials::trials::{BenchGroup, Rows};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -125,9 +124,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         registry.kernels().next().map_or("empty", |k| k.info().compiler.as_str())
     );
 
-    let mut records = Vec::new();
-    let mut skipped = Vec::new();
-    let mut workspace = Workspace::new();
+    let mut rows = Rows::default();
     // Kernels sharing family, dtype, types of B and C, the axes names always show (a GEMM's
     // layout), and a GEMM's epilogue, share inputs and one baseline timing per shape.
     let mut groups: Vec<(String, Dtype, String, Vec<&Kernel>)> = Vec::new();
@@ -140,8 +137,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
             None => groups.push((v.family.clone(), v.dtype, group, vec![kernel])),
         }
     }
-    for (_, dtype, _, members) in &groups {
-        let [b, out] = ["b", "c"].map(|name| members[0].operand_dtype(name).unwrap_or(*dtype));
+    for (.., members) in &groups {
         let family = &members[0].info().entry.declaration;
         let shapes = family_shapes(family, &given);
         if shapes.is_empty() {
@@ -150,117 +146,29 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                 Some(_) => format!("no --shapes of {} sizes", family.quantities.len()),
                 None => "no trials.bench shapes: declare some, or pass --shapes".to_string(),
             };
-            skipped.extend(members.iter().map(|k| format!("{} ({family_name}): {why}", k.name())));
+            rows.skipped.extend(members.iter().map(|k| format!("{} ({family_name}): {why}", k.name())));
         }
         for shape in shapes {
             let what = describe(&shape, family);
             match &family.baseline {
-                // GEMM's cuBLAS, from the GEMM plug-in, the one this command links.
-                Baseline::Library(name) if name == GEMM_LIBRARY => with_inputs!(*dtype, b, T, TB => with_output!(out, TC => {
-                    let layout = members[0].layout().map_err(|e| e.to_string())?;
-                    let [m, n, k] = ["m", "n", "k"].map(|q| shape.get(q).copied().unwrap_or(1) as usize);
-                    let shape = GemmShape::packed(m, n, k, layout).batched(args.batch);
-                    let (activation, fused) = trials::epilogue_of(members[0])?;
-                    if (fused || dtype.size_bytes() == 1) && shape.is_batched() {
-                        let why = if fused { "fused-epilogue" } else { "8-bit (cuBLASLt)" };
-                        skipped.extend(members.iter().map(|k| format!("{} {what}: {why} baselines are of single problems", k.name())));
-                        continue;
-                    }
-                    // A fused epilogue is timed as activation(A·B + bias).
-                    let [sa, sb, sc] = shape.spans();
-                    let [a, b_buffer, c, bias] = Buffer::unallocated([sa, sb, sc, shape.n]);
-                    let epilogue = EpilogueArgs {
-                        activation,
-                        bias: fused.then_some(bias),
-                        out: (out != *dtype).then_some(out),
-                        b: (b != *dtype).then_some(b),
-                        ..EpilogueArgs::default()
-                    };
-                    let mut runnable = Vec::new();
-                    for &kernel in members {
-                        match plan_gemm_with(kernel.info(), *dtype, &shape, [a, b_buffer, c], &epilogue, gpu.sms()) {
-                            Ok(_) => runnable.push(kernel),
-                            Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
-                        }
-                    }
-                    if runnable.is_empty() && !args.dispatch {
-                        continue;
-                    }
-                    let mut case = GemmCase::<T, TC, TB>::new(&gpu, shape, trials::gemm_tolerance(members[0], &shape)?)?;
-                    let baselines = if fused {
-                        case = case.with_bias_activation(&gpu, activation)?;
-                        match fused_baselines(&gpu, &mut case, activation) {
-                            Ok(baselines) => baselines,
-                            Err(why) => {
-                                skipped.push(format!("{what}: {why}"));
-                                continue;
-                            }
-                        }
-                    } else {
-                        match case.time_cublas(&gpu) {
-                            Ok(ms) => vec![(GemmCase::<T, TC, TB>::baseline_name().to_string(), ms)],
-                            // Not every type cuBLASLt takes in every pairing (e5m2 × e5m2).
-                            Err(why) => {
-                                skipped.push(format!("{what}: no {} baseline ({why})", GemmCase::<T, TC, TB>::baseline_name()));
-                                continue;
-                            }
-                        }
-                    };
-                    // One row per baseline for each timing.
-                    let mut push = |record: Record| {
-                        for (name, ms) in &baselines {
-                            let record = record.against(name, *ms);
-                            println!("{}", record.summary());
-                            records.push(record);
-                        }
-                    };
-                    for kernel in runnable {
-                        match case.record(&gpu, kernel, baselines[0].1) {
-                            Ok(record) => push(record),
-                            Err(why) => skipped.push(format!("{} {what}: {why}", kernel.name())),
-                        }
-                    }
-                    if args.dispatch {
-                        if fused {
-                            push(case.record_dispatch(&gpu, registry, &mut workspace, Some(baselines[0].1))?);
-                        } else {
-                            // Timed in turns with its own baseline, not beside the problem's.
-                            let record = case.record_dispatch(&gpu, registry, &mut workspace, None)?;
-                            println!("{}", record.summary());
-                            records.push(record);
-                        }
-                    }
-                    Ok::<(), String>(())
-                }))?,
-                // A family of matrix products beside cuBLAS on a GEMM of as many FLOPs.
-                Baseline::Library(name) if name == GEMM_FLOPS_LIBRARY => {
-                    for &kernel in members {
-                        let record = declared::with_lds(kernel, shape.clone(), 0)
-                            .and_then(|full| declared::takes(kernel, &full, gpu.sms()))
-                            .and_then(|()| flops_record(&gpu, registry, kernel, shape.clone()));
-                        keep(record, &format!("{} {what}", kernel.name()), &mut records, &mut skipped);
-                    }
-                    if args.dispatch {
-                        let chooser = registry.family(&members[0].variant().family).map_err(|e| e.to_string())?;
-                        for kernel in declared::first_per_call(members.iter().copied(), |k| declared::call_axes(k)) {
-                            let record = flops_record_chosen(&gpu, registry, chooser, kernel, shape.clone());
-                            keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
-                        }
-                    }
-                }
+                // A library's baseline, from the plug-in that provides it.
                 Baseline::Library(name) => {
-                    return Err(format!(
-                        "family `{}` is timed beside library `{name}`, which bench does not link",
-                        members[0].variant().family
-                    ));
+                    let plugin = PLUGINS.iter().find(|p| p.libraries().contains(&name.as_str())).ok_or_else(|| {
+                        format!(
+                            "family `{}` is timed beside library `{name}`, which no plug-in bench links provides",
+                            members[0].variant().family
+                        )
+                    })?;
+                    let group = BenchGroup { members, shape: &shape, what: &what, batch: args.batch, dispatch: args.dispatch };
+                    plugin.bench(&gpu, registry, &group, &mut rows)?;
                 }
                 Baseline::Copy => {
-                    let shape_start = records.len();
+                    let shape_start = rows.records.len();
                     let mut runnable = Vec::new();
                     for &kernel in members {
                         match declared::with_lds(kernel, shape.clone(), 0).and_then(|full| declared::takes(kernel, &full, gpu.sms())) {
                             Ok(()) => runnable.push(kernel),
-                            Err(rule) => skipped.push(format!("{} {what}: {rule}", kernel.name())),
+                            Err(rule) => rows.skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
                     }
                     // Kernels whose leading-dimension rules give the same shape share a case
@@ -278,7 +186,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         let (_, case) = &mut cases[index];
                         // A variant refusing the launch (shared memory past the GPU's, say) loses
                         // its row only.
-                        keep(case.record(&gpu, registry, kernel), &format!("{} {what}", kernel.name()), &mut records, &mut skipped);
+                        rows.keep(case.record(&gpu, registry, kernel), &format!("{} {what}", kernel.name()));
                     }
                     // The call as users make it (rows packed), through the family's chooser.
                     if args.dispatch {
@@ -291,7 +199,7 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         // timed in a turn of its own.
                         let takes_call =
                             |name: &str| registry.kernel(name).is_ok_and(|k| declared::takes(&k, &case.shape, gpu.sms()).is_ok());
-                        let fastest = records[shape_start..]
+                        let fastest = rows.records[shape_start..]
                             .iter()
                             .filter(|r| takes_call(&r.variant))
                             .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
@@ -307,58 +215,21 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                             beside(&mut case, &mut record)?;
                             Ok(record)
                         });
-                        keep(record, &format!("dispatch {what}"), &mut records, &mut skipped);
+                        rows.keep(record, &format!("dispatch {what}"));
                     }
                 }
             }
         }
     }
-    write_outputs(&out, &records, gpu.name())?;
-    if !skipped.is_empty() {
-        println!("\n{} (variant, shape) pairs skipped, the variant cannot take the shape or refused the launch:", skipped.len());
-        for why in &skipped {
+    write_outputs(&out, &rows.records, gpu.name())?;
+    if !rows.skipped.is_empty() {
+        println!("\n{} (variant, shape) pairs skipped, the variant cannot take the shape or refused the launch:", rows.skipped.len());
+        for why in &rows.skipped {
             println!("  {why}");
         }
     }
-    println!("\n{}", report::table(&records));
+    println!("\n{}", report::table(&rows.records));
     Ok(())
-}
-
-/// A timed row, printed and kept; or, where timing it failed, `label` and why among the skipped.
-fn keep(outcome: Result<Record, String>, label: &str, records: &mut Vec<Record>, skipped: &mut Vec<String>) {
-    match outcome {
-        Ok(record) => {
-            println!("{}", record.summary());
-            records.push(record);
-        }
-        Err(why) => skipped.push(format!("{label}: {why}")),
-    }
-}
-
-/// The baselines of activation(A·B + bias), the first the record's: cuBLASLt's own epilogue
-/// where it has one, then cuBLAS followed by a separate bias + activation kernel; one that
-/// cannot run here is left out, saying why.
-fn fused_baselines<T: tilesmith_runtime::Element, TC: tilesmith_runtime::Element, TB: tilesmith_runtime::Element>(
-    gpu: &Gpu,
-    case: &mut GemmCase<T, TC, TB>,
-    activation: Activation,
-) -> Result<Vec<(String, f64)>, String> {
-    let mut out = Vec::new();
-    let bias = &case.bias_activation.as_ref().expect("set by the caller").2;
-    let candidates = [
-        LtGemm::new::<T, TC, TB>(gpu, &case.shape, Some((activation, bias))).map(FusedBaseline::Lt),
-        Unfused::new(gpu, TC::DTYPE, activation).map(FusedBaseline::Unfused),
-    ];
-    for candidate in candidates {
-        match candidate {
-            Ok(baseline) => out.push((baseline.name().to_string(), case.time_fused_baseline(gpu, &baseline)?)),
-            Err(why) => println!("baseline left out: {why}"),
-        }
-    }
-    if out.is_empty() {
-        return Err("no baseline for a fused bias and activation runs here".into());
-    }
-    Ok(out)
 }
 
 fn write_outputs(out: &std::path::Path, records: &[Record], device: &str) -> Result<(), String> {

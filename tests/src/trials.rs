@@ -29,6 +29,48 @@ pub trait Plugin: Sync {
     fn tuner(&self) -> Option<&dyn crate::tune::Tuner> {
         None
     }
+    /// `bench`'s rows for a group of variants whose baseline is one of its libraries, on one
+    /// shape: each variant beside the library, and the call through the family's chooser where
+    /// the group asks. Rows are printed and pushed as they are timed; what cannot be timed goes
+    /// to `skipped`, saying why.
+    fn bench(&self, gpu: &Gpu, registry: &Registry, group: &BenchGroup<'_>, rows: &mut Rows) -> Result<(), String>;
+}
+
+/// What `bench` asks a plug-in to time ([`Plugin::bench`]): variants of one family, dtype,
+/// operand types and shown axes, which share inputs and one baseline timing per shape.
+pub struct BenchGroup<'a> {
+    pub members: &'a [&'a Kernel],
+    /// The shape given (packed; the plug-in sets the leading dimensions) and as messages write it.
+    pub shape: &'a declared::Shape,
+    pub what: &'a str,
+    /// Problems of a strided batch (1: one problem), where the family takes a batch.
+    pub batch: usize,
+    /// Whether to time the call through the family's chooser too.
+    pub dispatch: bool,
+}
+
+/// `bench`'s rows so far, and the (variant, shape) pairs it could not time, with why.
+#[derive(Default)]
+pub struct Rows {
+    pub records: Vec<Record>,
+    pub skipped: Vec<String>,
+}
+
+impl Rows {
+    /// A timed row, printed and kept; or, where timing it failed, `label` and why among the
+    /// skipped.
+    pub fn keep(&mut self, outcome: Result<Record, String>, label: &str) {
+        match outcome {
+            Ok(record) => self.push(record),
+            Err(why) => self.skipped.push(format!("{label}: {why}")),
+        }
+    }
+
+    /// A timed row, printed and kept.
+    pub fn push(&mut self, record: Record) {
+        println!("{}", record.summary());
+        self.records.push(record);
+    }
 }
 
 /// The trials a manifest entry gets, `<family>::<variant>::correctness` and `::perf`; none for

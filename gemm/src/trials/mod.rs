@@ -1,8 +1,9 @@
 //! GEMM's trials as a plug-in of the trials harness: the `cublas_gemm` library (the reference
 //! and baseline GEMM's declaration names), the dispatcher's own trials,
-//! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts, and
-//! the dispatcher's tuner and replay (`tune`, `replay`).
+//! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts, the
+//! dispatcher's tuner and replay (`tune`, `replay`), and `bench`'s rows beside its libraries.
 
+mod bench;
 pub mod checks;
 pub mod cublas;
 pub mod fused;
@@ -22,7 +23,7 @@ use tilesmith_spec::Entry;
 use tilesmith_trials::declared;
 use tilesmith_trials::harness;
 use tilesmith_trials::report::Record;
-use tilesmith_trials::trials::Plugin;
+use tilesmith_trials::trials::{BenchGroup, Plugin, Rows};
 use tilesmith_trials::tune::{ReplayRequest, TuneRequest, Tuner};
 
 /// The plug-in: `cargo test` here and `tilesmith test` pass it to the harness.
@@ -122,6 +123,10 @@ impl Plugin for GemmTrials {
             Baseline::Library(name) if name == GEMM_FLOPS_LIBRARY => flops_record(gpu, registry, kernel, declared::perf_shape(kernel)?),
             _ => checks::performance(gpu, kernel),
         }
+    }
+
+    fn bench(&self, gpu: &Gpu, registry: &Registry, group: &BenchGroup<'_>, rows: &mut Rows) -> Result<(), String> {
+        bench::group(gpu, registry, group, rows)
     }
 
     /// The dispatcher's trials and the reference's check, where the registry has GEMMs.
