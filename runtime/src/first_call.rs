@@ -122,10 +122,17 @@ fn file_name(family: &str, kernels: &[Kernel], gpu: &str, sms: u32, driver: i32)
     format!("{family}-{device}-{sms}sm-driver{driver}-{registry}.json")
 }
 
+/// A driver error while tuning on first call, saying what it was doing.
+fn cuda(doing: &str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+    let what = format!("tuning on first call: {doing}");
+    move |source| Error::Cuda { what: what.clone(), source }
+}
+
 /// Each candidate's median time in milliseconds on the call's buffers (none where its launch
 /// failed), taken in turns so that every one sees the GPU at the same moments. Operands the
-/// family reads and writes are copied aside first and put back after, so the call's own launch
-/// then finds them as the caller left them.
+/// family reads and writes are copied aside first (a copy of each buffer, for the timing) and
+/// put back after, also where the timing fails part way, so the call's own launch (or the
+/// caller, given an error) finds them as the caller left them.
 ///
 /// # Safety
 ///
@@ -133,12 +140,7 @@ fn file_name(family: &str, kernels: &[Kernel], gpu: &str, sms: u32, driver: i32)
 /// the lengths it states, on the GPU's context.
 pub(crate) unsafe fn time(gpu: &Gpu, family: &Family, candidates: &[&Kernel], call: &Call) -> Result<Vec<Option<f64>>> {
     let stream = gpu.stream();
-    let what = |doing: &str| format!("tuning on first call: {doing}");
-    let cuda = |doing: &str| {
-        let what = what(doing);
-        move |source| Error::Cuda { what: what.clone(), source }
-    };
-    // The bytes each read-write operand spans, copied aside.
+    // Each read-write operand's buffer, copied aside.
     let mut aside = Vec::new();
     for (name, dtype, buffer) in &call.operands {
         if family.operand(name).is_some_and(|o| o.access.reads() && o.access.writes()) {
@@ -154,6 +156,34 @@ pub(crate) unsafe fn time(gpu: &Gpu, family: &Family, candidates: &[&Kernel], ca
             aside.push((buffer.addr, to, bytes, copy));
         }
     }
+    // SAFETY: the caller's promise, which is every timed launch's.
+    let timed = unsafe { time_in_turns(gpu, candidates, call) };
+    // Put back whatever the timings did, also where they failed part way.
+    let mut restored = Ok(());
+    for (from, to, bytes, _copy) in &aside {
+        // SAFETY: as above, the other way.
+        let back = unsafe { cudarc::driver::result::memcpy_dtod_async(*from, *to, *bytes, stream.cu_stream()) };
+        restored = restored.and(back.map_err(cuda("putting a read-write operand back")));
+    }
+    let (times, failed) = timed?;
+    restored?;
+    Ok(times
+        .into_iter()
+        .zip(failed)
+        .map(|(mut ms, failed)| {
+            ms.sort_by(f64::total_cmp);
+            (!failed && !ms.is_empty()).then(|| ms[ms.len() / 2])
+        })
+        .collect())
+}
+
+/// Each candidate's timed rounds, and whether its launch failed ([`time`]'s loop).
+///
+/// # Safety
+///
+/// As [`time`].
+unsafe fn time_in_turns(gpu: &Gpu, candidates: &[&Kernel], call: &Call) -> Result<(Vec<Vec<f64>>, Vec<bool>)> {
+    let stream = gpu.stream();
     let timer = || stream.context().new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT));
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); candidates.len()];
     let mut failed = vec![false; candidates.len()];
@@ -179,19 +209,7 @@ pub(crate) unsafe fn time(gpu: &Gpu, family: &Family, candidates: &[&Kernel], ca
             }
         }
     }
-    for (from, to, bytes, _copy) in &aside {
-        // SAFETY: as above, the other way.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(*from, *to, *bytes, stream.cu_stream()) }
-            .map_err(cuda("putting a read-write operand back"))?;
-    }
-    Ok(times
-        .into_iter()
-        .zip(failed)
-        .map(|(mut ms, failed)| {
-            ms.sort_by(f64::total_cmp);
-            (!failed && !ms.is_empty()).then(|| ms[ms.len() / 2])
-        })
-        .collect())
+    Ok((times, failed))
 }
 
 #[cfg(test)]
