@@ -142,15 +142,18 @@ fn values(s: &GemmShape, alpha: f32, beta: f32, scales: [f32; 2]) -> Call {
 /// The values (quantities, scalars, axes) of the call of family `gemm` by name for a shape and
 /// epilogue: the layout and the activation are the axes it asks for.
 pub(crate) fn family_values(shape: &GemmShape, activation: Activation, alpha: f32, beta: f32, scales: [f32; 2]) -> Call {
-    values(shape, alpha, beta, scales).axis("layout", shape.layout.as_str()).axis("epilogue", activation.as_str())
+    asking(values(shape, alpha, beta, scales), shape, activation)
+}
+
+/// `call` asking for the layout and the activation, as a call of family `gemm` by name does.
+fn asking(call: Call, shape: &GemmShape, activation: Activation) -> Call {
+    call.axis("layout", shape.layout.as_str()).axis("epilogue", activation.as_str())
 }
 
 /// The call of family `gemm` that `registry.family("gemm")` takes for these arguments: bound
 /// by name, with the layout and the activation as the axes the call asks for.
 pub fn family_call(dtype: Dtype, shape: &GemmShape, buffers: [Buffer; 3], epilogue: &EpilogueArgs) -> Call {
-    let e = epilogue;
-    let values = family_values(shape, e.activation, e.alpha, e.beta, e.scales);
-    Call { quantities: values.quantities, scalars: values.scalars, axes: values.axes, ..bound(dtype, shape, buffers, e) }
+    asking(bound(dtype, shape, buffers, epilogue), shape, epilogue.activation)
 }
 
 /// A call of family `gemm` by name as GEMM's typed arguments: its dtype (A's), shape, buffers

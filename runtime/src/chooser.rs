@@ -79,7 +79,7 @@ struct PickKey {
 }
 
 /// The alignment of an address, as far as any rule asks (256 bytes).
-fn aligned(addr: u64) -> u32 {
+pub(crate) fn aligned(addr: u64) -> u32 {
     addr.trailing_zeros().min(8)
 }
 

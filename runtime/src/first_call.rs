@@ -6,6 +6,7 @@
 //! sparse: off them, the estimate's pick ran 0.80-0.87 of the fastest variant at some regular
 //! shapes (H200, docs/chooser.md); a timing on the spot does not guess.
 
+use crate::chooser::aligned;
 use crate::gpu::Gpu;
 use crate::kernel::Kernel;
 use crate::plan::Call;
@@ -42,7 +43,7 @@ pub(crate) fn asked_by_environment() -> bool {
 /// A call shape as a line of the store: every name with its element type and alignment, value
 /// or bits, in the call's order (the pick cache's key, without the GPU, which names the file).
 pub(crate) fn key(call: &Call) -> String {
-    let operands = call.operands.iter().map(|(name, dtype, buffer)| format!("{name}:{dtype}:{}", buffer.addr.trailing_zeros().min(8)));
+    let operands = call.operands.iter().map(|(name, dtype, buffer)| format!("{name}:{dtype}:{}", aligned(buffer.addr)));
     let quantities = call.quantities.iter().map(|(name, value)| format!("{name}={value}"));
     let scalars = call.scalars.iter().map(|(name, value)| format!("{name}={:#x}", value.to_bits()));
     let axes = call.axes.iter().map(|(name, value)| format!("{name}={value}"));
