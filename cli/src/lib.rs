@@ -10,7 +10,6 @@ mod init;
 mod list;
 mod perf_table;
 mod replay;
-mod replay_family;
 mod tune;
 mod tune_family;
 
@@ -126,9 +125,9 @@ enum Command {
         #[command(flatten)]
         args: choose::Args,
     },
-    /// Replay the dispatcher against a measured tuning table, without a GPU: how the heuristic's
-    /// picks, the table's own with each problem held out, and another GPU's table's measured
-    /// there, beside the fastest candidate.
+    /// Replay a family's chooser against a measured tuning table, without a GPU: how its picks
+    /// with each entry held out, without a table, and from another GPU's table measured there,
+    /// beside the fastest.
     Replay {
         #[command(flatten)]
         registry: RegistryArg,

@@ -44,6 +44,6 @@ fn replay(path: &Path, copies: u64, registry: &Path) -> (usize, f64) {
     std::fs::write(&file, serde_json::to_string(&table).unwrap()).unwrap();
     let args = ["replay", file.to_str().unwrap(), "--registry", registry.to_str().unwrap()];
     let (ok, printed, seconds) = common::cpu_time(dir.path(), &args);
-    assert!(ok && printed.contains("plain problems of NVIDIA H100"), "{printed}");
+    assert!(ok && printed.contains("entries of gemm on NVIDIA H100"), "{printed}");
     (table.entries.len(), seconds)
 }

@@ -5,11 +5,12 @@
 use crate::args::GemmArgs;
 use crate::dispatch::{self, Choice, GemmCall, Workspace};
 use crate::plan::{family_call, typed_call};
-use crate::table::{check_table, FAMILY};
+use crate::table::{check_table, class_of, entry_shape, FAMILY};
+use crate::EpilogueArgs;
 use std::sync::{Arc, Mutex};
 use tilesmith_runtime::inventory;
-use tilesmith_runtime::{Call, Chooser, Element, Error, Gpu, Kernel, Pick, Policy, PolicyOf, Registry, Result};
-use tilesmith_spec::family_table::FamilyTable;
+use tilesmith_runtime::{Buffer, Call, Chooser, Element, Error, Gpu, Kernel, Pick, Policy, PolicyOf, Registry, Result};
+use tilesmith_spec::family_table::{FamilyEntry, FamilyTable};
 use tilesmith_spec::tuning::Device;
 
 /// GEMM's dispatch on a [`Registry`].
@@ -114,5 +115,19 @@ impl Policy for GemmPolicy {
         };
         // SAFETY: the caller keeps `Policy::launch`'s promise, which is `run_buffers`'.
         unsafe { choice.run_buffers(gpu, dtype, &shape, buffers, &epilogue, &mut workspaces[at].1) }
+    }
+
+    /// A plain entry's call; entries of an epilogue of their own stand for calls with an
+    /// activation and a bias, which a replay does not make.
+    fn entry_call(&self, entry: &FamilyEntry) -> std::result::Result<Option<Call>, String> {
+        if class_of(entry)?.2.is_some() {
+            return Ok(None);
+        }
+        let shape = entry_shape(entry)?;
+        Ok(Some(family_call(entry.dtype, &shape, Buffer::unallocated(shape.spans()), &EpilogueArgs::default())))
+    }
+
+    fn strategy(&self, pick: &Pick) -> Option<String> {
+        pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).and_then(|choice| choice.strategy.word())
     }
 }

@@ -51,6 +51,19 @@ impl GemmShape {
         GemmShape { batch: Batch { count, strides: self.problem_spans() }, ..self }
     }
 
+    /// A problem as `tilesmith tune` times it: packed, or with odd leading dimensions (one
+    /// more where the packed one is even); `batch` problems one after another.
+    pub fn tuned(batch: usize, [m, n, k]: [usize; 3], layout: Layout, odd_ld: bool) -> GemmShape {
+        let packed = GemmShape::packed(m, n, k, layout);
+        let odd = |ld: usize| if odd_ld && ld.is_multiple_of(2) { ld + 1 } else { ld };
+        let one = GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed };
+        if batch == 1 {
+            one
+        } else {
+            one.batched(batch)
+        }
+    }
+
     /// With this batch.
     pub fn with_batch(self, batch: Batch) -> GemmShape {
         GemmShape { batch, ..self }

@@ -4,7 +4,9 @@
 //! strategy. This module names those words and checks them; reading, ranking, distances and
 //! estimates are the format's own (`tilesmith_spec::family_table`).
 
+use crate::GemmShape;
 use std::collections::BTreeMap;
+use tilesmith_runtime::Buffer;
 use tilesmith_spec::family_table::{FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::Device;
 use tilesmith_spec::Layout;
@@ -94,6 +96,19 @@ pub fn class_of(entry: &FamilyEntry) -> Result<(Layout, Alignment, Option<&str>)
         (Some(layout), Some(alignment)) => Ok((layout, alignment, word("epilogue"))),
         _ => Err(format!("its class {:?} needs a layout (nn, nt, tn or tt) and an alignment (aligned or unaligned)", entry.class)),
     }
+}
+
+/// The call an entry stands for, as `tilesmith tune` timed it: its problem in its class's
+/// layout, packed, or with odd leading dimensions where its class is unaligned and packed ones
+/// would be aligned; a batch's problems one after another.
+pub fn entry_shape(entry: &FamilyEntry) -> Result<GemmShape, String> {
+    let (layout, alignment, _) = class_of(entry)?;
+    let &[m, n, k] = entry.problem.as_slice() else { return Err(format!("problem {:?} is not [M, N, K]", entry.problem)) };
+    let [m, n, k] = [m, n, k].map(|d| d as usize);
+    let packed = GemmShape::packed(m, n, k, layout);
+    let packed_class = crate::dispatch::alignment(entry.dtype, &packed, &Buffer::unallocated(packed.spans()));
+    let odd_ld = alignment == Alignment::Unaligned && packed_class == Alignment::Aligned;
+    Ok(GemmShape::tuned(entry.batch as usize, [m, n, k], layout, odd_ld))
 }
 
 /// The build's check of a table (`compile::Options::table_checks`), and the dispatcher's when it

@@ -168,6 +168,17 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     /// # Safety
     /// [`Target::launch`]'s: the call's buffers are device memory of the lengths it says.
     unsafe fn launch(&self, gpu: &Gpu, pick: &Pick, call: &Call) -> Result<()>;
+
+    /// The call an entry of a table of the family stands for, on unallocated buffers, as the
+    /// tuner timed it (`tilesmith replay` picks for it on the CPU); none for an entry a replay
+    /// does not make.
+    fn entry_call(&self, entry: &FamilyEntry) -> std::result::Result<Option<Call>, String>;
+
+    /// How a table states the way `pick` runs its call ([`Timed::strategy`]): none for
+    /// directly.
+    ///
+    /// [`Timed::strategy`]: tilesmith_spec::family_table::Timed::strategy
+    fn strategy(&self, pick: &Pick) -> Option<String>;
 }
 
 /// A plug-in's [`Policy`] for a family, registered with `inventory::submit!`.
@@ -235,6 +246,46 @@ impl Chooser {
     /// Its tuning tables, one per GPU measured.
     pub fn tables(&self) -> &[FamilyTable] {
         &self.inner.tables
+    }
+
+    /// Its family's policy, where a linked plug-in registered one.
+    pub fn policy(&self) -> Option<&dyn Policy> {
+        self.inner.policy.as_deref()
+    }
+
+    /// The chooser of the same variants and policy reading these tables instead (none: the
+    /// cost model's, or the policy's heuristic), each checked as a registry's are.
+    pub fn with_tables(&self, tables: Vec<FamilyTable>) -> std::result::Result<Chooser, String> {
+        Chooser::new(self.name(), self.inner.kernels.clone(), tables, self.inner.policy.clone())
+    }
+
+    /// [`Chooser::pick`] with the entries `held_out` names taken out of the tables, and put
+    /// back in place after: a replay's pick for a problem from its neighbours alone, without a
+    /// copy of the tables per problem. Only a chooser no clone shares may do this.
+    pub fn pick_holding_out(
+        &mut self,
+        device: &Device,
+        smem_per_block: u32,
+        call: &Call,
+        held_out: impl Fn(&FamilyEntry) -> bool,
+    ) -> std::result::Result<Pick, String> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(format!("the chooser of {} is shared: entries are held out of one of its own", self.inner.family));
+        };
+        let mut removed: Vec<(usize, usize, FamilyEntry)> = Vec::new();
+        for (t, table) in inner.tables.iter_mut().enumerate() {
+            for i in (0..table.entries.len()).rev() {
+                if held_out(&table.entries[i]) {
+                    removed.push((t, i, table.entries.remove(i)));
+                }
+            }
+        }
+        let pick = self.pick(device, smem_per_block, call);
+        let inner = Arc::get_mut(&mut self.inner).expect("no clone was made while picking");
+        for (t, i, entry) in removed.into_iter().rev() {
+            inner.tables[t].entries.insert(i, entry);
+        }
+        pick
     }
 
     /// A call of the family with arguments bound by name, as it declares them; `launch` runs

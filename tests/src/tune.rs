@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tilesmith_runtime::Gpu;
-use tilesmith_spec::tuning::{Clocks, Device};
+use tilesmith_spec::tuning::Device;
 
 /// One kind of GPU being tuned: its table (`T`), where it goes, and the problems (`P`) left;
 /// its GPUs' workers share them.
@@ -118,31 +118,13 @@ impl TuneRequest<'_> {
     }
 }
 
-/// What `tilesmith replay` passes a plug-in's replay.
-pub struct ReplayRequest<'a> {
-    /// Another GPU's table to pick from too, as the plug-in does where a GPU has none.
-    pub borrow: Option<&'a Path>,
-    /// The measured GPU's clocks where the table does not record them.
-    pub clocks: Option<Clocks>,
-    /// Print every problem, not only the summary.
-    pub verbose: bool,
-}
-
-/// A plug-in's own tuner and replay for its family, which `tilesmith tune --family` and
-/// `tilesmith replay` run in place of the generic ones: one that times a library beside,
-/// strategies, classes of its own.
+/// A plug-in's own tuner for its family, which `tilesmith tune --family` runs in place of the
+/// generic one: one that times a library beside, strategies, classes of its own.
 pub trait Tuner: Sync {
     /// The family it tunes.
     fn family(&self) -> &'static str;
     /// Tunes the family on this machine's GPUs, writing its tables into `request.out`.
     fn tune(&self, registry: &tilesmith_runtime::Registry, request: &TuneRequest<'_>) -> Result<(), String>;
-    /// Replays a measured table of the family against its dispatcher, on the CPU.
-    fn replay(
-        &self,
-        registry: &tilesmith_runtime::Registry,
-        table: &tilesmith_spec::family_table::FamilyTable,
-        request: &ReplayRequest<'_>,
-    ) -> Result<(), String>;
 }
 
 /// How one way of picking did over a table's problems (`tilesmith replay`): each pick at the

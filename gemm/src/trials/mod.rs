@@ -1,14 +1,13 @@
 //! GEMM's trials as a plug-in of the trials harness: the `cublas_gemm` library (the reference
 //! and baseline GEMM's declaration names), the dispatcher's own trials,
 //! `dispatch::<dtype>_<layout>::<shape>`, with a check of the host reference's layouts, the
-//! dispatcher's tuner and replay (`tune`, `replay`), and `bench`'s rows beside its libraries.
+//! dispatcher's tuner (`tune`), and `bench`'s rows beside its libraries.
 
 mod bench;
 pub mod checks;
 pub mod cublas;
 pub mod fused;
 pub mod host;
-pub mod replay;
 pub mod timing;
 pub mod tune;
 mod types;
@@ -18,13 +17,12 @@ use host::Operands;
 use libtest_mimic::Trial;
 use tilesmith_runtime::{Chooser, Dtype, Gpu, Kernel, Layout, Registry};
 use tilesmith_spec::family::Baseline;
-use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::Entry;
 use tilesmith_trials::declared;
 use tilesmith_trials::harness;
 use tilesmith_trials::report::Record;
 use tilesmith_trials::trials::{BenchGroup, Plugin, Rows};
-use tilesmith_trials::tune::{ReplayRequest, TuneRequest, Tuner};
+use tilesmith_trials::tune::{TuneRequest, Tuner};
 
 /// The plug-in: `cargo test` here and `tilesmith test` pass it to the harness.
 pub static PLUGIN: GemmTrials = GemmTrials;
@@ -98,10 +96,6 @@ impl Tuner for GemmTrials {
 
     fn tune(&self, registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String> {
         tune::run(registry, request)
-    }
-
-    fn replay(&self, registry: &Registry, table: &FamilyTable, request: &ReplayRequest<'_>) -> Result<(), String> {
-        replay::run(registry, table, request)
     }
 }
 

@@ -118,22 +118,9 @@ fn list<T>(text: &str, what: &str, parse: fn(&str) -> Option<T>) -> Result<Vec<T
     text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| parse(s).ok_or(format!("unknown {what} `{s}`"))).collect()
 }
 
-/// The shape of a problem in a layout: packed, or with odd leading dimensions (one more where
-/// the packed one is even); a batch's problems one after another.
+/// The shape of a problem in a layout ([`GemmShape::tuned`]).
 pub fn shape(problem: Problem, layout: Layout) -> GemmShape {
-    let [m, n, k] = problem.shape;
-    let packed = GemmShape::packed(m, n, k, layout);
-    let one = if problem.odd_ld {
-        let odd = |ld: usize| if ld.is_multiple_of(2) { ld + 1 } else { ld };
-        GemmShape { lda: odd(packed.lda), ldb: odd(packed.ldb), ldc: odd(packed.ldc), ..packed }
-    } else {
-        packed
-    };
-    if problem.batch == 1 {
-        one
-    } else {
-        one.batched(problem.batch)
-    }
+    GemmShape::tuned(problem.batch, problem.shape, layout, problem.odd_ld)
 }
 
 /// GEMM's kind: its table and problems in the three layouts' dtypes.
