@@ -26,15 +26,18 @@ use tilesmith_trials::with_element;
 /// transformer layers' problems (M tokens of 1, 16, 128 or 4096 by weights of 4096, 11008 and
 /// 14336), the bench's, skinny ones and odd leading dimensions (`!`), strided batches
 /// (attention's many small products, a few large ones), then a grid of 16, 256 and 4096 in M,
-/// N and K: 73 problems in 4 layouts, 282 once buckets repeat: about 9 minutes on an H100 and
-/// 8 on an H200, summing the runs that measured its parts.
+/// N and K: 78 problems in 4 layouts, 302 once buckets repeat: about 9 minutes on an H100 and
+/// 8 on an H200, summing the runs that measured its parts. M = 64 (a 64-row tile's, where the
+/// entries at M = 16 and 96 rank others) and 2048-4096 x 1024 (where 128x128 and 128x256
+/// tiles trade places with the waves they make) are where picks change.
 const LLM: &str = "1x4096x4096,1x11008x4096,1x4096x11008,1x14336x4096,1x4096x14336,\
 16x4096x4096,16x11008x4096,16x4096x11008,16x14336x4096,16x4096x14336,\
 128x4096x4096,128x11008x4096,128x4096x11008,128x14336x4096,128x4096x14336,\
 4096x4096x4096,4096x11008x4096,4096x4096x11008,4096x14336x4096,4096x4096x14336";
 const EXTRA: &str = "1024x1024x1024,2048x2048x2048,8192x8192x8192,8192x8192x1024,16384x1024x4096,4000x4000x4000,3000x3000x3000,\
 128x8192x8192,96x5120x5120,96x4096x4096,96x11008x4096,96x4096x11008,12288x64x4096,64x64x65536,128x128x128,1024x128x8192,\
-4095x4097x4099!,1023x1025x1027!,513x1025x2047!,1000x1001x1003!,127x4097x4099!,2047x2049x2051!";
+4095x4097x4099!,1023x1025x1027!,513x1025x2047!,1000x1001x1003!,127x4097x4099!,2047x2049x2051!,\
+64x4096x4096,64x11008x4096,64x4096x11008,2048x1024x4096,4096x1024x8192";
 const BATCHES: &str = "64x512x512x64,8x4096x4096x4096,32x1024x1024x128,128x256x256x64,16x2048x2048x2048,4x4096x11008x4096";
 const GRID: [usize; 3] = [16, 256, 4096];
 /// Timed launches: a first look (the median of LOOK), then the median of RUNS after WARMUP for
@@ -438,7 +441,7 @@ mod tests {
     #[test]
     fn the_default_set_holds_the_batches_and_counts_as_its_comment_says() {
         let set = problems(None, None).unwrap();
-        assert_eq!(set.len(), 73);
+        assert_eq!(set.len(), 78);
         assert!(set.contains(&Problem { batch: 8, shape: [4096, 4096, 4096], odd_ld: false }));
         let mut keys = HashSet::new();
         for &problem in &set {
@@ -446,6 +449,6 @@ mod tests {
                 keys.insert(identity(problem, Dtype::Bf16, *layout, &None));
             }
         }
-        assert_eq!(keys.len(), 282);
+        assert_eq!(keys.len(), 302);
     }
 }
