@@ -55,10 +55,25 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
     let device = Device { clocks: table.device.clocks.or(args.clocks), ..table.device.clone() };
     let mut held = chooser.with_tables(vec![table.clone()])?;
     let bare = chooser.with_tables(Vec::new())?;
-    let borrowed = args.borrow.as_deref().map(|path| FamilyTable::read(path).and_then(|t| chooser.with_tables(vec![t]))).transpose()?;
-    let mut regrets = vec![Regret::new("table, entry held out"), Regret::new("no table: cost model")];
+    let borrowed = match args.borrow.as_deref() {
+        Some(path) => {
+            let other = FamilyTable::read(path)?;
+            if other.family != table.family {
+                return Err(format!(
+                    "--borrow {}: a table of {}, and the replayed one is of {}",
+                    path.display(),
+                    other.family,
+                    table.family
+                ));
+            }
+            Some(chooser.with_tables(vec![other])?)
+        }
+        None => None,
+    };
+    // Each way of picking, as the verbose lines and the summary name it.
+    let mut regrets = vec![("held out", Regret::new("table, entry held out")), ("no table", Regret::new("no table: cost model"))];
     if borrowed.is_some() {
-        regrets.push(Regret::new("the other GPU's table"));
+        regrets.push(("other GPU's table", Regret::new("the other GPU's table")));
     }
     let mut replayed = 0;
     for entry in &table.entries {
@@ -77,14 +92,13 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         if let Some(other) = &borrowed {
             picks.push(other.pick(&device, args.smem_per_block, &call).ok());
         }
-        let problem = problem(&table, entry);
+        let problem = describe(&table, entry);
         let mut line = format!("{problem}: fastest {}", fastest.variant);
-        for (regret, pick) in regrets.iter_mut().zip(&picks) {
+        for ((label, regret), pick) in regrets.iter_mut().zip(&picks) {
             let ms = pick.as_ref().and_then(|pick| measured(chooser, entry, pick));
             let ratio = regret.add(ms, fastest.ms, entry.baseline_ms, &problem);
             let name = pick.as_ref().map_or("none".to_string(), |p| way(chooser, p));
             let ratio = ratio.map_or("unmeasured".to_string(), |r| format!("{r:.3}"));
-            let label = if regret.name.starts_with("table") { "held out" } else { regret.name };
             line += &format!("; {label} {name} {ratio}");
         }
         if args.verbose {
@@ -92,7 +106,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         }
     }
     println!("{replayed} of the {} entries of {} on {} replayed:\n{}", table.entries.len(), table.family, table.device, Regret::HEADER);
-    for regret in &regrets {
+    for (_, regret) in &regrets {
         println!("{}", regret.row());
     }
     Ok(())
@@ -100,7 +114,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
 
 /// The entry's problem as messages write it: a batch's count, the quantities, the dtype and
 /// the class.
-fn problem(table: &FamilyTable, entry: &FamilyEntry) -> String {
+fn describe(table: &FamilyTable, entry: &FamilyEntry) -> String {
     let batch = if entry.batch == 1 { String::new() } else { format!("{} x ", entry.batch) };
     let class: String = entry.class.iter().map(|(k, v)| format!(" {k}={v}")).collect();
     format!("{batch}{} {}{class}", family_table::describe(&table.quantities, &entry.problem), entry.dtype)

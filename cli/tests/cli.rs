@@ -1587,6 +1587,14 @@ fn replay_of_a_family_table_holds_each_entry_out() {
     );
     assert!(out.contains("| table, entry held out | ") && out.contains("| no table: cost model | "), "{out}");
     assert!(out.contains("rows=8192 cols=8192 bf16: fastest softmax_unchecked; held out "), "{out}");
+    // Another GPU's table of the family picks too; one of another family is refused.
+    let reg = registry.path().to_str().unwrap();
+    let other = workspace().join("tuning/softmax/NVIDIA_H100_80GB_HBM3-132sm.json");
+    let out = succeeds(None, &["replay", table.to_str().unwrap(), "--registry", reg, "--borrow", other.to_str().unwrap()]);
+    assert!(out.contains("| the other GPU's table | "), "{out}");
+    let stranger = workspace().join("tuning/rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json");
+    let out = fails(None, &["replay", table.to_str().unwrap(), "--registry", reg, "--borrow", stranger.to_str().unwrap()]);
+    assert!(out.contains("a table of rmsnorm, and the replayed one is of softmax"), "{out}");
     // A table elsewhere than its family's folder is refused as it is at a build.
     let dir = tempfile::tempdir().unwrap();
     let moved = dir.path().join("softmax").join("NVIDIA_H100_80GB_HBM3-132sm.json");

@@ -281,7 +281,9 @@ impl Chooser {
             }
         }
         let pick = self.pick(device, smem_per_block, call);
-        let inner = Arc::get_mut(&mut self.inner).expect("no clone was made while picking");
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(format!("the chooser of {} was cloned while picking: its held-out entries cannot be put back", self.inner.family));
+        };
         for (t, i, entry) in removed.into_iter().rev() {
             inner.tables[t].entries.insert(i, entry);
         }
