@@ -6,8 +6,9 @@ use super::checks;
 use super::fused::{LtGemm, Unfused};
 use super::timing::{FusedBaseline, GemmCase};
 use super::{flops_record, flops_record_chosen, GEMM_FLOPS_LIBRARY, GEMM_LIBRARY};
-use crate::{plan_gemm_with, with_inputs, with_output, Activation, EpilogueArgs, GemmKernel, GemmShape, Workspace};
-use tilesmith_runtime::{Buffer, Dtype, Element, Gpu, Registry};
+use crate::table::Strategy;
+use crate::{plan_gemm_with, with_inputs, with_output, Activation, Choice, EpilogueArgs, GemmKernel, GemmShape, Workspace};
+use tilesmith_runtime::{Buffer, Dtype, Element, Gpu, Kernel, Registry};
 use tilesmith_spec::family::Baseline;
 use tilesmith_trials::declared;
 use tilesmith_trials::report::Record;
@@ -24,16 +25,24 @@ pub fn group(gpu: &Gpu, registry: &Registry, group: &BenchGroup<'_>, rows: &mut 
             with_inputs!(dtype, b, T, TB => with_output!(out, TC => gemm::<T, TC, TB>(gpu, registry, group, rows)))
         }
         Baseline::Library(name) if name == GEMM_FLOPS_LIBRARY => {
+            // Each variant timed, with its time, to time the call beside the fastest.
+            let mut timed: Vec<(f64, &Kernel)> = Vec::new();
             for &kernel in members {
                 let record = declared::with_lds(kernel, shape.clone(), 0)
                     .and_then(|full| declared::takes(kernel, &full, gpu.sms()))
                     .and_then(|()| flops_record(gpu, registry, kernel, shape.clone()));
+                if let Ok(record) = &record {
+                    timed.push((record.kernel_ms, kernel));
+                }
                 rows.keep(record, &format!("{} {what}", kernel.name()));
             }
             if dispatch {
                 let chooser = registry.family(&first.variant().family).map_err(|e| e.to_string())?;
                 for kernel in declared::first_per_call(members.iter().copied(), |k| declared::call_axes(k)) {
-                    let record = flops_record_chosen(gpu, registry, chooser, kernel, shape.clone());
+                    // The fastest variant asked the same question (attention's mask).
+                    let asked = declared::call_axes(kernel);
+                    let fastest = timed.iter().filter(|(_, k)| declared::call_axes(k) == asked).min_by(|a, b| a.0.total_cmp(&b.0));
+                    let record = flops_record_chosen(gpu, registry, chooser, kernel, shape.clone(), fastest.map(|(_, k)| *k));
                     rows.keep(record, &format!("dispatch {what}"));
                 }
             }
@@ -109,19 +118,34 @@ fn gemm<T: Element, TC: Element, TB: Element>(
             rows.push(record.against(name, *ms));
         }
     };
+    // The fastest variant, to time the call beside.
+    let mut fastest: Option<(f64, &Kernel)> = None;
     for kernel in runnable {
         match case.record(gpu, kernel, baselines[0].1) {
-            Ok(record) => each(rows, record),
+            Ok(record) => {
+                if fastest.is_none_or(|(ms, _)| record.kernel_ms < ms) {
+                    fastest = Some((record.kernel_ms, kernel));
+                }
+                each(rows, record)
+            }
             Err(why) => rows.skipped.push(format!("{} {what}: {why}", kernel.name())),
         }
     }
     if dispatch {
         let mut workspace = Workspace::new();
-        if fused {
-            each(rows, case.record_dispatch(gpu, registry, &mut workspace, Some(baselines[0].1))?);
-        } else {
+        let mut record = match fused {
+            true => case.record_dispatch(gpu, registry, &mut workspace, Some(baselines[0].1))?,
             // Timed in turns with its own baseline, not beside the problem's.
-            rows.push(case.record_dispatch(gpu, registry, &mut workspace, None)?);
+            false => case.record_dispatch(gpu, registry, &mut workspace, None)?,
+        };
+        if let Some((_, kernel)) = fastest {
+            let choice = Choice::forced(kernel.clone(), Strategy::Direct, None);
+            let [chosen_ms, fastest_ms] = case.time_dispatch_beside(gpu, registry, &mut workspace, &choice)?;
+            record.beside = Some((kernel.name().to_string(), fastest_ms / chosen_ms));
+        }
+        match fused {
+            true => each(rows, record),
+            false => rows.push(record),
         }
     }
     Ok(())

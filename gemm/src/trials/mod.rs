@@ -52,20 +52,25 @@ pub fn flops_record(gpu: &Gpu, registry: &Registry, kernel: &Kernel, shape: decl
 }
 
 /// As [`flops_record`], for the call through the family's chooser (`dispatch:<pick>`), timed
-/// alone as the variants' rows are, with the host time of a cached call; `kernel` lays out the
-/// operands (packed rows).
+/// alone as the variants' rows are, with the host time of a cached call, and timed in turns
+/// with `fastest` where it takes the call; `kernel` lays out the operands (packed rows).
 pub fn flops_record_chosen(
     gpu: &Gpu,
     registry: &Registry,
     chooser: &Chooser,
     kernel: &Kernel,
     shape: declared::Shape,
+    fastest: Option<&Kernel>,
 ) -> Result<Record, String> {
     let mut case = declared::Case::new(gpu, kernel, declared::with_lds(kernel, shape, 0)?)?;
     let (ms, pick, host_us) = case.time_chosen_alone(gpu, registry, chooser)?;
     let mut record = flops_row(gpu, &pick.kernel, &case, ms)?;
     record.variant = format!("dispatch:{}", pick.kernel.name());
     record.host_us = Some(host_us);
+    if let Some(fastest) = fastest.filter(|k| declared::takes(k, &case.shape, gpu.sms()).is_ok()) {
+        let [chosen_ms, fastest_ms] = case.time_beside(gpu, chooser, fastest)?;
+        record.beside = Some((fastest.name().to_string(), fastest_ms / chosen_ms));
+    }
     Ok(record)
 }
 

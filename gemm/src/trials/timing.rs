@@ -232,6 +232,37 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         Ok((ours, baseline))
     }
 
+    /// Median milliseconds of the registry's `gemm` call and of `fastest` run directly, timed in
+    /// turns on the same sets (`medians_ms`), so that the two see the GPU at the same moments;
+    /// the call's result is spot checked after.
+    pub fn time_dispatch_beside(
+        &mut self,
+        gpu: &Gpu,
+        registry: &Registry,
+        workspace: &mut Workspace,
+        fastest: &Choice,
+    ) -> Result<[f64; 2], String> {
+        self.poison_outputs(gpu)?;
+        let (shape, sets) = (self.shape, self.inputs.len());
+        let epilogue = fused(&self.bias_activation);
+        let (inputs, outputs) = (&self.inputs, &mut self.outputs);
+        let mut own = Workspace::new();
+        let ms = medians_ms(gpu.stream(), WARMUP, RUNS, sets, |i, side| {
+            let (a, b) = &inputs[i % sets];
+            let args = GemmArgs::new(a, b, &mut outputs[i % sets], shape).with_epilogue(epilogue);
+            match side {
+                0 => registry.gemm(gpu, args, workspace).map(drop).map_err(|err| err.to_string()),
+                _ => fastest.run(gpu, args, &mut own).map_err(|err| err.to_string()),
+            }
+        })?;
+        poison(gpu, &mut self.outputs[0])?;
+        let (a, b) = &self.inputs[0];
+        let args = GemmArgs::new(a, b, &mut self.outputs[0], shape).with_epilogue(fused(&self.bias_activation));
+        registry.gemm(gpu, args, workspace).map_err(|err| err.to_string())?;
+        self.spot_check(gpu)?;
+        Ok(ms)
+    }
+
     /// The baseline library, opened on first use.
     fn open_library(&mut self, gpu: &Gpu) -> Result<(), String> {
         if self.library.is_none() {
