@@ -199,9 +199,8 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
     }
 
     /// Median milliseconds of the registry's `gemm` call and of the baseline library, timed in
-    /// turns (`medians_ms`), the library on the input set half a rotation from the call's, so
-    /// that neither finds the other's inputs in the L2. The call's result is spot checked after
-    /// one more call on the poisoned first set, which the library may have written last.
+    /// turns, the library on the input set half a rotation from the call's, so that neither
+    /// finds the other's inputs in the L2 ([`GemmCase::in_turns`]).
     pub fn time_dispatch_beside_baseline(
         &mut self,
         gpu: &Gpu,
@@ -209,32 +208,16 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         workspace: &mut Workspace,
     ) -> Result<(f64, f64), String> {
         self.open_library(gpu)?;
-        let (shape, sets) = (self.shape, self.inputs.len());
-        let epilogue = fused(&self.bias_activation);
-        let (inputs, outputs, library) = (&self.inputs, &mut self.outputs, self.library.as_ref().expect("opened above"));
-        let [ours, baseline] = medians_ms(gpu.stream(), WARMUP, RUNS, sets, |i, side| {
-            let set = (i + side * sets / 2) % sets;
-            let (a, b) = &inputs[set];
-            if side == 0 {
-                registry
-                    .gemm(gpu, GemmArgs::new(a, b, &mut outputs[set], shape).with_epilogue(epilogue), workspace)
-                    .map(drop)
-                    .map_err(|err| err.to_string())
-            } else {
-                library.run(gpu, &shape, a, b, &mut outputs[set])
-            }
-        })?;
-        poison(gpu, &mut self.outputs[0])?;
-        let (a, b) = &self.inputs[0];
-        let args = GemmArgs::new(a, b, &mut self.outputs[0], shape).with_epilogue(fused(&self.bias_activation));
-        registry.gemm(gpu, args, workspace).map_err(|err| err.to_string())?;
-        self.spot_check(gpu)?;
+        let library = self.library.take().expect("opened above");
+        let half = self.inputs.len() / 2;
+        let timed = self.in_turns(gpu, registry, workspace, half, |args| library.run(gpu, &args.shape, args.a, args.b, args.c));
+        self.library = Some(library);
+        let [ours, baseline] = timed?;
         Ok((ours, baseline))
     }
 
-    /// Median milliseconds of the registry's `gemm` call and of `fastest` run directly, timed in
-    /// turns on the same sets (`medians_ms`), so that the two see the GPU at the same moments;
-    /// the call's result is spot checked after.
+    /// Median milliseconds of the registry's `gemm` call and of `fastest` run directly on the
+    /// same sets, timed in turns ([`GemmCase::in_turns`]).
     pub fn time_dispatch_beside(
         &mut self,
         gpu: &Gpu,
@@ -242,17 +225,32 @@ impl<T: Element, TC: Element, TB: Element> GemmCase<T, TC, TB> {
         workspace: &mut Workspace,
         fastest: &Choice,
     ) -> Result<[f64; 2], String> {
-        self.poison_outputs(gpu)?;
+        let mut own = Workspace::new();
+        self.in_turns(gpu, registry, workspace, 0, |args| fastest.run(gpu, args, &mut own).map_err(|err| err.to_string()))
+    }
+
+    /// Median milliseconds of the registry's `gemm` call and of `other`, timed in turns
+    /// (`medians_ms`) so that the two see the GPU at the same moments, `other` on the input set
+    /// `offset` sets from the call's. The call's result is spot checked after one more call on
+    /// the poisoned first set, which `other` may have written last.
+    fn in_turns(
+        &mut self,
+        gpu: &Gpu,
+        registry: &Registry,
+        workspace: &mut Workspace,
+        offset: usize,
+        mut other: impl FnMut(GemmArgs<'_, T, TC, TB>) -> Result<(), String>,
+    ) -> Result<[f64; 2], String> {
         let (shape, sets) = (self.shape, self.inputs.len());
         let epilogue = fused(&self.bias_activation);
         let (inputs, outputs) = (&self.inputs, &mut self.outputs);
-        let mut own = Workspace::new();
         let ms = medians_ms(gpu.stream(), WARMUP, RUNS, sets, |i, side| {
-            let (a, b) = &inputs[i % sets];
-            let args = GemmArgs::new(a, b, &mut outputs[i % sets], shape).with_epilogue(epilogue);
+            let set = (i + side * offset) % sets;
+            let (a, b) = &inputs[set];
+            let args = GemmArgs::new(a, b, &mut outputs[set], shape).with_epilogue(epilogue);
             match side {
                 0 => registry.gemm(gpu, args, workspace).map(drop).map_err(|err| err.to_string()),
-                _ => fastest.run(gpu, args, &mut own).map_err(|err| err.to_string()),
+                _ => other(args),
             }
         })?;
         poison(gpu, &mut self.outputs[0])?;
