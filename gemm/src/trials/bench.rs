@@ -133,19 +133,18 @@ fn gemm<T: Element, TC: Element, TB: Element>(
     }
     if dispatch {
         let mut workspace = Workspace::new();
-        let mut record = match fused {
-            true => case.record_dispatch(gpu, registry, &mut workspace, Some(baselines[0].1))?,
-            // Timed in turns with its own baseline, not beside the problem's.
-            false => case.record_dispatch(gpu, registry, &mut workspace, None)?,
-        };
+        // Unfused, timed in turns with its own baseline, not beside the problem's.
+        let baseline_ms = if fused { Some(baselines[0].1) } else { None };
+        let mut record = case.record_dispatch(gpu, registry, &mut workspace, baseline_ms)?;
         if let Some((_, kernel)) = fastest {
             let choice = Choice::forced(kernel.clone(), Strategy::Direct, None);
             let [chosen_ms, fastest_ms] = case.time_dispatch_beside(gpu, registry, &mut workspace, &choice)?;
             record.beside = Some((kernel.name().to_string(), fastest_ms / chosen_ms));
         }
-        match fused {
-            true => each(rows, record),
-            false => rows.push(record),
+        if fused {
+            each(rows, record);
+        } else {
+            rows.push(record);
         }
     }
     Ok(())
