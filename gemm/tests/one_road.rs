@@ -141,3 +141,32 @@ fn strategies_are_the_dispatchers() {
     assert_eq!(choice.strategy, Strategy::Padded, "{}", choice.reason);
     assert!(choice.transpose.is_some());
 }
+
+/// The call `replay` makes for a table entry is in the entry's class (its layout and
+/// alignment) and of its problem; entries of an epilogue of their own make none.
+#[test]
+fn each_plain_entry_stands_for_a_call_of_its_class() {
+    let registry = registry();
+    let chooser = registry.family("gemm").unwrap();
+    let policy = chooser.policy().expect("GEMM's policy is linked");
+    let mut made = 0;
+    for table in chooser.tables() {
+        for entry in &table.entries {
+            let word = |key: &str| entry.class.get(key).map(String::as_str);
+            let call = policy.entry_call(entry).unwrap();
+            let Some(call) = call else {
+                assert!(word("epilogue").is_some(), "{} {:?}: a plain entry makes a call", table.device, entry.problem);
+                continue;
+            };
+            let (dtype, shape, buffers, epilogue) = typed_call(&call).unwrap();
+            assert_eq!((dtype, epilogue), (entry.dtype, EpilogueArgs::default()));
+            assert_eq!(shape.layout.as_str(), word("layout").unwrap());
+            let problem = [shape.m, shape.n, shape.k].map(|d| d as u64);
+            assert_eq!((shape.batch.count as u64, problem.to_vec()), (entry.batch, entry.problem.clone()));
+            let class = tilesmith_gemm::dispatch::alignment(dtype, &shape, &buffers);
+            assert_eq!(Some(class.to_string().as_str()), word("alignment"), "{} {:?} {shape:?}", table.device, entry.problem);
+            made += 1;
+        }
+    }
+    assert!(made > 1000, "{made} plain entries");
+}
