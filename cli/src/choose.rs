@@ -145,7 +145,7 @@ fn gemm(
     let plain = EpilogueArgs::default();
     let buffers = Buffer::unallocated(shape.spans());
     let pick = chooser.pick(device, smem_per_block, &family_call(dtype, &shape, buffers, &plain))?;
-    let choice = pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).ok_or("GEMM's policy is not linked")?;
+    let choice = Choice::kept_in(&pick).ok_or("GEMM's policy is not linked")?;
     let kernels: Vec<_> = registry.kernels().collect();
     let transpose = dispatch::transposer(kernels.iter().copied(), device, dtype);
     let call = GemmCall { dtype, shape: &shape, buffers, epilogue: &plain };

@@ -9,7 +9,7 @@ use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
 use crate::table::{self, Alignment, Strategy};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
 use std::collections::{HashMap, HashSet};
-use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Result};
+use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Pick, Result};
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed, Timing};
 use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype, GridRule, Layout};
@@ -32,6 +32,11 @@ pub struct Choice {
 }
 
 impl Choice {
+    /// The choice GEMM's policy kept in a chooser's pick; none for a pick made without it.
+    pub fn kept_in(pick: &Pick) -> Option<&Choice> {
+        pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>())
+    }
+
     /// `variant` or `padded(variant)`.
     pub fn label(&self) -> String {
         match self.strategy {

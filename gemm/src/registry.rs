@@ -52,8 +52,7 @@ impl GemmRegistry for Registry {
 
 /// GEMM's pick kept in a chooser's pick.
 fn choice(pick: &Pick) -> Result<Choice> {
-    let choice = pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>());
-    choice.cloned().ok_or_else(|| Error::NoVariant {
+    Choice::kept_in(pick).cloned().ok_or_else(|| Error::NoVariant {
         what: "GEMM",
         rule: format!("the chooser of family {FAMILY} picked {} without GEMM's policy", pick.kernel.name()),
     })
@@ -128,6 +127,6 @@ impl Policy for GemmPolicy {
     }
 
     fn strategy(&self, pick: &Pick) -> Option<String> {
-        pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).and_then(|choice| choice.strategy.word())
+        Choice::kept_in(pick).and_then(|choice| choice.strategy.word())
     }
 }

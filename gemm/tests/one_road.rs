@@ -38,7 +38,7 @@ fn both(registry: &Registry, table: &FamilyTable, dtype: Dtype, shape: &GemmShap
     let label = |choice: &Choice| (choice.kernel.name().to_string(), choice.strategy, choice.reason.clone());
     match (by_name, typed) {
         (Ok(pick), Ok(choice)) => {
-            let kept = pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).expect("GEMM's policy picked");
+            let kept = Choice::kept_in(&pick).expect("GEMM's policy picked");
             assert_eq!(pick.kernel.name(), choice.kernel.name(), "{} {dtype} {shape:?}", table.device);
             assert_eq!(label(kept), label(&choice), "{} {dtype} {shape:?}", table.device);
         }
@@ -137,7 +137,7 @@ fn strategies_are_the_dispatchers() {
     let table = &registry.family("gemm").unwrap().tables()[0];
     let call = family_call(Dtype::Bf16, &shape, Buffer::unallocated(shape.spans()), &EpilogueArgs::default());
     let pick = registry.family("gemm").unwrap().pick(&table.device, SMEM_PER_BLOCK, &call).unwrap();
-    let choice = pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>()).unwrap();
+    let choice = Choice::kept_in(&pick).unwrap();
     assert_eq!(choice.strategy, Strategy::Padded, "{}", choice.reason);
     assert!(choice.transpose.is_some());
 }
