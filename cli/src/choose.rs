@@ -1,12 +1,11 @@
 //! `tilesmith choose --family NAME SHAPE`: what a call of that shape would run, and why, on a
-//! GPU named by a table, without a GPU: every variant of the dtype with whether it takes the
-//! call (the rule where not), its table estimate and the cost model's, then the pick and its
-//! reason. It reads only a registry; GEMM's calls go through the chooser with GEMM's policy.
+//! GPU named by a table, without a GPU: every way the family's variants take the call, with
+//! its table estimate and the cost model's, why the others do not, then the pick and its
+//! reason. It reads only a registry; every family's call goes through its chooser.
 
 use std::path::PathBuf;
-use tilesmith_gemm::dispatch::{self, GemmCall};
-use tilesmith_gemm::{family_call, table as gemm_table, Choice, EpilogueArgs, GemmShape};
-use tilesmith_runtime::{estimate_seconds, plan_call, runs_on, Buffer, Chooser, Dtype, Layout, Registry};
+use tilesmith_gemm::{family_call, table as gemm_table, EpilogueArgs, GemmShape};
+use tilesmith_runtime::{plan_call, runs_on, Buffer, Call, Dtype, Layout, Registry};
 use tilesmith_spec::tuning::Device;
 use tilesmith_trials::declared;
 
@@ -77,39 +76,44 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
             println!("note: {words}");
         }
     }
-    if args.family == gemm_table::FAMILY {
-        return gemm(registry, chooser, &device, args.smem_per_block, dtype, &sizes, &args.layout);
-    }
-    let shape: declared::Shape = family.quantities.iter().cloned().zip(sizes.iter().copied()).collect();
-    // The call as a variant with the least leading-dimension rule takes it packed.
-    let packer = chooser
-        .kernels()
-        .iter()
-        .filter(|k| k.variant().dtype == dtype)
-        .min_by_key(|k| k.info().entry.requires.ld_multiple)
-        .ok_or_else(|| format!("the registry has no {dtype} variant of {}", args.family))?;
-    let call = declared::unallocated_call(family, packer.variant(), &declared::with_lds(packer, shape, 0)?)?;
+    let call = if args.family == gemm_table::FAMILY {
+        gemm_call(dtype, &sizes, &args.layout)?
+    } else {
+        let shape: declared::Shape = family.quantities.iter().cloned().zip(sizes.iter().copied()).collect();
+        // The call as a variant with the least leading-dimension rule takes it packed.
+        let packer = chooser
+            .kernels()
+            .iter()
+            .filter(|k| k.variant().dtype == dtype)
+            .min_by_key(|k| k.info().entry.requires.ld_multiple)
+            .ok_or_else(|| format!("the registry has no {dtype} variant of {}", args.family))?;
+        declared::unallocated_call(family, packer.variant(), &declared::with_lds(packer, shape, 0)?)?
+    };
     let pick = chooser.pick(&device, args.smem_per_block, &call)?;
-    let capability = (device.capability[0], device.capability[1]);
-    for kernel in chooser.kernels().iter().filter(|k| k.variant().dtype == dtype) {
-        let line = if !runs_on(&kernel.info().entry.targets, capability) {
-            "has no code for this GPU".to_string()
-        } else {
-            match (plan_call(kernel.info(), &call, device.sms), pick.takers.iter().find(|(k, _)| k.name() == kernel.name())) {
-                (Ok(Some(launch)), Some((_, estimate))) => {
-                    let model = estimate_seconds(family, kernel, &launch, &call, &device) * 1e6;
-                    let table =
-                        estimate.map_or("not measured near".to_string(), |e| format!("{:+.1}% of the fastest", (e.exp() - 1.0) * 100.0));
-                    format!("takes it: table {table}; cost model {model:.1} us")
-                }
-                (Ok(_), _) => "refuses it (past this GPU's shared memory, or a computing axis the call leaves at its default)".into(),
-                (Err(rule), _) => format!("refuses it: {rule}"),
-            }
-        };
-        let mark = if kernel.name() == pick.kernel.name() { "*" } else { " " };
-        println!("{mark} {}: {line}", kernel.name());
+    for (way, estimate) in pick.takers.iter() {
+        let table = estimate.map_or("not measured near".to_string(), |e| format!("{:+.1}% of the fastest", (e.exp() - 1.0) * 100.0));
+        let model = chooser.cost(&device, &call, way) * 1e6;
+        let mark = if way.kernel.name() == pick.kernel().name() && way.strategy == pick.way.strategy { "*" } else { " " };
+        println!("{mark} {}: takes it: table {table}; cost model {model:.1} us", way.label());
     }
-    println!("pick: {}\nwhy: {}", pick.kernel.name(), pick.reason);
+    // Why the others of the dtype do not: the planner's rule, where a variant runs only
+    // directly (a plug-in's ways are its own: their count is said).
+    let capability = (device.capability[0], device.capability[1]);
+    let others =
+        chooser.kernels().iter().filter(|k| k.variant().dtype == dtype && !pick.takers.iter().any(|(w, _)| w.kernel.name() == k.name()));
+    if chooser.policy().is_some() {
+        println!("  {} other {dtype} variant(s) take it no way", others.count());
+    } else {
+        for kernel in others {
+            let line = match plan_call(kernel.info(), &call, device.sms) {
+                _ if !runs_on(&kernel.info().entry.targets, capability) => "has no code for this GPU".to_string(),
+                Err(rule) => format!("refuses it: {rule}"),
+                Ok(_) => "refuses it (past this GPU's shared memory, or a computing axis the call leaves at its default)".into(),
+            };
+            println!("  {}: {line}", kernel.name());
+        }
+    }
+    println!("pick: {}\nwhy: {}", pick.way.label(), pick.reason);
     Ok(())
 }
 
@@ -128,31 +132,10 @@ fn device<'d>(devices: impl Iterator<Item = &'d Device> + Clone, name: Option<&s
     }
 }
 
-/// GEMM's call, packed in `layout`, through the family's chooser (GEMM's policy): the
-/// candidates by the heuristic's estimate, and the pick.
-fn gemm(
-    registry: &Registry,
-    chooser: &Chooser,
-    device: &Device,
-    smem_per_block: u32,
-    dtype: Dtype,
-    sizes: &[u64],
-    layout: &str,
-) -> Result<(), String> {
+/// GEMM's call of these sizes, packed in `layout`.
+fn gemm_call(dtype: Dtype, sizes: &[u64], layout: &str) -> Result<Call, String> {
     let layout = Layout::parse(layout).ok_or_else(|| format!("--layout {layout}: one of nn, nt, tn, tt"))?;
     let [m, n, k] = [0, 1, 2].map(|i| sizes[i] as usize);
     let shape = GemmShape::packed(m, n, k, layout);
-    let plain = EpilogueArgs::default();
-    let buffers = Buffer::unallocated(shape.spans());
-    let pick = chooser.pick(device, smem_per_block, &family_call(dtype, &shape, buffers, &plain))?;
-    let choice = Choice::kept_in(&pick).ok_or("GEMM's policy is not linked")?;
-    let kernels: Vec<_> = registry.kernels().collect();
-    let transpose = dispatch::transposer(kernels.iter().copied(), device, dtype);
-    let call = GemmCall { dtype, shape: &shape, buffers, epilogue: &plain };
-    for (seconds, kernel, strategy) in dispatch::by_estimate(&kernels, transpose, device, &call) {
-        let mark = if kernel.name() == choice.kernel.name() && strategy == choice.strategy { "*" } else { " " };
-        println!("{mark} {} {strategy:?}: takes it; heuristic {:.1} us", kernel.name(), seconds * 1e6);
-    }
-    println!("pick: {}\nwhy: {}", choice.label(), choice.reason);
-    Ok(())
+    Ok(family_call(dtype, &shape, Buffer::unallocated(shape.spans()), &EpilogueArgs::default()))
 }

@@ -95,9 +95,9 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
         let problem = describe(&table, entry);
         let mut line = format!("{problem}: fastest {}", fastest.variant);
         for ((label, regret), pick) in regrets.iter_mut().zip(&picks) {
-            let ms = pick.as_ref().and_then(|pick| measured(chooser, entry, pick));
+            let ms = pick.as_ref().and_then(|pick| measured(entry, pick));
             let ratio = regret.add(ms, fastest.ms, entry.baseline_ms, &problem);
-            let name = pick.as_ref().map_or("none".to_string(), |p| way(chooser, p));
+            let name = pick.as_ref().map_or("none".to_string(), |p| p.way.label());
             let ratio = ratio.map_or("unmeasured".to_string(), |r| format!("{r:.3}"));
             line += &format!("; {label} {name} {ratio}");
         }
@@ -140,17 +140,8 @@ fn fastest<'e>(chooser: &Chooser, entry: &'e FamilyEntry) -> Option<&'e family_t
 }
 
 /// The time the entry measured for the pick's variant run its way.
-fn measured(chooser: &Chooser, entry: &FamilyEntry, pick: &Pick) -> Option<f64> {
-    let strategy = chooser.policy().and_then(|p| p.strategy(pick));
-    entry.ranked.iter().find(|t| t.variant == pick.kernel.name() && t.strategy == strategy).map(|t| t.ms)
-}
-
-/// A pick's variant, and its way where not direct.
-fn way(chooser: &Chooser, pick: &Pick) -> String {
-    match chooser.policy().and_then(|p| p.strategy(pick)) {
-        Some(strategy) => format!("{} {strategy}", pick.kernel.name()),
-        None => pick.kernel.name().to_string(),
-    }
+fn measured(entry: &FamilyEntry, pick: &Pick) -> Option<f64> {
+    entry.ranked.iter().find(|t| t.variant == pick.kernel().name() && t.strategy == pick.way.strategy).map(|t| t.ms)
 }
 
 /// The entry's problem as a call with packed rows, on buffers that hold exactly what it spans.

@@ -1558,7 +1558,7 @@ fn families_with_no_rust_get_a_chooser() {
         Call::default().operand("x", Dtype::F32, x).operand("y", Dtype::F32, y).quantity("n", n as u64).scalar("alpha", 2.0)
     };
     let scale = registry.family("scale").unwrap().pick(&device, 232_448, &call(10_000_000)).unwrap();
-    assert_eq!(scale.kernel.name(), "scale_w8", "{}", scale.reason);
+    assert_eq!(scale.kernel().name(), "scale_w8", "{}", scale.reason);
     assert!(
         scale.reason.contains("tuning table scale/GPU-132sm.json: estimated ")
             && scale.reason.contains("nearest measured problem n=16777216 f32, rank 1 of 2"),
@@ -1566,7 +1566,12 @@ fn families_with_no_rust_get_a_chooser() {
         scale.reason
     );
     let twice = registry.family("twice").unwrap().pick(&device, 232_448, &call(10_000_000)).unwrap();
-    assert!(twice.kernel.name().starts_with("twice") && twice.reason.contains("cost model"), "{}: {}", twice.kernel.name(), twice.reason);
+    assert!(
+        twice.kernel().name().starts_with("twice") && twice.reason.contains("cost model"),
+        "{}: {}",
+        twice.kernel().name(),
+        twice.reason
+    );
     let refused = registry.family("twice").unwrap().pick(&device, 232_448, &call(1000).scalar("beta", 1.0)).unwrap_err();
     assert!(refused.contains("scalar `beta`, which a twice call does not take (scalars it takes: alpha)"), "{refused}");
 }

@@ -1,6 +1,8 @@
-//! One GEMM call for any shape: the dispatcher picks a variant and a strategy for this device,
-//! dtype, layout and shape from the device's tuning table, or by a documented heuristic where
-//! there is none, and never picks one that would refuse the call.
+//! GEMM's answers to the chooser's questions ([`tilesmith_runtime::Policy`], asked through
+//! `registry.family("gemm")` and `registry.gemm(..)` alike): the classes of a call (layout,
+//! alignment, epilogue), the ways a variant takes it (directly, or padded: unaligned operands
+//! moved through scratch by transposes) and what a way costs ([`estimate_seconds`]); and the
+//! padded strategy's plan and launches. No way is offered that would refuse the call.
 
 use crate::args::GemmArgs;
 use crate::kernel::{gemm_buffers, transpose_buffers, GemmKernel};
@@ -8,9 +10,11 @@ use crate::plan::{check_gemm_call, plan_gemm_with, plan_transpose};
 use crate::shape::{Activation, EpilogueArgs, GemmShape, TransposeShape};
 use crate::table::{self, Alignment, Strategy};
 use cudarc::driver::{CudaSlice, DevicePtrMut};
-use std::collections::{HashMap, HashSet};
-use tilesmith_runtime::{runs_on, Buffer, Element, Error, Gpu, Kernel, Pick, Result};
-use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed, Timing};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tilesmith_runtime::{runs_on, Buffer, Class, Element, Error, Gpu, Kernel, Pick, Reading, Result, Ties, TimedAs, Way};
+use tilesmith_spec::family_table::Timed;
 use tilesmith_spec::tuning::{Clocks, Device};
 use tilesmith_spec::{Built, Dtype, GridRule, Layout};
 
@@ -32,9 +36,10 @@ pub struct Choice {
 }
 
 impl Choice {
-    /// The choice GEMM's policy kept in a chooser's pick; none for a pick made without it.
-    pub fn kept_in(pick: &Pick) -> Option<&Choice> {
-        pick.way.as_ref().and_then(|way| way.downcast_ref::<Choice>())
+    /// The choice GEMM's policy planned for a chooser's pick, with the pick's reason; none
+    /// for a pick made without it.
+    pub fn kept_in(pick: &Pick) -> Option<Choice> {
+        pick.way.plan::<Choice>().map(|choice| Choice { reason: pick.reason.clone(), ..choice.clone() })
     }
 
     /// `variant` or `padded(variant)`.
@@ -402,51 +407,29 @@ fn sibling<'k>(kernels: &[&'k Kernel], kernel: &Kernel, epilogue: &str, layout: 
     kernels.iter().copied().find(|k| same(k.variant()))
 }
 
-/// The table the dispatcher reads on `device`, and the factor its M and N are scaled by to look
-/// the call up there: the device's own table (factor 1); else the table of the GPU of the same
-/// compute capability with the nearest SM count (then the nearest SM clock, then by name),
-/// scaled by √(its SMs / this device's) so that the problem it is compared with fills as many
-/// waves of tiles there as the call does here.
-pub fn table_for<'t>(tables: &'t [FamilyTable], device: &Device) -> Option<(&'t FamilyTable, f64)> {
-    let (table, own) = device.table_in(tables, |t| &t.device)?;
-    let scale = if own { 1.0 } else { (f64::from(table.device.sms) / f64::from(device.sms.max(1))).sqrt() };
-    Some((table, scale))
-}
-
-/// The taker a measured candidate stands for, with its strategy; none where no taker does.
-type Taker<'k> = Option<(&'k Kernel, Strategy)>;
-
-/// How far ([`FamilyEntry::distance`], summed |log2| of problem count, M, N and K) a measured
-/// problem may lie from a call and still stand for it; farther, the heuristic does better
+/// How far ([`FamilyEntry::distance`](tilesmith_spec::family_table::FamilyEntry::distance), summed |log2| of problem count, M, N and K) a measured
+/// problem may lie from a call and still stand for it; farther, the cost model does better
 /// (`tilesmith replay`).
-const NEAR_ENOUGH: f64 = 1.0;
+pub const NEAR_ENOUGH: f64 = 1.0;
 
-/// Picks the variant and strategy for a call. Only variants applying the call's activation
-/// (its `epilogue` axis) compete, each directly or padded where it takes the call so. With a
-/// table ([`table_for`]): the problems measured with the call's activation, else the plain
-/// ones (a batch's problem count counts), of the call's layout and alignment (of its dtype,
-/// else of a dtype of the same width, whose variants run the same code) within [`NEAR_ENOUGH`];
-/// each measured candidate stands for the variant of the same axes with the call's dtype and
-/// epilogue, and each taker's time is estimated from the problems that time it
-/// ([`family_table::estimate`], the rule every family's chooser reads its table by): the least
-/// estimate, near ties direct first, then by name. Otherwise [`heuristic`]. The call is seen as
-/// [`canonical`] makes it.
-pub fn choose<'t, 'k>(
-    kernels: impl IntoIterator<Item = &'k Kernel>,
-    tables: &'t [FamilyTable],
-    device: &Device,
-    call: &GemmCall<'_>,
-) -> std::result::Result<Choice, String> {
-    check_gemm_call(call.shape, call.buffers)?;
-    let shape = &canonical(call.dtype, call.shape);
-    let call = &GemmCall { shape, ..*call };
-    let GemmCall { dtype, buffers, epilogue, .. } = *call;
-    let all: Vec<&Kernel> = kernels.into_iter().collect();
-    let transpose = transposer(all.iter().copied(), device, dtype);
+/// How the chooser reads GEMM's tables: within [`NEAR_ENOUGH`]; another GPU's with M and N
+/// scaled so that the problem it is compared with fills as many waves of tiles there as the
+/// call does here; every entry standing (the tuner ranks every way but those its cost model
+/// puts far behind); never timed on a first call (the padded way launches three variants).
+pub const READING: Reading =
+    Reading { near_enough: NEAR_ENOUGH, scaled: &["m", "n"], partial_entries: None, first_call: false, ties: Ties::ByName };
+
+/// The GEMM variants of the call's dtype that may run it: of its B and C types, applying its
+/// activation (their `epilogue` axis); refused where the activation is none GEMM declares.
+fn gemms_of<'k>(kernels: &[&'k Kernel], call: &GemmCall<'_>) -> std::result::Result<Vec<&'k Kernel>, String> {
+    let GemmCall { dtype, epilogue, .. } = *call;
+    if let Some(values) = undeclared(kernels, epilogue.activation) {
+        return Err(format!("activation `{}` is not a value of GEMM's `epilogue` axis, which declares {values}", epilogue.activation));
+    }
     // Variants writing another type of C take no part, not even in deciding which layouts the
     // call's types are computed in (`unserved`).
     let (out, b) = (epilogue.out.unwrap_or(dtype), epilogue.b.unwrap_or(dtype));
-    let gemms: Vec<&Kernel> = all
+    Ok(kernels
         .iter()
         .copied()
         .filter(|k| {
@@ -458,177 +441,127 @@ pub fn choose<'t, 'k>(
                 && k.operand_dtype("c") == Some(out)
                 && epilogue.activation.applied_by(Activation::epilogue_of(v))
         })
-        .collect();
-    if let Some(values) = undeclared(&all, epilogue.activation) {
-        return Err(format!("activation `{}` is not a value of GEMM's `epilogue` axis, which declares {values}", epilogue.activation));
-    }
-    let class = alignment(dtype, shape, &buffers);
-    let chosen = |kernel: &Kernel, strategy: Strategy, reason: String| Choice {
-        kernel: kernel.clone(),
-        strategy,
-        transpose: (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten(),
-        reason,
-    };
-    // A batch is near the batches a table measured, whose tiles fill the GPU as its do.
-    let found = table_for(tables, device);
-    if let Some((table, scale)) = found {
-        let scaled = |d: usize| ((d as f64 * scale).round() as u64).max(1);
-        let (batch, problem) = (shape.batch.count as u64, [scaled(shape.m), scaled(shape.n), shape.k as u64]);
-        let widths = Dtype::ALL
-            .iter()
-            .copied()
-            .filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes() && d.is_integer() == dtype.is_integer());
-        let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
-        let takers = candidates(&gemms, transpose, device, call);
-        // A padded candidate was measured for the entry's operands; the call's may move others,
-        // which gives the GEMM another layout: the same variant in that one.
-        let padded_layout = padding(dtype, shape, &buffers, None).map(|p| p.gemm.layout);
-        // The taker a measured candidate stands for: the variant of its axes with the call's
-        // dtype and epilogue (and, padded, the layout the call's moves give).
-        let by_name: HashMap<&str, &Kernel> = all.iter().map(|k| (k.name(), *k)).collect();
-        let taking: HashSet<(&str, Strategy)> = takers.iter().map(|(k, s)| (k.name(), *s)).collect();
-        let stands_for = |timed: &Timed| -> Taker<'k> {
-            let strategy = Strategy::of(timed).ok()?;
-            let ranked = *by_name.get(timed.variant.as_str())?;
-            let layout = if strategy == Strategy::Padded { padded_layout } else { None };
-            let mut siblings = epilogue.activation.epilogues().into_iter().filter_map(|word| sibling(&gemms, ranked, word, layout));
-            siblings.find(|k| taking.contains(&(k.name(), strategy))).map(|k| (k, strategy))
-        };
-        // Entries rank the same variants: each one's taker is found once a pick.
-        let found: std::cell::RefCell<HashMap<(&str, Option<&str>), Taker<'k>>> = Default::default();
-        let stands_for = |timed: &'t Timed| -> Taker<'k> {
-            let key = (timed.variant.as_str(), timed.strategy.as_deref());
-            if let Some(known) = found.borrow().get(&key) {
-                return *known;
-            }
-            let taker = stands_for(timed);
-            found.borrow_mut().insert(key, taker);
-            taker
-        };
-        // Entries measured with the call's activation first, then the plain ones.
-        let activated = (epilogue.activation != Activation::NONE).then_some(epilogue.activation.as_str());
-        for with in activated.into_iter().map(Some).chain([None]) {
-            for &d in &dtypes {
-                let near: Vec<(f64, &FamilyEntry)> = table
-                    .nearest(d, &table::class(shape.layout, class, with), batch, &problem, NEAR_ENOUGH)
-                    .into_iter()
-                    .take(family_table::NEAR_READ)
-                    .collect();
-                // A timing of a variant whose source changed since is a hint (stale).
-                let stale = |t: &Timed| by_name.get(t.variant.as_str()).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
-                // Each entry's candidates as the takers they stand for, by name and strategy,
-                // the first in rank order kept.
-                let mapped: Vec<HashMap<(&str, Strategy), Timing>> = near
-                    .iter()
-                    .map(|(_, e)| {
-                        let mut stood = HashMap::new();
-                        for (rank, t) in e.ranked.iter().enumerate() {
-                            if let Some((kernel, strategy)) = stands_for(t) {
-                                stood.entry((kernel.name(), strategy)).or_insert(Timing { ms: t.ms, rank, stale: stale(t) });
-                            }
-                        }
-                        stood
-                    })
-                    .collect();
-                let timing = |taker: usize, entry: usize| {
-                    let (kernel, strategy) = takers[taker];
-                    mapped[entry].get(&(kernel.name(), strategy)).copied()
-                };
-                // Near ties go to the direct strategy, then by name.
-                let prefer = |(a, _): (usize, f64), (b, _): (usize, f64)| {
-                    let ((ka, sa), (kb, sb)) = (takers[a], takers[b]);
-                    (sa, ka.name()).cmp(&(sb, kb.name()))
-                };
-                let Some(least) = family_table::least(takers.len(), &near, timing, prefer) else { continue };
-                let (kernel, strategy) = takers[least.taker];
-                let (distance, entry) = near[least.entry];
-                let (rank, ms) = (least.rank, timing(least.taker, least.entry).expect("the entry times it").ms);
-                let slowdown = least.estimate.slowdown;
-                let hints = least.hints;
-                let with = with.map(|e| format!(" with {e}")).unwrap_or_default();
-                let hinted = if hints { " (from timings of sources changed since: hints)" } else { "" };
-                let borrowed = if table.device.is(device) {
-                    String::new()
-                } else {
-                    format!(
-                        " (the nearest table of compute capability {}.{}, M and N x{scale:.2})",
-                        device.capability[0], device.capability[1]
-                    )
-                };
-                let reason = format!(
-                    "tuning table {}{borrowed}: estimated {:.1}% over the fastest from the measured problems near it; nearest measured problem {}{with} ({} {} {class}), rank {} of {}, {:.2}x cuBLAS there, {distance:.2} away{hinted}",
-                    tilesmith_spec::tuning::file_name(&table.device),
-                    (slowdown.exp() - 1.0) * 100.0,
-                    table::describe(entry.batch, &entry.problem),
-                    entry.dtype,
-                    shape.layout,
-                    rank + 1,
-                    entry.ranked.len(),
-                    entry.baseline_ms / ms
-                );
-                return Ok(chosen(kernel, strategy, reason));
-            }
-        }
-    }
-    let why = if found.is_some() {
-        "no measured problem near this call has a candidate that takes it"
-    } else {
-        "no tuning table for this device"
-    };
-    let (kernel, strategy, estimate) = heuristic(&gemms, transpose, device, call)?;
-    Ok(chosen(kernel, strategy, format!("{why} ({} {}sm): heuristic, estimated {:.1} us", device.name, device.sms, estimate * 1e6)))
+        .collect())
 }
 
-/// The variants that take the call, directly or padded, each with the heuristic's estimate
-/// ([`estimate_seconds`]), least first; ties by strategy (direct first) and name.
-pub fn by_estimate<'k>(
-    kernels: &[&'k Kernel],
-    transpose: Option<&Kernel>,
+/// GEMM's classes of a call, as the chooser reads its tables: its layout and alignment
+/// ([`canonical`]), with its activation where it has one (entries of their own), then plain.
+pub fn classes(call: &GemmCall<'_>) -> Vec<Class> {
+    let shape = canonical(call.dtype, call.shape);
+    let alignment = alignment(call.dtype, &shape, &call.buffers);
+    let activation = call.epilogue.activation;
+    let activated = (activation != Activation::NONE).then_some(activation.as_str());
+    activated.into_iter().map(Some).chain([None]).map(|with| table::class(shape.layout, alignment, with)).collect()
+}
+
+/// The ways GEMM's variants among `kernels` (with the transposes that move operands) take the
+/// call on `device`: each variant applying its activation, directly where it takes the call so,
+/// and for an unaligned call, or one in a layout none of them computes, also padded. The call
+/// is seen as [`canonical`] makes it.
+pub fn ways<'k>(
+    kernels: impl IntoIterator<Item = &'k Kernel>,
     device: &Device,
     call: &GemmCall<'_>,
-) -> Vec<(f64, &'k Kernel, Strategy)> {
+) -> std::result::Result<Vec<Way>, String> {
+    check_gemm_call(call.shape, call.buffers)?;
     let shape = &canonical(call.dtype, call.shape);
     let call = &GemmCall { shape, ..*call };
-    let mut out: Vec<(f64, &Kernel, Strategy)> = candidates(kernels, transpose, device, call)
+    let all: Vec<&Kernel> = kernels.into_iter().collect();
+    let transpose = transposer(all.iter().copied(), device, call.dtype);
+    let gemms = gemms_of(&all, call)?;
+    let ways: Vec<Way> = candidates(&gemms, transpose, device, call)
         .into_iter()
-        .map(|(kernel, strategy)| (estimate_seconds(kernel.info(), device, call.dtype, shape, &call.buffers, strategy), kernel, strategy))
+        .map(|(kernel, strategy)| {
+            let transpose = (strategy == Strategy::Padded).then(|| transpose.cloned()).flatten();
+            let choice = Choice { kernel: kernel.clone(), strategy, transpose, reason: String::new() };
+            Way { kernel: kernel.clone(), strategy: strategy.word(), plan: Arc::new(choice) }
+        })
         .collect();
-    out.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| (a.2, a.1.name()).cmp(&(b.2, b.1.name()))));
+    if ways.is_empty() {
+        return Err(none_takes(&gemms, device, call));
+    }
+    Ok(ways)
+}
+
+/// The ways `kernels` take the call ([`ways`]; none where none does), each with its cost,
+/// least first; ties direct first, then by name.
+pub fn by_cost<'k>(kernels: impl IntoIterator<Item = &'k Kernel>, device: &Device, call: &GemmCall<'_>) -> Vec<(f64, Way)> {
+    let mut out: Vec<(f64, Way)> =
+        ways(kernels, device, call).unwrap_or_default().into_iter().map(|w| (cost(device, call, &w), w)).collect();
+    out.sort_by(|(a, wa), (b, wb)| {
+        a.total_cmp(b).then_with(|| (wa.strategy.is_some(), wa.kernel.name()).cmp(&(wb.strategy.is_some(), wb.kernel.name())))
+    });
     out
 }
 
-/// The heuristic: the first of [`by_estimate`].
-pub fn heuristic<'k>(
-    kernels: &[&'k Kernel],
-    transpose: Option<&Kernel>,
-    device: &Device,
-    call: &GemmCall<'_>,
-) -> std::result::Result<(&'k Kernel, Strategy, f64), String> {
-    let (estimate, kernel, strategy) = by_estimate(kernels, transpose, device, call).into_iter().next().ok_or_else(|| {
-        let GemmCall { dtype, shape, epilogue, .. } = *call;
-        let capability = (device.capability[0], device.capability[1]);
-        let of_dtype: Vec<&Kernel> = kernels.iter().copied().filter(|k| k.variant().dtype == dtype).collect();
-        if !of_dtype.is_empty() && !of_dtype.iter().any(|k| runs_on(&k.info().entry.targets, capability)) {
-            let mut targets: Vec<String> = of_dtype.iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
-            targets.sort();
-            targets.dedup();
-            return format!(
-                "the registry's {dtype} GEMM variants have code for {} only, and {} is compute capability {}.{}",
-                targets.join(", "),
-                device.name,
-                capability.0,
-                capability.1
-            );
+/// A way's time on the call by GEMM's cost model ([`estimate_seconds`]).
+pub fn cost(device: &Device, call: &GemmCall<'_>, way: &Way) -> f64 {
+    let shape = canonical(call.dtype, call.shape);
+    let strategy = way.plan::<Choice>().map_or(Strategy::Direct, |c| c.strategy);
+    estimate_seconds(way.kernel.info(), device, call.dtype, &shape, &call.buffers, strategy)
+}
+
+/// A timing's variant and strategy.
+type Timing = (String, Option<String>);
+
+/// Which of `ways` a table's timing stands for: the variant of the timed one's axes with the
+/// call's dtype and epilogue (and, padded, the layout the call's moves give), run the way it
+/// was timed.
+pub fn timings<'w>(kernels: impl IntoIterator<Item = &'w Kernel>, call: &GemmCall<'_>, ways: &'w [Way]) -> TimedAs<'w> {
+    let shape = canonical(call.dtype, call.shape);
+    let all: Vec<&Kernel> = kernels.into_iter().collect();
+    let gemms = gemms_of(&all, call).unwrap_or_default();
+    let by_name: HashMap<&str, &Kernel> = all.iter().map(|k| (k.name(), *k)).collect();
+    let way_of: HashMap<(&str, Option<&str>), usize> =
+        ways.iter().enumerate().map(|(i, w)| ((w.kernel.name(), w.strategy.as_deref()), i)).collect();
+    // A padded way was measured for the entry's operands; the call's may move others, which
+    // gives the GEMM another layout: the same variant in that one.
+    let padded_layout = padding(call.dtype, &shape, &call.buffers, None).map(|p| p.gemm.layout);
+    let epilogues: Vec<String> = call.epilogue.activation.epilogues().into_iter().map(str::to_string).collect();
+    // Entries rank the same variants: each one's way is found once a pick.
+    let found: RefCell<HashMap<Timing, Option<usize>>> = RefCell::default();
+    Box::new(move |timed: &Timed| {
+        let key = (timed.variant.clone(), timed.strategy.clone());
+        if let Some(known) = found.borrow().get(&key) {
+            return *known;
         }
-        let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
-        let writing = epilogue.out.map(|out| format!(" writing {out}")).unwrap_or_default();
-        let by = epilogue.b.map(|b| format!(" by {b}")).unwrap_or_default();
-        format!(
-            "no {dtype}{by} {} variant{writing}{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
-            shape.layout, device.name, shape.m, shape.n, shape.k
-        )
-    })?;
-    Ok((kernel, strategy, estimate))
+        let way = Strategy::of(timed).ok().and_then(|strategy| {
+            let ranked = *by_name.get(timed.variant.as_str())?;
+            let layout = if strategy == Strategy::Padded { padded_layout } else { None };
+            let word = strategy.word();
+            epilogues
+                .iter()
+                .filter_map(|e| sibling(&gemms, ranked, e, layout))
+                .find_map(|k| way_of.get(&(k.name(), word.as_deref())).copied())
+        });
+        found.borrow_mut().insert(key, way);
+        way
+    })
+}
+
+/// Why none of the GEMM variants that may run a call ([`gemms_of`]) takes it.
+fn none_takes(gemms: &[&Kernel], device: &Device, call: &GemmCall<'_>) -> String {
+    let GemmCall { dtype, shape, epilogue, .. } = *call;
+    let capability = (device.capability[0], device.capability[1]);
+    if !gemms.is_empty() && !gemms.iter().any(|k| runs_on(&k.info().entry.targets, capability)) {
+        let mut targets: Vec<String> = gemms.iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
+        targets.sort();
+        targets.dedup();
+        return format!(
+            "the registry's {dtype} GEMM variants have code for {} only, and {} is compute capability {}.{}",
+            targets.join(", "),
+            device.name,
+            capability.0,
+            capability.1
+        );
+    }
+    let with = if epilogue.is_plain() { String::new() } else { format!(" with epilogue {}", epilogue.activation.epilogues().join(" or ")) };
+    let writing = epilogue.out.map(|out| format!(" writing {out}")).unwrap_or_default();
+    let by = epilogue.b.map(|b| format!(" by {b}")).unwrap_or_default();
+    format!(
+        "no {dtype}{by} {} variant{writing}{with} in the registry runs on {} and takes {}x{}x{} with these leading dimensions, pointers and epilogue arguments",
+        shape.layout, device.name, shape.m, shape.n, shape.k
+    )
 }
 
 /// The rates the heuristic assumes where the driver reports no clocks: an H100 SXM's.

@@ -45,5 +45,5 @@ pub use args::{Epilogue, GemmArgs, TransposeArgs};
 pub use dispatch::{Choice, Workspace};
 pub use kernel::GemmKernel;
 pub use plan::{check_gemm_call, family_call, plan_gemm, plan_gemm_with, plan_transpose, typed_call};
-pub use registry::GemmRegistry;
+pub use registry::{choose, GemmRegistry};
 pub use shape::{Activation, Batch, EpilogueArgs, GemmShape, TransposeShape};

@@ -9,14 +9,16 @@ use crate::table::{check_table, class_of, entry_shape, FAMILY};
 use crate::EpilogueArgs;
 use std::sync::{Arc, Mutex};
 use tilesmith_runtime::inventory;
-use tilesmith_runtime::{Buffer, Call, Chooser, Element, Error, Gpu, Kernel, Pick, Policy, PolicyOf, Registry, Result};
+use tilesmith_runtime::{
+    Buffer, Call, Chooser, Class, Element, Error, Gpu, Kernel, Pick, Policy, PolicyOf, Reading, Registry, Result, TimedAs, Way, Ways,
+};
 use tilesmith_spec::family_table::{FamilyEntry, FamilyTable};
 use tilesmith_spec::tuning::Device;
 
 /// GEMM's dispatch on a [`Registry`].
 pub trait GemmRegistry {
     /// Enqueues C = A·B with the variant and strategy the dispatcher picks for this GPU, dtype,
-    /// layout and shape (see [`dispatch::choose`]); returns the pick. `workspace` holds the
+    /// layout and shape (GEMM's policy, [`dispatch`], asked by the family's chooser); returns the pick. `workspace` holds the
     /// scratch the padded strategy copies unaligned operands into, kept for the next call.
     /// The same pick as `registry.family("gemm")` makes for the call by name.
     fn gemm<T: Element, TC: Element, TB: Element>(
@@ -50,16 +52,23 @@ impl GemmRegistry for Registry {
     }
 }
 
+/// What the chooser of family `gemm` picks for a typed call on `device`, whose blocks may use
+/// `smem_per_block` bytes of shared memory, without a GPU: [`Chooser::pick`] of the call by
+/// name (uncached), as GEMM's policy planned it.
+pub fn choose(chooser: &Chooser, device: &Device, smem_per_block: u32, call: &GemmCall<'_>) -> std::result::Result<Choice, String> {
+    let pick = chooser.pick(device, smem_per_block, &family_call(call.dtype, call.shape, call.buffers, call.epilogue))?;
+    choice(&pick).map_err(|e| e.to_string())
+}
+
 /// GEMM's pick kept in a chooser's pick.
 fn choice(pick: &Pick) -> Result<Choice> {
-    Choice::kept_in(pick).cloned().ok_or_else(|| Error::NoVariant {
+    Choice::kept_in(pick).ok_or_else(|| Error::NoVariant {
         what: "GEMM",
-        rule: format!("the chooser of family {FAMILY} picked {} without GEMM's policy", pick.kernel.name()),
+        rule: format!("the chooser of family {FAMILY} picked {} without GEMM's policy", pick.kernel().name()),
     })
 }
 
-/// The chooser of family `gemm` asks this: the dispatcher's pick ([`dispatch::choose`]) from
-/// the family's tables, and a pick run directly or padded.
+/// GEMM's policy, which the chooser of family `gemm` asks: the answers of [`dispatch`].
 #[derive(Debug)]
 struct GemmPolicy {
     /// The registry's transpose variants, which the padded strategy moves operands with.
@@ -83,22 +92,41 @@ impl GemmPolicy {
     }
 }
 
+/// `f` of a call by name read as GEMM's typed call.
+fn typed<R>(call: &Call, f: impl FnOnce(&GemmCall<'_>) -> R) -> std::result::Result<R, String> {
+    let (dtype, shape, buffers, epilogue) = typed_call(call)?;
+    Ok(f(&GemmCall { dtype, shape: &shape, buffers, epilogue: &epilogue }))
+}
+
 impl Policy for GemmPolicy {
+    fn reading(&self) -> Reading {
+        dispatch::READING
+    }
+
     fn check_table(&self, table: &FamilyTable) -> std::result::Result<(), String> {
         check_table(table)
     }
 
-    fn pick(&self, chooser: &Chooser, device: &Device, _smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String> {
-        let (dtype, shape, buffers, epilogue) = typed_call(call)?;
-        let kernels = chooser.kernels().iter().chain(&self.transposes);
-        let choice = dispatch::choose(kernels, chooser.tables(), device, &GemmCall { dtype, shape: &shape, buffers, epilogue: &epilogue })?;
-        Ok(Pick { kernel: choice.kernel.clone(), reason: choice.reason.clone(), takers: Arc::new([]), way: Some(Arc::new(choice)) })
+    fn classes(&self, call: &Call) -> std::result::Result<Vec<Class>, String> {
+        typed(call, dispatch::classes)
     }
 
-    unsafe fn launch(&self, gpu: &Gpu, pick: &Pick, call: &Call) -> Result<()> {
-        let choice = choice(pick)?;
-        let (dtype, shape, buffers, epilogue) =
-            typed_call(call).map_err(|rule| Error::Refused { name: choice.kernel.name().to_string(), rule })?;
+    fn ways(&self, chooser: &Chooser, device: &Device, _smem_per_block: u32, call: &Call) -> std::result::Result<Ways, String> {
+        typed(call, |call| dispatch::ways(chooser.kernels().iter().chain(&self.transposes), device, call))?.map(Ways::Take)
+    }
+
+    fn cost(&self, _chooser: &Chooser, device: &Device, call: &Call, way: &Way) -> f64 {
+        typed(call, |call| dispatch::cost(device, call, way)).unwrap_or(f64::INFINITY)
+    }
+
+    fn timings<'w>(&'w self, chooser: &'w Chooser, call: &Call, ways: &'w [Way]) -> TimedAs<'w> {
+        typed(call, |call| dispatch::timings(chooser.kernels(), call, ways)).unwrap_or_else(|_| Box::new(|_| None))
+    }
+
+    unsafe fn launch(&self, gpu: &Gpu, way: &Way, call: &Call) -> Result<()> {
+        let refused = |rule: String| Error::Refused { name: way.kernel.name().to_string(), rule };
+        let choice = way.plan::<Choice>().ok_or_else(|| refused("a way GEMM's policy did not plan".into()))?;
+        let (dtype, shape, buffers, epilogue) = typed_call(call).map_err(refused)?;
         let stream = Arc::as_ptr(gpu.stream()) as usize;
         let mut workspaces = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
         let at = match workspaces.iter().position(|(s, _)| *s == stream) {
@@ -124,9 +152,5 @@ impl Policy for GemmPolicy {
         }
         let shape = entry_shape(entry)?;
         Ok(Some(family_call(entry.dtype, &shape, Buffer::unallocated(shape.spans()), &EpilogueArgs::default())))
-    }
-
-    fn strategy(&self, pick: &Pick) -> Option<String> {
-        Choice::kept_in(pick).and_then(|choice| choice.strategy.word())
     }
 }

@@ -2,8 +2,9 @@
 //! fixture tuning table, and calls it must route.
 
 use std::path::Path;
-use tilesmith_gemm::dispatch::{choose, Choice, GemmCall};
+use tilesmith_gemm::dispatch::GemmCall;
 use tilesmith_gemm::table::{self as tuning, Alignment, Strategy};
+use tilesmith_gemm::Choice;
 use tilesmith_gemm::{plan_gemm_with, Activation, Batch, EpilogueArgs, GemmKernel, GemmShape};
 use tilesmith_runtime::{Buffer, Dtype, Layout, Registry};
 use tilesmith_spec::family_table::{rank, FamilyEntry, Timed};
@@ -101,12 +102,15 @@ fn choose_with(
     buffers: [Buffer; 3],
     epilogue: &EpilogueArgs,
 ) -> Result<Choice, String> {
-    choose(
-        registry.kernels(),
-        registry.family("gemm").unwrap().tables(),
-        device,
-        &GemmCall { dtype: Dtype::Bf16, shape, buffers, epilogue },
-    )
+    choose(registry, device, &GemmCall { dtype: Dtype::Bf16, shape, buffers, epilogue })
+}
+
+/// An H100's and an H200's shared memory a block.
+const SMEM_PER_BLOCK: u32 = 232_448;
+
+/// The pick of the registry's chooser of family `gemm` for a typed call.
+fn choose(registry: &Registry, device: &Device, call: &GemmCall<'_>) -> Result<Choice, String> {
+    tilesmith_gemm::choose(registry.family("gemm").unwrap(), device, SMEM_PER_BLOCK, call)
 }
 
 fn pick(registry: &Registry, device: &Device, shape: GemmShape) -> (String, Strategy, String) {
@@ -120,16 +124,19 @@ fn the_nearest_entry_gives_the_first_candidate_that_takes_the_call() {
     let registry = registry();
     let (name, strategy, reason) = pick(&registry, &h200(), GemmShape::packed(4096, 4096, 4096, Layout::Tn));
     assert_eq!((name.as_str(), strategy), ("gemm_tn_128x256x64_wgmma_w12_unchecked", Strategy::Direct));
-    assert!(reason.contains("NVIDIA_H200-132sm.json") && reason.contains("4096x4096x4096") && reason.contains("rank 1 of 3"), "{reason}");
+    assert!(
+        reason.contains("NVIDIA_H200-132sm.json") && reason.contains("m=4096 n=4096 k=4096") && reason.contains("rank 1 of 3"),
+        "{reason}"
+    );
     // 4000 is off the unchecked variant's tile: the next candidate, never a refusal.
     let (name, _, reason) = pick(&registry, &h200(), GemmShape::packed(4000, 4000, 4000, Layout::Tn));
     assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12");
     assert!(reason.contains("rank 2 of 3"), "{reason}");
     let (name, _, _) = pick(&registry, &h200(), GemmShape::packed(20, 4000, 4600, Layout::Tn));
     assert_eq!(name, "gemm_tn_64x128x64_wgmma_w8_s6_splitk2");
-    // Farther than a factor of 2 in all from every measured problem: the heuristic.
+    // Farther than a factor of 2 in all from every measured problem: the cost model.
     let (_, _, reason) = pick(&registry, &h200(), GemmShape::packed(24, 3000, 5000, Layout::Tn));
-    assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
+    assert!(reason.contains("no measured problem near this call") && reason.contains("cost model"), "{reason}");
 }
 
 #[test]
@@ -139,7 +146,7 @@ fn an_activation_is_a_name_the_declaration_gives_the_epilogue_axis() {
     let epilogue = EpilogueArgs { activation: act("tanh"), bias: Some(Buffer { len: 512, addr: ALIGNED }), ..EpilogueArgs::default() };
     let err = choose_with(&registry, &h200(), &shape, buffers(&shape), &epilogue).unwrap_err();
     let declared = "none, linear, relu, gelu_tanh, gelu_erf, silu";
-    assert!(err.contains(&format!("activation `tanh` is not a value of GEMM's `epilogue` axis, which declares {declared}")), "{err}");
+    assert!(err.contains(&format!("the call asks for epilogue = tanh, which is not a value of axis `epilogue` ({declared})")), "{err}");
     assert!(Activation::named("gelu tanh").unwrap_err().contains("a name (letters, digits and _) of at most 23 bytes"));
     assert!(Activation::named(&"x".repeat(24)).is_err());
     assert_eq!((Activation::named("linear").unwrap(), Activation::named("none").unwrap()), (Activation::NONE, Activation::NONE));
@@ -154,12 +161,16 @@ fn an_activation_measured_with_its_epilogue_takes_that_entry_first() {
     let with = |activation| EpilogueArgs { activation, bias: Some(bias), ..EpilogueArgs::default() };
     let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(act("gelu_tanh"))).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x128x64_wgmma_w12_s6_gelu_tanh");
-    assert!(choice.reason.contains("16x4096x4096 with gelu_tanh") && choice.reason.contains("rank 1 of 2"), "{}", choice.reason);
+    assert!(
+        choice.reason.contains("m=16 n=4096 k=4096 bf16 alignment=aligned epilogue=gelu_tanh") && choice.reason.contains("rank 1 of 2"),
+        "{}",
+        choice.reason
+    );
     // relu has no entries of its own: the plain entry's picks, as relu variants (split-K 2 has
     // none; the 64x128 tile has).
     let choice = choose_with(&registry, &h200(), &shape, buffers(&shape), &with(act("relu"))).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_64x128x64_wgmma_w8_s6_relu");
-    assert!(!choice.reason.contains("with"), "{}", choice.reason);
+    assert!(!choice.reason.contains("epilogue="), "{}", choice.reason);
     // A plain call never reads the gelu entry.
     assert_eq!(pick(&registry, &h200(), shape).0, "gemm_tn_64x128x64_wgmma_w8_s6_splitk2");
 }
@@ -170,13 +181,13 @@ fn a_batch_takes_the_nearest_measured_batch_and_one_problem_does_not() {
     let one = GemmShape::packed(512, 512, 64, Layout::Tn);
     let (name, _, reason) = pick(&registry, &h200(), one.batched(48));
     assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12");
-    assert!(reason.contains("nearest measured problem 64 x 512x512x64") && reason.contains("rank 1 of 2"), "{reason}");
+    assert!(reason.contains("nearest measured problem 64 x m=512 n=512 k=64") && reason.contains("rank 1 of 2"), "{reason}");
     // A batch whose B is shared takes the same pick: the tiles are the same.
     let shared = one.with_batch(Batch { count: 64, strides: [512 * 64, 0, 512 * 512] });
     assert_eq!(pick(&registry, &h200(), shared).0, "gemm_tn_128x256x64_wgmma_w12");
     // One such problem is 64 times fewer tiles, nowhere near the batch.
     let (_, _, reason) = pick(&registry, &h200(), one);
-    assert!(reason.contains("no measured problem near this call") && reason.contains("heuristic"), "{reason}");
+    assert!(reason.contains("no measured problem near this call") && reason.contains("cost model"), "{reason}");
 }
 
 #[test]
@@ -185,14 +196,14 @@ fn a_gpu_without_a_table_borrows_the_nearest_of_its_architecture() {
     let h100 = Device { name: "NVIDIA H100 80GB HBM3".into(), ..h200() };
     let (name, _, reason) = pick(&registry, &h100, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
     assert_eq!(name, "gemm_tn_128x256x64_wgmma_w12_unchecked");
-    assert!(reason.contains("NVIDIA_H200-132sm.json (the nearest table of compute capability 9.0, M and N x1.00)"), "{reason}");
+    assert!(reason.contains("NVIDIA_H200-132sm.json (measured on NVIDIA H200 (132 SMs, compute capability 9.0))"), "{reason}");
     // Half the SMs: M and N are scaled by √2 to find the problem that fills as many waves
     // there, 2896² (distance 1 from 4096³) stands for 4096² on 66 SMs, but 5793² does not.
     let half = Device { name: "NVIDIA H100 PCIe".into(), sms: 66, ..h200() };
     let (_, _, reason) = pick(&registry, &half, GemmShape::packed(2896, 2896, 4096, Layout::Tn));
-    assert!(reason.contains("x1.41") && reason.contains("4096x4096x4096"), "{reason}");
+    assert!(reason.contains("m and n x1.41") && reason.contains("m=4096 n=4096 k=4096"), "{reason}");
     let (_, _, reason) = pick(&registry, &half, GemmShape::packed(5793, 5793, 4096, Layout::Tn));
-    assert!(reason.contains("heuristic"), "{reason}");
+    assert!(reason.contains("cost model"), "{reason}");
 }
 
 #[test]
@@ -228,12 +239,12 @@ fn a_dtype_without_entries_reads_those_of_its_width() {
     let shape = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
     let plain = EpilogueArgs::default();
     let call = |dtype| GemmCall { dtype, shape: &shape, buffers: buffers(&shape), epilogue: &plain };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::F16)).unwrap();
+    let choice = choose(&registry, &h200(), &call(Dtype::F16)).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x256x64_f16_wgmma_w12_unchecked");
-    assert!(choice.reason.contains("(bf16 tn aligned)"), "{}", choice.reason);
-    // f32 has no twin of its width in the table: the heuristic.
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::F32)).unwrap();
-    assert!(choice.reason.contains("heuristic"), "{}", choice.reason);
+    assert!(choice.reason.contains("bf16 alignment=aligned layout=tn"), "{}", choice.reason);
+    // f32 has no twin of its width in the table: the cost model.
+    let choice = choose(&registry, &h200(), &call(Dtype::F32)).unwrap();
+    assert!(choice.reason.contains("cost model"), "{}", choice.reason);
 }
 
 #[test]
@@ -252,18 +263,18 @@ fn odd_leading_dimensions_take_the_padded_strategy_from_their_own_class() {
 }
 
 #[test]
-fn without_a_table_for_the_device_the_heuristic_picks_what_runs_there() {
+fn without_a_table_for_the_device_the_cost_model_picks_what_runs_there() {
     let registry = registry();
     let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108, clocks: None };
     let (name, strategy, reason) = pick(&registry, &a100, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
-    assert!(reason.contains("no tuning table for this device") && reason.contains("heuristic"), "{reason}");
+    assert!(reason.contains("no tuning table") && reason.contains("cost model"), "{reason}");
     assert!(!name.contains("wgmma"), "sm_90a code does not run on an A100: {name}");
     assert_eq!(strategy, Strategy::Direct);
     // A GPU of compute capability 9.0 whose table there is none of, nor of any like it.
     let slice = Device { sms: 66, ..h200() };
     let no_table = Registry::new(Path::new("registry"), registry.kernels().map(|k| k.info().clone()).collect());
     let (name, _, reason) = pick(&no_table, &slice, GemmShape::packed(4096, 4096, 4096, Layout::Tn));
-    assert!(name.contains("wgmma") && reason.contains("no tuning table") && reason.contains("heuristic"), "{name}: {reason}");
+    assert!(name.contains("wgmma") && reason.contains("no tuning table") && reason.contains("cost model"), "{name}: {reason}");
     // Odd leading dimensions: the element-wise loads they force on mma cost more than moving
     // the operands into aligned scratch, on an A100 and on an H200 with no table.
     let odd = GemmShape { lda: 4099, ldb: 4099, ldc: 4097, ..GemmShape::packed(4095, 4097, 4099, Layout::Tn) };
@@ -307,7 +318,7 @@ fn an_epilogue_call_takes_the_table_pick_with_that_epilogue() {
     );
     let plain = choose_with(&registry, &h200(), &shape, buffers(&shape), &EpilogueArgs::default()).unwrap();
     assert_eq!(plain.kernel.name(), "gemm_tn_128x256x64_wgmma_w12_unchecked");
-    // The heuristic, too, picks only variants applying the activation.
+    // The cost model, too, picks only variants applying the activation.
     let a100 = Device { name: "NVIDIA A100-SXM4-80GB".into(), capability: [8, 0], sms: 108, clocks: None };
     let choice = choose_with(&registry, &a100, &shape, buffers(&shape), &gelu).unwrap();
     assert_eq!(choice.kernel.name(), "gemm_tn_128x128x32_gelu_tanh");
@@ -382,45 +393,44 @@ fn fp8_calls_go_to_the_fp8_variants_of_their_output_type_and_are_refused_elsewhe
     let buffers = Buffer::unallocated(shape.spans());
     let call = |dtype, epilogue| GemmCall { dtype, shape: &shape, buffers, epilogue };
     let bf16_out = EpilogueArgs { out: Some(Dtype::Bf16), scales: [0.5, 4.0], ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &bf16_out)).unwrap();
+    let choice = choose(&registry, &h200(), &call(Dtype::E4m3, &bf16_out)).unwrap();
     assert!(choice.kernel.name().starts_with("gemm_tn_128x256x128_e4m3_wgmma_w12_outbf16"), "{}: {}", choice.kernel.name(), choice.reason);
     let f16_out = EpilogueArgs { out: Some(Dtype::F16), ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
+    let choice = choose(&registry, &h200(), &call(Dtype::E5m2, &f16_out)).unwrap();
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F16));
     let f32_out = EpilogueArgs { out: Some(Dtype::F32), ..EpilogueArgs::default() };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &f32_out)).unwrap();
+    let choice = choose(&registry, &h200(), &call(Dtype::E4m3, &f32_out)).unwrap();
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No variant writes fp8: the refusal names the output type.
     let fp8_out = EpilogueArgs { out: Some(Dtype::E5m2), ..EpilogueArgs::default() };
-    let refused = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
+    let refused = choose(&registry, &h200(), &call(Dtype::E4m3, &fp8_out)).unwrap_err();
     assert!(refused.contains("writing e5m2"), "{refused}");
     // bf16 inputs with f32 C in nn: an mma variant writes it directly. Without those, only tn
     // variants write f32, so the call moves A and B into tn copies, though bf16 nn variants
     // (writing bf16) exist.
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
     let to_f32 = GemmCall { dtype: Dtype::Bf16, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &f32_out };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &to_f32).unwrap();
+    let choice = choose(&registry, &h200(), &to_f32).unwrap();
     assert_eq!((choice.strategy, choice.kernel.variant().backend.as_str()), (Strategy::Direct, "mma"), "{}", choice.reason);
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     let no_mma_f32 = registry.kernels().filter(|k| k.variant().backend != "mma" || k.operand_dtype("c") != Some(Dtype::F32));
-    let choice = choose(no_mma_f32, registry.family("gemm").unwrap().tables(), &h200(), &to_f32).unwrap();
+    let tables = registry.family("gemm").unwrap().tables().to_vec();
+    let without = Registry::new(Path::new("registry"), no_mma_f32.map(|k| k.info().clone()).collect()).with_family_tables(tables).unwrap();
+    let choice = choose(&without, &h200(), &to_f32).unwrap();
     assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
     assert_eq!(choice.kernel.operand_dtype("c"), Some(Dtype::F32));
     // No fp8 variant computes nn: A and B move into K-major copies (1-byte transposes) and the
     // tn variant runs on them; aligned 16-bit calls never move (their layouts all have variants).
     let nn = GemmShape::packed(4096, 4096, 4096, Layout::Nn);
     let nn_call = GemmCall { dtype: Dtype::E4m3, shape: &nn, buffers: Buffer::unallocated(nn.spans()), epilogue: &bf16_out };
-    let choice = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &nn_call).unwrap();
+    let choice = choose(&registry, &h200(), &nn_call).unwrap();
     assert_eq!((choice.strategy, choice.kernel.layout().unwrap()), (Strategy::Padded, Layout::Tn), "{}", choice.reason);
     assert_eq!(choice.transpose.as_ref().map(|t| t.name()), Some("transpose_128x64_e4m3"));
     let bf16_nn = GemmCall { dtype: Dtype::Bf16, epilogue: &EpilogueArgs::default(), ..nn_call };
-    assert_eq!(
-        choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &bf16_nn).unwrap().strategy,
-        Strategy::Direct
-    );
+    assert_eq!(choose(&registry, &h200(), &bf16_nn).unwrap().strategy, Strategy::Direct);
     // 8-bit wgmma needs sm_90a: an A100 gets the rule, not a launch.
     let a100 = Device { name: "NVIDIA A100".into(), capability: [8, 0], sms: 108, clocks: None };
-    let err = choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();
+    let err = choose(&registry, &a100, &call(Dtype::E4m3, &bf16_out)).unwrap_err();
     assert_eq!(err, "the registry's e4m3 GEMM variants have code for sm_90a only, and NVIDIA A100 is compute capability 8.0");
 }
 
@@ -451,7 +461,7 @@ fn mixed_fp8_calls_go_to_the_variants_reading_b_as_its_type() {
     let registry = registry();
     let choose_for = |dtype, shape: &GemmShape, epilogue: &EpilogueArgs| {
         let call = GemmCall { dtype, shape, buffers: Buffer::unallocated(shape.spans()), epilogue };
-        choose(registry.kernels(), registry.family("gemm").unwrap().tables(), &h200(), &call)
+        choose(&registry, &h200(), &call)
     };
     let tn = GemmShape::packed(4096, 4096, 4096, Layout::Tn);
     let by_e5m2 = EpilogueArgs { out: Some(Dtype::Bf16), b: Some(Dtype::E5m2), scales: [0.5, 2.0], ..EpilogueArgs::default() };

@@ -3,9 +3,9 @@
 //! shipped manifest.
 
 use std::path::Path;
-use tilesmith_gemm::dispatch::{choose, Choice, GemmCall};
+use tilesmith_gemm::dispatch::GemmCall;
 use tilesmith_gemm::table::Strategy;
-use tilesmith_gemm::{family_call, typed_call, Activation, Batch, EpilogueArgs, GemmShape};
+use tilesmith_gemm::{choose, family_call, typed_call, Activation, Batch, Choice, EpilogueArgs, GemmShape};
 use tilesmith_runtime::{Buffer, Dtype, Layout, Registry};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::{Built, Manifest};
@@ -34,13 +34,14 @@ fn both(registry: &Registry, table: &FamilyTable, dtype: Dtype, shape: &GemmShap
     assert_eq!(typed_call(&call).unwrap(), (dtype, *shape, buffers, *epilogue), "the call by name reads back as the typed one");
     let chooser = registry.family("gemm").unwrap();
     let by_name = chooser.pick(&table.device, SMEM_PER_BLOCK, &call);
-    let typed = choose(registry.kernels(), chooser.tables(), &table.device, &GemmCall { dtype, shape, buffers, epilogue });
+    let typed = choose(chooser, &table.device, SMEM_PER_BLOCK, &GemmCall { dtype, shape, buffers, epilogue });
     let label = |choice: &Choice| (choice.kernel.name().to_string(), choice.strategy, choice.reason.clone());
     match (by_name, typed) {
         (Ok(pick), Ok(choice)) => {
             let kept = Choice::kept_in(&pick).expect("GEMM's policy picked");
-            assert_eq!(pick.kernel.name(), choice.kernel.name(), "{} {dtype} {shape:?}", table.device);
-            assert_eq!(label(kept), label(&choice), "{} {dtype} {shape:?}", table.device);
+            assert_eq!(pick.kernel().name(), choice.kernel.name(), "{} {dtype} {shape:?}", table.device);
+            assert_eq!(label(&kept), label(&choice), "{} {dtype} {shape:?}", table.device);
+            assert_eq!(pick.way.strategy, choice.strategy.word(), "the way states the strategy GEMM's policy planned");
         }
         (Err(by_name), Err(typed)) => assert_eq!(by_name, typed),
         (by_name, typed) => panic!("{} {dtype} {shape:?}: by name {by_name:?}, typed {typed:?}", table.device),

@@ -5,15 +5,18 @@
 
 use proptest::prelude::*;
 use std::path::Path;
-use tilesmith_gemm::dispatch::{self, choose};
 use tilesmith_gemm::table::{Alignment, Strategy as Pick};
 use tilesmith_gemm::{
     check_gemm_call, plan_gemm, plan_gemm_with, plan_transpose, Activation, Batch, EpilogueArgs, GemmShape, TransposeShape,
 };
+use tilesmith_gemm::{choose, dispatch};
 use tilesmith_runtime::{Buffer, Layout, Registry};
 use tilesmith_spec::manifest::Check;
 use tilesmith_spec::tuning::Device;
 use tilesmith_spec::{Built, Dtype, GridRule, Manifest};
+
+/// An H100's and an H200's shared memory a block.
+const SMEM_PER_BLOCK: u32 = 232_448;
 
 fn shipped() -> Vec<Built> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
@@ -109,7 +112,8 @@ proptest! {
         let _ = dispatch::alignment(dtype, &shape, &buffers);
         let epilogue = EpilogueArgs { activation: Activation::named(activation).unwrap(), beta, bias, ..EpilogueArgs::default() };
         let call = dispatch::GemmCall { dtype, shape: &shape, buffers, epilogue: &epilogue };
-        if let Ok(choice) = choose(registry.kernels(), &[], &device, &call) {
+        let chooser = registry.family("gemm").unwrap();
+        if let Ok(choice) = choose(chooser, &device, SMEM_PER_BLOCK, &call) {
             // A direct pick runs on the call as the dispatcher sees it (`Choice::run`).
             let seen = dispatch::canonical(dtype, &shape);
             if choice.strategy == Pick::Direct {
@@ -119,9 +123,7 @@ proptest! {
                 let _ = dispatch::estimate_seconds(choice.kernel.info(), &device, dtype, &shape, &buffers, strategy);
             }
         }
-        let kernels: Vec<_> = registry.kernels().collect();
-        let transpose = dispatch::transposer(registry.kernels(), &device, dtype);
-        let _ = dispatch::by_estimate(&kernels, transpose, &device, &call);
+        let _ = dispatch::by_cost(registry.kernels(), &device, &call);
     }
 
     /// Any integer of a manifest entry changed to anything: either the manifest's rules refuse
@@ -173,11 +175,12 @@ fn shapes_at_the_limits_of_the_types_are_refused_or_planned_without_overflow() {
     }
     assert!(dispatch::misaligned(Dtype::F32, usize::MAX, 0));
     let registry = Registry::new(Path::new("."), variants);
+    let chooser = registry.family("gemm").unwrap();
     for shape in [huge, big, GemmShape { lda: usize::MAX, ..huge }] {
         let _ = choose(
-            registry.kernels(),
-            &[],
+            chooser,
             &h100(),
+            SMEM_PER_BLOCK,
             &dispatch::GemmCall { dtype: Dtype::Bf16, shape: &shape, buffers: all, epilogue: &EpilogueArgs::default() },
         );
     }

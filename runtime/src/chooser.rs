@@ -1,10 +1,11 @@
-//! One call for any family: the chooser binds a call's arguments by the family's declared
-//! names, keeps the family's variants that take it (planning is `can_implement`), and runs the
-//! fastest: the least estimate from the measured problems near the call in the family's tuning
-//! table ([`family_table::estimate`], the rule a plug-in's dispatcher reads its tables by too),
-//! else the one the cost model ([`estimate_seconds`]) puts first. Picks are kept per call shape.
-//! A family whose plug-in registers a [`Policy`] (classes of calls, other ways to run a variant)
-//! is picked and run by that policy, through this same chooser and pick cache.
+//! One call for any family, one road: the chooser binds a call's arguments by the family's
+//! declared names and asks the family's [`Policy`] three questions: the class of the call
+//! (which of a table's entries stand for it), the ways the variants take it (planning is
+//! `can_implement`; GEMM also runs a variant on operands moved to aligned scratch), and what a
+//! way costs. It runs the fastest way: the least estimate from the measured problems of the
+//! call's class near it in the family's tuning table ([`family_table::estimate`]), else the
+//! least cost. Picks are kept per call shape. A family without a plug-in's policy gets the
+//! generic answers: one class, each variant directly, the cost model [`estimate_seconds`].
 
 use crate::first_call;
 use crate::gpu::static_smem;
@@ -16,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tilesmith_spec::family::Family;
-use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable};
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::{self, Clocks, Device, NEAR_TIE};
 use tilesmith_spec::Dtype;
 
@@ -128,58 +129,188 @@ impl PickKey {
     }
 }
 
-/// The variant a chooser runs for a call, and why.
+/// The variant a chooser runs for a call, the way it runs it, and why.
 #[derive(Clone)]
 pub struct Pick {
-    pub kernel: Kernel,
+    pub way: Way,
     /// One line for logs: the table entry or the cost model's estimate behind the pick.
     pub reason: String,
-    /// Every variant that takes the call, with the table's estimate of its time there
+    /// Every way that takes the call, with the table's estimate of its time there
     /// ([`family_table::estimate`]'s ln(its time / the fastest's)); none where no measured
-    /// problem near the call times it, and none listed where a [`Policy`] picked.
-    pub takers: Arc<[(Kernel, Option<f64>)]>,
-    /// What a [`Policy`] keeps of its pick beyond the kernel (the way it runs it, the other
-    /// variants that way launches), for its [`Policy::launch`]; none for the generic pick.
-    pub way: Option<Arc<dyn Any + Send + Sync>>,
+    /// problem near the call times it.
+    pub takers: Arc<[(Way, Option<f64>)]>,
+}
+
+impl Pick {
+    /// The variant it runs.
+    pub fn kernel(&self) -> &Kernel {
+        &self.way.kernel
+    }
 }
 
 impl std::fmt::Debug for Pick {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pick").field("kernel", &self.kernel.name()).field("reason", &self.reason).finish_non_exhaustive()
+        f.debug_struct("Pick").field("way", &self.way.label()).field("reason", &self.reason).finish_non_exhaustive()
     }
 }
 
-/// What a plug-in decides for the calls of its family in place of the generic rule: how a call
-/// is picked (by the class of the call, among variants run directly or with operands
-/// moved) and run. Registered with `inventory::submit!` as a [`PolicyOf`], it serves every
-/// registry's chooser of that family in a program that links the plug-in, so that
-/// `registry.family(..)` and the plug-in's typed calls take one road, with one pick cache.
+/// A way to run a variant on a call, as the family's [`Policy`] names it.
+#[derive(Clone)]
+pub struct Way {
+    pub kernel: Kernel,
+    /// How a table states the way ([`Timed::strategy`]): none for directly, on the call's
+    /// buffers (the only way of a family without a plug-in's policy).
+    pub strategy: Option<String>,
+    /// The policy's plan of the way: the generic policy's is the variant's [`Launch`]; GEMM's,
+    /// its strategy and the transpose variant that moves operands.
+    pub plan: Arc<dyn Any + Send + Sync>,
+}
+
+impl Way {
+    /// `variant`, or `strategy(variant)`.
+    pub fn label(&self) -> String {
+        match &self.strategy {
+            None => self.kernel.name().to_string(),
+            Some(strategy) => format!("{strategy}({})", self.kernel.name()),
+        }
+    }
+
+    /// Its plan, as the policy that made it keeps it.
+    pub fn plan<T: Any>(&self) -> Option<&T> {
+        self.plan.downcast_ref::<T>()
+    }
+}
+
+/// The ways a family's variants take a call ([`Policy::ways`]).
+pub enum Ways {
+    /// At least one way, each planned.
+    Take(Vec<Way>),
+    /// The call writes no element: this variant, which takes it, does nothing.
+    NothingWritten(Kernel),
+}
+
+/// How the chooser reads a family's tables: what a [`Policy`] states as data.
+#[derive(Clone, Copy, Debug)]
+pub struct Reading {
+    /// How far ([`family_table::distance`], summed |log2| over the quantities and the batch) a
+    /// measured problem may lie from a call and still stand for it.
+    pub near_enough: f64,
+    /// The quantities scaled by √(the table's GPU's SMs / this GPU's) to look a call up in
+    /// another GPU's table: the problem it is compared with then fills as many waves of tiles
+    /// there as the call does here.
+    pub scaled: &'static [&'static str],
+    /// Whether an entry that ranks not every way taking a call stands for it: where the ways
+    /// it does not rank would fit its problem and its pick reached this much of the baseline
+    /// (`Some`), or always (`None`).
+    pub partial_entries: Option<f64>,
+    /// Whether calls may be tuned on their first launch: every way is the variant launched on
+    /// the call's buffers as a kernel by name is.
+    pub first_call: bool,
+    /// How near ties between the ways' estimates are broken, after direct ways first.
+    pub ties: Ties,
+}
+
+/// How near ties ([`NEAR_TIE`]) between ways' estimates are broken, after direct ways first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ties {
+    /// A variant without bounds checks where one takes the call (it does the same work without
+    /// them: H200, softmax bf16 32768x4096, 6% faster in turns, tied in the table), then the
+    /// lesser estimate, then by name.
+    Unchecked,
+    /// By name.
+    ByName,
+}
+
+impl Reading {
+    /// The generic policy's.
+    pub const GENERIC: Reading =
+        Reading { near_enough: NEAR_ENOUGH, scaled: &[], partial_entries: Some(MEASURED_ENOUGH), first_call: true, ties: Ties::Unchecked };
+}
+
+/// What the chooser asks a family about a call: its classes (which of a table's entries stand
+/// for it), the ways the variants run it, and what a way costs where no table measured near.
+/// Every method has the generic answer, which a family without a plug-in gets: one class, each
+/// variant directly on the call's buffers, the cost model [`estimate_seconds`]. A plug-in's
+/// policy, registered with `inventory::submit!` as a [`PolicyOf`], answers for every registry's
+/// chooser of its family in a program that links the plug-in, so that `registry.family(..)`
+/// and the plug-in's typed calls take one road, with one pick cache.
 pub trait Policy: Send + Sync + std::fmt::Debug {
+    /// How the chooser reads the family's tables.
+    fn reading(&self) -> Reading {
+        Reading::GENERIC
+    }
+
     /// Checks a table of the family beyond what every family's meets (a class, a strategy);
     /// a table that fails makes the registry fail to open, naming the file.
-    fn check_table(&self, table: &FamilyTable) -> std::result::Result<(), String>;
+    fn check_table(&self, _table: &FamilyTable) -> std::result::Result<(), String> {
+        Ok(())
+    }
 
-    /// The pick for a call the family's declaration binds, among `chooser`'s variants and
-    /// from its tables, on `device`, whose blocks may use `smem_per_block` bytes of shared memory.
-    fn pick(&self, chooser: &Chooser, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String>;
+    /// The classes of a call: the entries of the first class that has any near it, in this
+    /// order, stand for it (GEMM: the call's epilogue, then plain GEMMs, of its layout and
+    /// alignment). Every call is of the one class, none, by default.
+    fn classes(&self, _call: &Call) -> std::result::Result<Vec<Class>, String> {
+        Ok(vec![Class::new()])
+    }
 
-    /// Enqueues `call` with a pick it made for a call of the same shape.
+    /// The ways `chooser`'s variants take a call on `device`, whose blocks may use
+    /// `smem_per_block` bytes of shared memory, each planned; why none does otherwise.
+    fn ways(&self, chooser: &Chooser, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Ways, String> {
+        generic_ways(chooser, device, smem_per_block, call)
+    }
+
+    /// A way's time on a call by the family's cost model, in seconds.
+    fn cost(&self, chooser: &Chooser, device: &Device, call: &Call, way: &Way) -> f64 {
+        way.plan::<Launch>().map_or(f64::INFINITY, |launch| estimate_seconds(chooser.declaration(), &way.kernel, launch, call, device))
+    }
+
+    /// Which of `ways` a table's timing stands for, where one does: by default a direct timing
+    /// of a variant with the axes of one way's but for its dtype (an entry of another dtype as
+    /// wide stands for the call's).
+    fn timings<'w>(&'w self, chooser: &'w Chooser, _call: &Call, ways: &'w [Way]) -> TimedAs<'w> {
+        let by_name: HashMap<&str, &Kernel> = chooser.kernels().iter().map(|k| (k.name(), k)).collect();
+        Box::new(move |timed: &Timed| {
+            let ranked = by_name.get(timed.variant.as_str())?.variant();
+            let same = |v: &tilesmith_spec::Variant| {
+                v.backend == ranked.backend
+                    && v.tile == ranked.tile
+                    && v.warps == ranked.warps
+                    && v.bounds == ranked.bounds
+                    && v.axes == ranked.axes
+            };
+            ways.iter().position(|w| timed.is_direct() && w.strategy.is_none() && same(w.kernel.variant()))
+        })
+    }
+
+    /// Enqueues `call` with a way it planned for a call of the same shape.
     ///
     /// # Safety
     /// [`Target::launch`]'s: the call's buffers are device memory of the lengths it says.
-    unsafe fn launch(&self, gpu: &Gpu, pick: &Pick, call: &Call) -> Result<()>;
+    unsafe fn launch(&self, gpu: &Gpu, way: &Way, call: &Call) -> Result<()> {
+        // SAFETY: the caller's promise, which is the kernel's.
+        unsafe { way.kernel.launch(gpu, call) }
+    }
 
     /// The call an entry of a table of the family stands for, on unallocated buffers, as the
     /// tuner timed it (`tilesmith replay` picks for it on the CPU); none for an entry a replay
-    /// does not make.
-    fn entry_call(&self, entry: &FamilyEntry) -> std::result::Result<Option<Call>, String>;
-
-    /// How a table states the way `pick` runs its call ([`Timed::strategy`]): none for
-    /// directly.
-    ///
-    /// [`Timed::strategy`]: tilesmith_spec::family_table::Timed::strategy
-    fn strategy(&self, pick: &Pick) -> Option<String>;
+    /// does not make. Asked of a plug-in's policy only: the replay makes the generic call from
+    /// the declaration.
+    fn entry_call(&self, _entry: &FamilyEntry) -> std::result::Result<Option<Call>, String> {
+        Ok(None)
+    }
 }
+
+/// Which way a table's timing stands for ([`Policy::timings`]).
+pub type TimedAs<'w> = Box<dyn Fn(&Timed) -> Option<usize> + 'w>;
+
+/// A class of calls: the words an entry's class holds ([`FamilyEntry::class`]).
+pub type Class = BTreeMap<String, String>;
+
+/// The policy of a family without a plug-in's: every answer the generic one.
+#[derive(Debug)]
+struct Generic;
+
+impl Policy for Generic {}
 
 /// A plug-in's [`Policy`] for a family, registered with `inventory::submit!`.
 pub struct PolicyOf {
@@ -301,27 +432,24 @@ impl Chooser {
     ///     .operand("x", x).operand_mut("y", y)
     ///     .quantity("rows", 4096).quantity("cols", 50257).quantity("ldx", 50257).quantity("ldy", 50257)
     ///     .launch()?;
-    /// println!("{}: {}", pick.kernel.name(), pick.reason);
+    /// println!("{}: {}", pick.way.label(), pick.reason);
     /// # Ok(()) }
     /// ```
     pub fn call<'a>(&'a self, gpu: &'a Gpu) -> CallBuilder<'a, Chooser> {
         CallBuilder::new(self, gpu)
     }
 
-    /// The variant a call runs on, and why, without launching it: of the variants that take
-    /// the call, the least estimate ([`family_table::estimate`]) from the measured problems
-    /// within [`NEAR_ENOUGH`] in this GPU's table, or, where it has none, in that of the GPU of
-    /// the same compute capability nearest in SMs and clock ([`Device::table_in`], as plug-in
-    /// dispatchers read theirs). Otherwise the cost model's least estimate. With tuning on first
-    /// call, a call shape timed before (in this process or one before it) runs the variant timed
-    /// fastest.
+    /// The way a call runs, and why, without launching it ([`Chooser::pick`]): from this GPU's
+    /// table, or, where it has none, that of the GPU of the same compute capability nearest in
+    /// SMs and clock ([`Device::table_in`]). With tuning on first call, a call shape timed
+    /// before (in this process or one before it) runs the variant timed fastest.
     pub fn choose(&self, gpu: &Gpu, call: &Call) -> Result<Pick> {
         self.chosen(gpu, call).map(|(pick, _)| pick)
     }
 
     /// Whether calls are tuned on their first launch ([`first_call`]): `on`, for every call of
     /// this chooser (and its clones) from now; by default as `TILESMITH_TUNE_FIRST_CALL` says.
-    /// A family with a plug-in's policy is picked by the policy, never timed.
+    /// A family whose policy runs ways of its own ([`Reading::first_call`]) is never timed.
     pub fn tune_first_calls(&self, on: bool) {
         self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(on);
     }
@@ -335,7 +463,7 @@ impl Chooser {
 
     fn tunes_first_calls(&self) -> bool {
         let set = self.inner.first_call.lock().unwrap_or_else(|p| p.into_inner()).0;
-        self.inner.policy.is_none() && set.unwrap_or_else(first_call::asked_by_environment)
+        self.asks().reading().first_call && set.unwrap_or_else(first_call::asked_by_environment)
     }
 
     /// The pick for a call, kept or made, and whether it was timed on a first call.
@@ -353,8 +481,8 @@ impl Chooser {
         let mut timed = false;
         if self.tunes_first_calls() && pick.takers.len() > 1 {
             let stored = self.with_store(gpu, |store| Some((store.get(&first_call::key(call))?.to_string(), store.file())));
-            if let Some((kernel, file)) = stored.and_then(|(name, file)| Some((self.taker(&pick, &name)?, file))) {
-                pick = Pick { kernel, reason: format!("timed on an earlier first call of this shape ({file})"), ..pick };
+            if let Some((way, file)) = stored.and_then(|(name, file)| Some((self.taker(&pick, &name)?, file))) {
+                pick = Pick { way, reason: format!("timed on an earlier first call of this shape ({file})"), ..pick };
                 timed = true;
             }
         }
@@ -362,9 +490,9 @@ impl Chooser {
         Ok((pick, timed))
     }
 
-    /// The taker of a pick named `name`.
-    fn taker(&self, pick: &Pick, name: &str) -> Option<Kernel> {
-        pick.takers.iter().find(|(k, _)| k.name() == name).map(|(k, _)| k.clone())
+    /// The way of a pick that runs the variant named `name` directly.
+    fn taker(&self, pick: &Pick, name: &str) -> Option<Way> {
+        pick.takers.iter().find(|(w, _)| w.strategy.is_none() && w.kernel.name() == name).map(|(w, _)| w.clone())
     }
 
     /// Keeps a pick for the call, in place of one kept before.
@@ -402,16 +530,13 @@ impl Chooser {
     /// [`Target::launch`]'s.
     unsafe fn time_first_call(&self, gpu: &Gpu, call: &Call, pick: Pick) -> Result<Pick> {
         let device = gpu.device();
-        let model = |k: &Kernel| {
-            let launch = k.plan_call(gpu.sms(), call).ok().flatten();
-            launch.map_or(f64::INFINITY, |launch| estimate_seconds(&self.inner.declaration, k, &launch, call, &device))
-        };
-        let mut order: Vec<(f64, f64, &Kernel)> =
-            pick.takers.iter().map(|(k, estimate)| (estimate.unwrap_or(f64::INFINITY), model(k), k)).collect();
-        order.sort_by(|a, b| {
-            (a.2.name() != pick.kernel.name()).cmp(&(b.2.name() != pick.kernel.name())).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1))
-        });
-        let candidates: Vec<&Kernel> = order.iter().map(|(.., k)| *k).take(first_call::CANDIDATES).collect();
+        let policy = self.asks();
+        let own = |w: &Way| w.kernel.name() == pick.kernel().name();
+        let mut order: Vec<(f64, f64, &Way)> =
+            pick.takers.iter().map(|(w, estimate)| (estimate.unwrap_or(f64::INFINITY), policy.cost(self, &device, call, w), w)).collect();
+        order.sort_by(|a, b| (!own(a.2)).cmp(&!own(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
+        let ways: Vec<&Way> = order.iter().map(|(.., w)| *w).take(first_call::CANDIDATES).collect();
+        let candidates: Vec<&Kernel> = ways.iter().map(|w| &w.kernel).collect();
         // SAFETY: the caller's promise, which is the timings'.
         let times = unsafe { first_call::time(gpu, &self.inner.declaration, &candidates, call)? };
         let Some(fastest) = times.iter().flatten().copied().min_by(f64::total_cmp) else {
@@ -419,151 +544,178 @@ impl Chooser {
         };
         let at =
             times.iter().position(|t| t.is_some_and(|ms| ms <= fastest * (1.0 + NEAR_TIE))).expect("the fastest is within a tie of itself");
-        let kernel = candidates[at].clone();
+        let way = ways[at].clone();
         let own = times[0].map_or("did not launch".to_string(), |ms| format!("{:.3}x the fastest", ms / fastest));
         let file = self.with_store(gpu, |store| {
-            store.put(first_call::key(call), kernel.name());
+            store.put(first_call::key(call), way.kernel.name());
             store.file()
         });
         let reason = format!(
             "timed on first call: {} of {} variant(s) taking it, on the call's buffers, fastest {fastest:.4} ms; the estimate's pick {} ran {own} ({}); kept in {file}",
             candidates.len(),
             pick.takers.len(),
-            pick.kernel.name(),
+            pick.kernel().name(),
             pick.reason
         );
-        Ok(Pick { kernel, reason, ..pick })
+        Ok(Pick { way, reason, ..pick })
     }
 
     /// [`Chooser::choose`] without a GPU: for `device`, whose blocks may use `smem_per_block`
-    /// bytes of shared memory; uncached.
+    /// bytes of shared memory; uncached. The family's policy names the ways that take the call
+    /// and its classes; of the ways, the least estimate ([`family_table::estimate`]) from the
+    /// measured problems of the first class near the call (of its dtype, else of one as wide)
+    /// runs, near ties ([`NEAR_TIE`]) direct first, then without bounds checks, then by
+    /// estimate and name; with none, the least cost by the policy's model.
     pub fn pick(&self, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String> {
         self.bind(call)?;
-        if let Some(policy) = &self.inner.policy {
-            return policy.pick(self, device, smem_per_block, call);
+        let policy = self.asks();
+        let ways = match policy.ways(self, device, smem_per_block, call)? {
+            Ways::NothingWritten(kernel) => {
+                let way = Way { kernel, strategy: None, plan: Arc::new(()) };
+                return Ok(Pick { way, reason: "the call writes no element".into(), takers: Arc::new([]) });
+            }
+            Ways::Take(ways) if ways.is_empty() => return Err(format!("no variant of {} takes the call", self.name())),
+            Ways::Take(ways) => ways,
+        };
+        let table = device.table_in(&self.inner.tables, |t| &t.device);
+        if let Some((table, own)) = table {
+            if let Some(pick) = self.read_table(policy, table, own, device, smem_per_block, call, &ways)? {
+                return Ok(pick);
+            }
         }
-        let capability = (device.capability[0], device.capability[1]);
-        let mut refusals: Vec<(String, String)> = Vec::new();
-        let mut takers: Vec<(&Kernel, Launch)> = Vec::new();
-        // An axis that changes what a variant computes, which the call leaves out, is at the
-        // family's default: a call that does not ask for attention's causal mask gets none.
-        let defaults: Vec<(&str, String)> = self
-            .inner
-            .declaration
-            .computing_axes()
-            .filter(|a| !call.axes.iter().any(|(name, _)| *name == a.name))
-            .filter_map(|a| Some((a.name.as_str(), a.default.as_ref()?.to_string())))
+        let why = match (table, policy.reading().partial_entries) {
+            (Some(_), Some(_)) => "no measured problem near this call ranks every way that takes it (or every one that fits it, with a pick near the baseline)",
+            (Some(_), None) => "no measured problem near this call times a way that takes it",
+            (None, _) => "no tuning table of this family for this GPU's compute capability",
+        };
+        let costs: Vec<f64> = ways.iter().map(|way| policy.cost(self, device, call, way)).collect();
+        let least = (0..ways.len())
+            .min_by(|&a, &b| {
+                let key = |w: usize| (ways[w].strategy.is_some(), ways[w].kernel.name());
+                costs[a].total_cmp(&costs[b]).then_with(|| key(a).cmp(&key(b)))
+            })
+            .expect("at least one way takes the call");
+        let reason = format!("{why} ({device}): cost model, estimated {:.1} us", costs[least] * 1e6);
+        let way = ways[least].clone();
+        Ok(Pick { way, reason, takers: ways.into_iter().map(|w| (w, None)).collect() })
+    }
+
+    /// A way's time on a call by the family's cost model ([`Policy::cost`]), in seconds.
+    pub fn cost(&self, device: &Device, call: &Call, way: &Way) -> f64 {
+        self.asks().cost(self, device, call, way)
+    }
+
+    /// The policy the chooser asks: the plug-in's, else the generic one.
+    fn asks(&self) -> &dyn Policy {
+        self.inner.policy.as_deref().unwrap_or(&Generic)
+    }
+
+    /// The pick from `table` (the device's own where `own`) among `ways`, where a measured
+    /// problem near the call times one.
+    #[allow(clippy::too_many_arguments)]
+    fn read_table(
+        &self,
+        policy: &dyn Policy,
+        table: &FamilyTable,
+        own: bool,
+        device: &Device,
+        smem_per_block: u32,
+        call: &Call,
+        ways: &[Way],
+    ) -> std::result::Result<Option<Pick>, String> {
+        let reading = policy.reading();
+        let declaration = &self.inner.declaration;
+        let scale = if own { 1.0 } else { (f64::from(table.device.sms) / f64::from(device.sms.max(1))).sqrt() };
+        let problem: Vec<u64> = declaration
+            .quantities
+            .iter()
+            .map(|q| {
+                let value = quantity(call, q).unwrap_or(0);
+                if reading.scaled.contains(&q.as_str()) {
+                    ((value as f64 * scale).round() as u64).max(1)
+                } else {
+                    value
+                }
+            })
             .collect();
-        for kernel in &self.inner.kernels {
-            if !runs_on(&kernel.info().entry.targets, capability) {
-                continue;
-            }
-            let other = defaults.iter().find_map(|(axis, default)| {
-                kernel.variant().value(axis).map(|v| v.to_string()).filter(|own| own != default).map(|own| (axis, default, own))
-            });
-            if let Some((axis, default, own)) = other {
-                let rule = format!(
-                    "it computes {axis} = {own}, and the call leaves axis `{axis}` at its default, {default} (ask with .axis(\"{axis}\", ...))"
-                );
-                refusals.push((kernel.name().to_string(), rule));
-                continue;
-            }
-            match plan_call(kernel.info(), call, device.sms) {
-                Ok(Some(launch)) => {
-                    let smem = u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem(kernel.info()));
-                    if smem > u64::from(smem_per_block) {
-                        let rule = format!("the call needs {smem} bytes of shared memory a block; {} allows {smem_per_block}", device.name);
-                        refusals.push((kernel.name().to_string(), rule));
-                    } else {
-                        takers.push((kernel, launch));
-                    }
-                }
-                // Nothing to write: any variant that takes the call does nothing.
-                Ok(None) => {
-                    return Ok(Pick {
-                        kernel: kernel.clone(),
-                        reason: "the call writes no element".into(),
-                        takers: Arc::new([]),
-                        way: None,
-                    })
-                }
-                Err(rule) => refusals.push((kernel.name().to_string(), rule)),
-            }
-        }
-        if takers.is_empty() {
-            return Err(self.none_takes(device, &refusals));
-        }
-        let problem: Vec<u64> = self.inner.declaration.quantities.iter().map(|q| quantity(call, q).unwrap_or(0)).collect();
-        let batch = self.inner.declaration.batch.as_deref().and_then(|b| quantity(call, b)).unwrap_or(1);
-        let dtype = takers[0].0.variant().dtype;
-        let table = device.table_in(&self.inner.tables, |t| &t.device).map(|(table, _)| table);
-        // A dtype without entries reads those of another as wide, whose variants move as many
-        // bytes (f16 calls take bf16's picks); integers and floats never stand for each other.
+        let batch = declaration.batch.as_deref().and_then(|b| quantity(call, b)).unwrap_or(1);
+        // A dtype without entries near reads those of another as wide, whose variants move as
+        // many bytes (f16 calls take bf16's picks); integers and floats never stand for each other.
+        let dtype = ways[0].kernel.variant().dtype;
         let widths = Dtype::ALL
             .iter()
             .copied()
             .filter(|&d| d != dtype && d.size_bytes() == dtype.size_bytes() && d.is_integer() == dtype.is_integer());
         let dtypes: Vec<Dtype> = std::iter::once(dtype).chain(widths).collect();
-        if let Some(table) = table {
-            // Entries of a class are a plug-in dispatcher's, which it reads itself.
-            let plain = BTreeMap::new();
-            let measured = dtypes.iter().copied().find(|&d| table.entries.iter().any(|e| e.dtype == d && e.class.is_empty()));
-            let of_dtype = measured.map(|d| table.nearest(d, &plain, batch, &problem, NEAR_ENOUGH)).unwrap_or_default();
-            // The variant of the call's dtype with a ranked one's other axes.
-            let by_name: HashMap<&str, &Kernel> = self.inner.kernels.iter().map(|k| (k.name(), k)).collect();
-            let same = |k: &Kernel, ranked: &str| {
-                by_name.get(ranked).is_some_and(|r| {
-                    let (v, r) = (k.variant(), r.variant());
-                    v.backend == r.backend && v.tile == r.tile && v.warps == r.warps && v.bounds == r.bounds && v.axes == r.axes
-                })
-            };
-            // Only direct runs count: another strategy is a plug-in's, which this call does not take.
-            let timed_as = |k: &Kernel, entry: &'_ FamilyEntry| -> Option<usize> {
-                entry.ranked.iter().position(|t| t.is_direct() && same(k, &t.variant))
-            };
-            // A taker an entry does not rank was refused at the entry's problem (rows past its
-            // shared memory), or is newer than the table (a backend added since). Where one was
-            // refused, the entry picked among the others only: it is passed over. Newer ones
-            // leave the entry standing where its pick reached MEASURED_ENOUGH of the baseline
-            // there: the table keeps its measured picks until a tune run ranks the new variants.
-            let fits_there = |k: &Kernel, entry: &FamilyEntry| {
-                let value = |q: &str| table.quantities.iter().position(|n| n == q).and_then(|i| entry.problem.get(i).copied());
-                let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
-                dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
-            };
-            let unranked = |entry: &FamilyEntry| takers.iter().filter(|(k, _)| timed_as(k, entry).is_none()).count();
-            let stands = |entry: &FamilyEntry| {
-                let newer = takers.iter().filter(|(k, _)| timed_as(k, entry).is_none()).all(|(k, _)| fits_there(k, entry));
-                let best = entry.ranked.iter().find(|t| t.is_direct() && takers.iter().any(|(k, _)| same(k, &t.variant)));
-                unranked(entry) == 0 || (newer && best.is_some_and(|t| entry.ratio(t) >= MEASURED_ENOUGH))
-            };
-            let near: Vec<(f64, &FamilyEntry)> = of_dtype.into_iter().filter(|(_, e)| stands(e)).take(family_table::NEAR_READ).collect();
-            // A timing of a variant whose source changed since is a hint (stale).
-            let source = |variant: &str| by_name.get(variant).map(|k| k.info().entry.source_sha256.as_str());
-            let timing = |taker: usize, entry: usize| {
-                let entry = near[entry].1;
-                let rank = timed_as(takers[taker].0, entry)?;
-                let timed = &entry.ranked[rank];
-                Some(family_table::Timing { ms: timed.ms, rank, stale: source(&timed.variant).is_some_and(|now| timed.is_stale(now)) })
-            };
-            // Near ties go to a variant without bounds checks where one takes the call: it does
-            // the same work without them (H200, softmax bf16 32768x4096: 6% faster in turns,
-            // tied in the table).
-            let checked = |t: usize| takers[t].0.variant().is_checked();
-            let prefer = |(a, sa): (usize, f64), (b, sb): (usize, f64)| {
-                checked(a).cmp(&checked(b)).then(sa.total_cmp(&sb)).then_with(|| takers[a].0.name().cmp(takers[b].0.name()))
-            };
-            if let Some(least) = family_table::least(takers.len(), &near, timing, prefer) {
-                let kernel = takers[least.taker].0;
+        let timed_as = policy.timings(self, call, ways);
+        let by_name: HashMap<&str, &Kernel> = self.inner.kernels.iter().map(|k| (k.name(), k)).collect();
+        // A timing of a variant whose source changed since is a hint (stale).
+        let stale = |t: &Timed| by_name.get(t.variant.as_str()).is_some_and(|k| t.is_stale(&k.info().entry.source_sha256));
+        // A way an entry does not time was refused at the entry's problem (rows past its shared
+        // memory), skipped there, or is newer than the table (a backend added since). Where one
+        // would not fit there, the entry picked among the others only: it is passed over. Where
+        // the policy reads partial entries so, the others leave it standing where its pick
+        // reached that much of the baseline: the table keeps its measured picks until a tune
+        // run ranks the new variants.
+        let fits_there = |k: &Kernel, entry: &FamilyEntry| {
+            let value = |q: &str| table.quantities.iter().position(|n| n == q).and_then(|i| entry.problem.get(i).copied());
+            let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
+            dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
+        };
+        let stands = |entry: &FamilyEntry, timings: &HashMap<usize, family_table::Timing>| {
+            let Some(enough) = reading.partial_entries else { return true };
+            let mut unranked = (0..ways.len()).filter(|w| !timings.contains_key(w)).peekable();
+            if unranked.peek().is_none() {
+                return true;
+            }
+            let best = entry.ranked.iter().find(|t| timed_as(t).is_some());
+            unranked.all(|w| fits_there(&ways[w].kernel, entry)) && best.is_some_and(|t| entry.ratio(t) >= enough)
+        };
+        for class in policy.classes(call)? {
+            for &d in &dtypes {
+                // Each entry's timings of the ways, the first in rank order kept.
+                let mut near: Vec<(f64, &FamilyEntry)> = Vec::new();
+                let mut timings: Vec<HashMap<usize, family_table::Timing>> = Vec::new();
+                for (distance, entry) in table.nearest(d, &class, batch, &problem, reading.near_enough) {
+                    let mut of_ways = HashMap::new();
+                    for (rank, t) in entry.ranked.iter().enumerate() {
+                        if let Some(w) = timed_as(t) {
+                            of_ways.entry(w).or_insert(family_table::Timing { ms: t.ms, rank, stale: stale(t) });
+                        }
+                    }
+                    if stands(entry, &of_ways) {
+                        near.push((distance, entry));
+                        timings.push(of_ways);
+                    }
+                    if near.len() == family_table::NEAR_READ {
+                        break;
+                    }
+                }
+                let timing = |way: usize, entry: usize| timings[entry].get(&way).copied();
+                // Near ties go to the direct way, then to a variant without bounds checks where
+                // one takes the call: it does the same work without them (H200, softmax bf16
+                // 32768x4096: 6% faster in turns, tied in the table).
+                let key = |w: usize| (ways[w].strategy.is_some(), reading.ties == Ties::Unchecked && ways[w].kernel.variant().is_checked());
+                let prefer = |(a, sa): (usize, f64), (b, sb): (usize, f64)| {
+                    let estimate = if reading.ties == Ties::Unchecked { sa.total_cmp(&sb) } else { std::cmp::Ordering::Equal };
+                    key(a).cmp(&key(b)).then(estimate).then_with(|| ways[a].kernel.name().cmp(ways[b].kernel.name()))
+                };
+                let Some(least) = family_table::least(ways.len(), &near, timing, prefer) else { continue };
                 let (distance, entry) = near[least.entry];
                 let rank = least.rank;
-                let borrowed = if table.device.is(device) { String::new() } else { format!(" (measured on {})", table.device) };
-                let newer = unranked(entry);
-                let newer =
-                    if newer == 0 { String::new() } else { format!(" ({newer} newer variant(s) taking the call not ranked there)") };
-                let newer = if least.hints { newer + " (from timings of sources changed since: hints)" } else { newer };
+                let scaled = if scale == 1.0 || reading.scaled.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} x{scale:.2}", reading.scaled.join(" and "))
+                };
+                let borrowed = if own { String::new() } else { format!(" (measured on {}{scaled})", table.device) };
+                let unranked = (0..ways.len()).filter(|w| !timings[least.entry].contains_key(w)).count();
+                let unranked = if unranked == 0 { String::new() } else { format!(" ({unranked} way(s) taking the call not ranked there)") };
+                let hinted = if least.hints { " (from timings of sources changed since: hints)" } else { "" };
+                let batch = if entry.batch == 1 { String::new() } else { format!("{} x ", entry.batch) };
+                let class: String = entry.class.iter().map(|(k, v)| format!(" {k}={v}")).collect();
                 let reason = format!(
-                    "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {} {}, rank {} of {}, {:.2}x the baseline there, {distance:.2} away{newer}",
+                    "tuning table {}/{}{borrowed}: estimated {:.1}% over the fastest from {} measured problem(s); nearest measured problem {batch}{} {}{class}, rank {} of {}, {:.2}x the baseline there, {distance:.2} away{unranked}{hinted}",
                     self.name(),
                     tuning::file_name(&table.device),
                     (least.estimate.slowdown.exp() - 1.0) * 100.0,
@@ -574,46 +726,84 @@ impl Chooser {
                     entry.ranked.len(),
                     entry.ratio(&entry.ranked[rank])
                 );
-                let estimated = takers.iter().zip(&least.estimates).map(|((k, _), e)| ((*k).clone(), e.map(|e| e.slowdown))).collect();
-                return Ok(Pick { kernel: kernel.clone(), reason, takers: estimated, way: None });
+                let takers = ways.iter().zip(&least.estimates).map(|(w, e)| (w.clone(), e.map(|e| e.slowdown))).collect();
+                return Ok(Some(Pick { way: ways[least.taker].clone(), reason, takers }));
             }
         }
-        let why = match table {
-            Some(_) => "no measured problem near this call ranks every variant that takes it (or every one newer than the table, with a pick near the baseline)",
-            None => "no tuning table of this family for this GPU's compute capability",
-        };
-        let (seconds, kernel) = takers
-            .iter()
-            .map(|(kernel, launch)| (estimate_seconds(&self.inner.declaration, kernel, launch, call, device), *kernel))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.name().cmp(b.1.name())))
-            .expect("at least one variant takes the call");
-        let reason = format!("{why}: cost model, estimated {:.1} us", seconds * 1e6);
-        let unestimated = takers.iter().map(|(k, _)| ((*k).clone(), None)).collect();
-        Ok(Pick { kernel: kernel.clone(), reason, takers: unestimated, way: None })
+        Ok(None)
     }
 
     /// The family-level rules of a call's names and scalars ([`plan::bind`](crate::plan)).
     fn bind(&self, call: &Call) -> std::result::Result<(), String> {
         crate::plan::bind(&self.inner.declaration, self.name(), call).map(drop)
     }
+}
 
-    /// Why no variant takes a call: the refusals, one per distinct rule, the first few.
-    fn none_takes(&self, device: &Device, refusals: &[(String, String)]) -> String {
-        if refusals.is_empty() {
-            let mut targets: Vec<String> = self.inner.kernels.iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
-            targets.sort();
-            targets.dedup();
-            return format!("its variants have code for {} only, and {device} has none of it", targets.join(", "));
+/// The generic policy's ways: each variant that runs on the device, computes what the call
+/// asks (an axis it leaves out at the family's default) and plans it within the device's shared
+/// memory, directly on the call's buffers.
+fn generic_ways(chooser: &Chooser, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Ways, String> {
+    let capability = (device.capability[0], device.capability[1]);
+    let mut refusals: Vec<(String, String)> = Vec::new();
+    let mut ways: Vec<Way> = Vec::new();
+    // An axis that changes what a variant computes, which the call leaves out, is at the
+    // family's default: a call that does not ask for attention's causal mask gets none.
+    let defaults: Vec<(&str, String)> = chooser
+        .declaration()
+        .computing_axes()
+        .filter(|a| !call.axes.iter().any(|(name, _)| *name == a.name))
+        .filter_map(|a| Some((a.name.as_str(), a.default.as_ref()?.to_string())))
+        .collect();
+    for kernel in chooser.kernels() {
+        if !runs_on(&kernel.info().entry.targets, capability) {
+            continue;
         }
-        let mut rules: Vec<String> = Vec::new();
-        for (name, rule) in refusals {
-            if !rules.iter().any(|r| r.ends_with(rule.as_str())) {
-                rules.push(format!("{name}: {rule}"));
+        let other = defaults.iter().find_map(|(axis, default)| {
+            kernel.variant().value(axis).map(|v| v.to_string()).filter(|own| own != default).map(|own| (axis, default, own))
+        });
+        if let Some((axis, default, own)) = other {
+            let rule = format!(
+                "it computes {axis} = {own}, and the call leaves axis `{axis}` at its default, {default} (ask with .axis(\"{axis}\", ...))"
+            );
+            refusals.push((kernel.name().to_string(), rule));
+            continue;
+        }
+        match plan_call(kernel.info(), call, device.sms) {
+            Ok(Some(launch)) => {
+                let smem = u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem(kernel.info()));
+                if smem > u64::from(smem_per_block) {
+                    let rule = format!("the call needs {smem} bytes of shared memory a block; {} allows {smem_per_block}", device.name);
+                    refusals.push((kernel.name().to_string(), rule));
+                } else {
+                    ways.push(Way { kernel: kernel.clone(), strategy: None, plan: Arc::new(launch) });
+                }
             }
+            Ok(None) => return Ok(Ways::NothingWritten(kernel.clone())),
+            Err(rule) => refusals.push((kernel.name().to_string(), rule)),
         }
-        let more = if rules.len() > 4 { format!("; and {} other rule(s)", rules.len() - 4) } else { String::new() };
-        format!("none of its {} variant(s) on {device} takes the call: {}{more}", refusals.len(), rules[..rules.len().min(4)].join("; "))
     }
+    if ways.is_empty() {
+        return Err(none_takes(chooser, device, &refusals));
+    }
+    Ok(Ways::Take(ways))
+}
+
+/// Why no variant takes a call: the refusals, one per distinct rule, the first few.
+fn none_takes(chooser: &Chooser, device: &Device, refusals: &[(String, String)]) -> String {
+    if refusals.is_empty() {
+        let mut targets: Vec<String> = chooser.kernels().iter().flat_map(|k| k.info().entry.targets.sass.clone()).collect();
+        targets.sort();
+        targets.dedup();
+        return format!("its variants have code for {} only, and {device} has none of it", targets.join(", "));
+    }
+    let mut rules: Vec<String> = Vec::new();
+    for (name, rule) in refusals {
+        if !rules.iter().any(|r| r.ends_with(rule.as_str())) {
+            rules.push(format!("{name}: {rule}"));
+        }
+    }
+    let more = if rules.len() > 4 { format!("; and {} other rule(s)", rules.len() - 4) } else { String::new() };
+    format!("none of its {} variant(s) on {device} takes the call: {}{more}", refusals.len(), rules[..rules.len().min(4)].join("; "))
 }
 
 impl Target for Chooser {
@@ -629,10 +819,7 @@ impl Target for Chooser {
         }
         // SAFETY: the caller keeps `Target::launch`'s promise, which is the kernel's and the
         // policy's.
-        match &self.inner.policy {
-            Some(policy) => unsafe { policy.launch(gpu, &pick, call)? },
-            None => unsafe { pick.kernel.launch(gpu, call)? },
-        }
+        unsafe { self.asks().launch(gpu, &pick.way, call)? };
         Ok(pick)
     }
     fn family(&self) -> &Family {

@@ -31,7 +31,9 @@ mod kernel;
 mod plan;
 mod registry;
 
-pub use chooser::{estimate_seconds, Chooser, Pick, Policy, PolicyOf, NEAR_ENOUGH};
+pub use chooser::{
+    estimate_seconds, Chooser, Class, Pick, Policy, PolicyOf, Reading, Ties, TimedAs, Way, Ways, MEASURED_ENOUGH, NEAR_ENOUGH,
+};
 pub use error::Error;
 pub use extensions::Extensions;
 pub use fatbin::Fatbin;

@@ -93,11 +93,11 @@ fn an_unchecked_sibling_tied_with_the_first_runs_where_it_takes_the_call() {
     let registry = registry(vec![table]).unwrap();
     let softmax = registry.family("softmax").unwrap();
     let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4096)).unwrap();
-    assert_eq!(pick.kernel.name(), "softmax_w4_unchecked", "{}", pick.reason);
+    assert_eq!(pick.kernel().name(), "softmax_w4_unchecked", "{}", pick.reason);
     assert!(pick.reason.contains("rank 2 of 8"), "{}", pick.reason);
     // 4095 columns are off the unchecked variants' multiple: the checked one runs.
     let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4095)).unwrap();
-    assert_eq!(pick.kernel.name(), "softmax_w4", "{}", pick.reason);
+    assert_eq!(pick.kernel().name(), "softmax_w4", "{}", pick.reason);
 }
 
 #[test]
@@ -107,19 +107,19 @@ fn a_call_runs_the_first_variant_of_the_nearest_measured_problem_that_takes_it()
     let pick = |call: &Call| softmax.pick(&h100(), H100_SMEM, call).unwrap();
     // 999 columns are not a multiple of 8: the unchecked first of the ranking refuses them.
     let narrow = pick(&softmax_call(Dtype::Bf16, 60000, 999));
-    assert_eq!(narrow.kernel.name(), "softmax_warp_w4");
+    assert_eq!(narrow.kernel().name(), "softmax_warp_w4");
     assert!(narrow.reason.contains("nearest measured problem rows=65536 cols=1024 bf16, rank 2 of 8"), "{}", narrow.reason);
     let wide = pick(&softmax_call(Dtype::Bf16, 8192, 8192));
-    assert_eq!(wide.kernel.name(), "softmax");
+    assert_eq!(wide.kernel().name(), "softmax");
     // The fixture predates the cluster backend: its measured pick (at the baseline) stands.
-    assert!(wide.reason.contains("newer variant(s) taking the call not ranked there"), "{}", wide.reason);
+    assert!(wide.reason.contains("way(s) taking the call not ranked there"), "{}", wide.reason);
     // The f32 entry's pick reached half the baseline only: the newer variants may do better,
     // and the cost model weighs them all.
     let slow = pick(&softmax_call(Dtype::F32, 8192, 8192));
     assert!(slow.reason.contains("cost model"), "{}", slow.reason);
     // f16 reads bf16's entries, as the variant of the same axes.
     let half = pick(&softmax_call(Dtype::F16, 8192, 8192));
-    assert_eq!(half.kernel.name(), "softmax_f16");
+    assert_eq!(half.kernel().name(), "softmax_f16");
     assert!(half.reason.contains("8192 bf16"), "{}", half.reason);
     // Far from every entry: the cost model, which the reason says.
     let small = pick(&softmax_call(Dtype::Bf16, 16, 64));
@@ -157,7 +157,7 @@ fn entries_of_a_class_and_runs_of_a_strategy_are_a_plug_ins_not_the_choosers() {
     table.entries[0].ranked.insert(0, Timed { variant: "softmax_f32_w4".into(), strategy: Some("padded".into()), ms: 0.05, source: None });
     let registry = registry(vec![table]).unwrap();
     let pick = registry.family("softmax").unwrap().pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 8000, 8000)).unwrap();
-    assert_eq!(pick.kernel.name(), "softmax_f32_w16", "{}", pick.reason);
+    assert_eq!(pick.kernel().name(), "softmax_f32_w16", "{}", pick.reason);
     assert!(pick.reason.contains("rows=8192 cols=8192 f32, rank 2 of 9"), "{}", pick.reason);
 }
 
@@ -169,13 +169,13 @@ fn an_entry_that_does_not_rank_every_variant_taking_the_call_is_passed_over() {
     // variants (the block ones refused it), which are ten times slower here: the cost model
     // picks among every variant instead.
     let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 700, 100_000)).unwrap();
-    assert!(pick.reason.contains("no measured problem near this call ranks every variant that takes it"), "{}", pick.reason);
-    assert_ne!(pick.kernel.variant().backend, "warp", "{}", pick.reason);
+    assert!(pick.reason.contains("no measured problem near this call ranks every way that takes it"), "{}", pick.reason);
+    assert_ne!(pick.kernel().variant().backend, "warp", "{}", pick.reason);
     // In f32 those rows need 400,016 bytes of shared memory, past an H100's block: the block
     // variants refuse them whatever the cost model would say of them; the cluster ones split
     // the row.
     let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 700, 100_000)).unwrap();
-    assert_eq!(pick.kernel.variant().backend, "cluster", "{}", pick.reason);
+    assert_eq!(pick.kernel().variant().backend, "cluster", "{}", pick.reason);
 }
 
 #[test]
@@ -198,9 +198,9 @@ fn families_without_tables_get_the_cost_models_pick() {
     ] {
         let pick = registry.family(family).unwrap().pick(&h100(), H100_SMEM, &call).unwrap();
         assert!(pick.reason.starts_with("no tuning table of this family"), "{}", pick.reason);
-        assert!(!pick.kernel.is_reference(), "{}", pick.kernel.name());
+        assert!(!pick.kernel().is_reference(), "{}", pick.kernel().name());
         // Rows of 32768 elements: a warp per row reads them ten times slower than a block.
-        assert_eq!(pick.kernel.variant().backend, "block", "{family}: {}", pick.kernel.name());
+        assert_eq!(pick.kernel().variant().backend, "block", "{family}: {}", pick.kernel().name());
     }
 }
 
@@ -295,7 +295,7 @@ fn the_committed_tables_open_with_the_shipped_variants_and_are_read() {
     });
     let pick = pick.unwrap();
     // `rmsnorm` ranks first, `rmsnorm_unchecked` second within a near tie: the unchecked one runs.
-    assert_eq!(pick.kernel.name(), "rmsnorm_unchecked", "{}", pick.reason);
+    assert_eq!(pick.kernel().name(), "rmsnorm_unchecked", "{}", pick.reason);
     assert!(
         pick.reason
             .contains("tuning table rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json: estimated 0.0% over the fastest from 1 measured problem(s); nearest measured problem rows=8192 cols=8192 bf16, rank 2"),
@@ -340,14 +340,14 @@ fn a_call_gets_what_it_asks_of_the_axes_that_change_what_is_computed() {
     // a call that does not ask for the mask must not get it.
     let prefill = attention_call(4, 4096, 4096, 32, 32, 128);
     let pick = attention.pick(&h100(), H100_SMEM, &prefill).unwrap();
-    assert_eq!(causal(pick.kernel.name()), "none", "{}: {}", pick.kernel.name(), pick.reason);
-    assert_eq!(pick.kernel.variant().backend, "wgmma", "{}", pick.reason);
+    assert_eq!(causal(pick.kernel().name()), "none", "{}: {}", pick.kernel().name(), pick.reason);
+    assert_eq!(pick.kernel().variant().backend, "wgmma", "{}", pick.reason);
     let pick = attention.pick(&h100(), H100_SMEM, &prefill.clone().axis("causal", "causal")).unwrap();
-    assert_eq!(causal(pick.kernel.name()), "causal", "{}: {}", pick.kernel.name(), pick.reason);
+    assert_eq!(causal(pick.kernel().name()), "causal", "{}: {}", pick.kernel().name(), pick.reason);
     // Decoding: the split-KV backend, as measured.
     let pick = attention.pick(&h100(), H100_SMEM, &attention_call(4, 1, 8192, 32, 8, 128)).unwrap();
-    assert_eq!(pick.kernel.variant().backend, "splitkv", "{}: {}", pick.kernel.name(), pick.reason);
-    assert_eq!(causal(pick.kernel.name()), "none", "{}", pick.kernel.name());
+    assert_eq!(pick.kernel().variant().backend, "splitkv", "{}: {}", pick.kernel().name(), pick.reason);
+    assert_eq!(causal(pick.kernel().name()), "none", "{}", pick.kernel().name());
 
     let refused = |call: Call| attention.pick(&h100(), H100_SMEM, &call).unwrap_err();
     let word = refused(prefill.clone().axis("causal", "diagonal"));
@@ -466,9 +466,9 @@ fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offse
     // The chooser picks among the family's variants (no tables: the cost model).
     let family = registry.family("attention_varlen").unwrap();
     let prefill = family.pick(&h100(), H100_SMEM, &varlen_call(8, [16384, 16384], [2048, 2048], 32, 8, 128)).unwrap();
-    assert_eq!(prefill.kernel.variant().backend, "wgmma", "{}", prefill.reason);
+    assert_eq!(prefill.kernel().variant().backend, "wgmma", "{}", prefill.reason);
     let decode = family.pick(&h100(), H100_SMEM, &varlen_call(4, [4, 32768], [1, 8192], 32, 8, 128)).unwrap();
-    assert_ne!(decode.kernel.variant().backend, "wgmma", "{}: {}", decode.kernel.name(), decode.reason);
+    assert_ne!(decode.kernel().variant().backend, "wgmma", "{}: {}", decode.kernel().name(), decode.reason);
 
     // The committed H100 table: split-KV for decoding, and never the causal variant its
     // prefill entries rank first for a call that does not ask for the mask.
@@ -477,9 +477,9 @@ fn varlen_launches_carry_their_offsets_checks_and_the_checks_refuse_broken_offse
     let tuned = self::registry(tables).unwrap();
     let family = tuned.family("attention_varlen").unwrap();
     let decode = family.pick(&h100(), H100_SMEM, &varlen_call(4, [4, 32768], [1, 8192], 32, 8, 128)).unwrap();
-    assert_eq!(decode.kernel.name(), "attention_varlen_splitkv_w4_c4", "{}", decode.reason);
+    assert_eq!(decode.kernel().name(), "attention_varlen_splitkv_w4_c4", "{}", decode.reason);
     let prefill = family.pick(&h100(), H100_SMEM, &varlen_call(8, [16384, 16384], [2048, 2048], 32, 8, 128)).unwrap();
-    assert_eq!(prefill.kernel.name(), "attention_varlen", "{}", prefill.reason);
+    assert_eq!(prefill.kernel().name(), "attention_varlen", "{}", prefill.reason);
 }
 
 // Issue 58: a timing of a variant whose source changed since it was timed is a hint: the
@@ -510,10 +510,10 @@ fn stale_timings_are_hints_and_are_named() {
         registry.family("softmax").unwrap().pick(&h100(), H100_SMEM, &softmax_call(Dtype::Bf16, 4096, 4096)).unwrap()
     };
     let fresh = pick(table(false, false));
-    assert_eq!(fresh.kernel.name(), "softmax_w16_unchecked", "{}", fresh.reason);
+    assert_eq!(fresh.kernel().name(), "softmax_w16_unchecked", "{}", fresh.reason);
     // Its source changed since: the fastest fresh timing runs.
     let passed_over = pick(table(true, false));
-    assert_eq!(passed_over.kernel.name(), "softmax_w4_unchecked", "{}", passed_over.reason);
+    assert_eq!(passed_over.kernel().name(), "softmax_w4_unchecked", "{}", passed_over.reason);
     assert!(!passed_over.reason.contains("hints"), "{}", passed_over.reason);
     let stale = table(true, false);
     let current = |v: &str| sources.get(v).map(String::as_str);
@@ -527,7 +527,7 @@ fn stale_timings_are_hints_and_are_named() {
         timed.source = Some("0123456789abcdef".into());
     }
     let hinted = pick(all_stale);
-    assert_eq!(hinted.kernel.name(), "softmax_w16_unchecked", "{}", hinted.reason);
+    assert_eq!(hinted.kernel().name(), "softmax_w16_unchecked", "{}", hinted.reason);
     assert!(hinted.reason.contains("(from timings of sources changed since: hints)"), "{}", hinted.reason);
     // A stamp that is not one is refused when the table is read.
     let mut bad = table(false, false);

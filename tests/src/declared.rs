@@ -910,7 +910,7 @@ impl Case {
         let host_us = start.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64;
         gpu.synchronize().map_err(|e| e.to_string())?;
         // The pick's last result on the first set, checked as a timed variant's.
-        self.check_first(gpu, registry, &pick.kernel)?;
+        self.check_first(gpu, registry, pick.kernel())?;
         Ok((ms, pick, host_us))
     }
 
@@ -975,8 +975,8 @@ impl Case {
     /// variant `dispatch:<pick>`, with the host time of a cached call.
     pub fn record_chosen(&mut self, gpu: &Gpu, registry: &Registry, chooser: &Chooser) -> Result<Record, String> {
         let ([ms, copy_ms], pick, host_us) = self.time_chosen(gpu, registry, chooser)?;
-        let mut record = self.record_timed(gpu, &pick.kernel, ms, copy_ms);
-        record.variant = format!("dispatch:{}", pick.kernel.name());
+        let mut record = self.record_timed(gpu, pick.kernel(), ms, copy_ms);
+        record.variant = format!("dispatch:{}", pick.kernel().name());
         record.host_us = Some(host_us);
         record.baseline_host_us = Some(self.copy_host_us(gpu)?);
         Ok(record)
@@ -1022,7 +1022,7 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
     let (shape, axes) = (case.shape.clone(), case.axes.clone());
     let pick = case.sets[0].launch_chosen(gpu, chooser, &shape, &axes).map_err(|e| e.to_string())?;
     gpu.synchronize().map_err(|e| e.to_string())?;
-    case.compare_first(gpu, registry, &pick.kernel)?;
+    case.compare_first(gpu, registry, pick.kernel())?;
     if pick.takers.len() > 1 && !pick.reason.starts_with("timed on first call") {
         return Err(format!("{} variants take {}, and the pick was not timed: {}", pick.takers.len(), describe(&shape), pick.reason));
     }
@@ -1031,19 +1031,19 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
     let read = case.sets[0].bound(two.family(family).map_err(|e| e.to_string())?.call(gpu), chooser.declaration(), &shape);
     let read = axes.iter().fold(read, |call, (axis, value)| call.axis(axis, value)).choose().map_err(|e| e.to_string())?;
     if pick.takers.len() > 1 {
-        if again.kernel.name() != pick.kernel.name() || again.reason != pick.reason {
-            return Err(format!("a second call ran {} ({}), the first {}", again.kernel.name(), again.reason, pick.kernel.name()));
+        if again.kernel().name() != pick.kernel().name() || again.reason != pick.reason {
+            return Err(format!("a second call ran {} ({}), the first {}", again.kernel().name(), again.reason, pick.kernel().name()));
         }
-        if read.kernel.name() != pick.kernel.name() || !read.reason.starts_with("timed on an earlier first call") {
+        if read.kernel().name() != pick.kernel().name() || !read.reason.starts_with("timed on an earlier first call") {
             return Err(format!(
                 "a second chooser picked {} ({}), the first timed {}",
-                read.kernel.name(),
+                read.kernel().name(),
                 read.reason,
-                pick.kernel.name()
+                pick.kernel().name()
             ));
         }
     }
-    Ok(format!("{family} {}: {}; {}", describe(&shape), pick.kernel.name(), pick.reason))
+    Ok(format!("{family} {}: {}; {}", describe(&shape), pick.kernel().name(), pick.reason))
 }
 
 /// Whether `kernel` takes `shape` (its multiples, sizes and limits), planned on buffers that hold

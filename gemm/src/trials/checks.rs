@@ -235,8 +235,8 @@ pub fn dispatch_correctness<T: Element, TC: Element, TB: Element>(
         Ok(())
     })?;
     let pick = by_name.ok_or("the family's chooser made no pick")?;
-    if pick.kernel.name() != choice.kernel.name() {
-        return Err(format!("by name the chooser ran {}, typed {}", pick.kernel.name(), choice.label()));
+    if pick.kernel().name() != choice.kernel.name() {
+        return Err(format!("by name the chooser ran {}, typed {}", pick.kernel().name(), choice.label()));
     }
     Ok(format!("{}, relative error {error:.2e} (by name {named_error:.2e}); {}", choice.label(), choice.reason))
 }

@@ -64,8 +64,8 @@ pub fn flops_record_chosen(
 ) -> Result<Record, String> {
     let mut case = declared::Case::new(gpu, kernel, declared::with_lds(kernel, shape, 0)?)?;
     let (ms, pick, host_us) = case.time_chosen_alone(gpu, registry, chooser)?;
-    let mut record = flops_row(gpu, &pick.kernel, &case, ms)?;
-    record.variant = format!("dispatch:{}", pick.kernel.name());
+    let mut record = flops_row(gpu, pick.kernel(), &case, ms)?;
+    record.variant = format!("dispatch:{}", pick.kernel().name());
     record.host_us = Some(host_us);
     if let Some(fastest) = fastest.filter(|k| declared::takes(k, &case.shape, gpu.sms()).is_ok()) {
         let [chosen_ms, fastest_ms] = case.time_beside(gpu, chooser, fastest)?;

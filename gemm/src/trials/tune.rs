@@ -16,7 +16,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
-use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry, Way};
 use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::{self, Device};
 use tilesmith_trials::tune::{deadline, finish, gpus, run_on_gpus, write, Kind, TuneRequest};
@@ -322,8 +322,9 @@ fn candidates(
         .collect();
     let args = EpilogueArgs { activation, ..EpilogueArgs::default() };
     let call = dispatch::GemmCall { dtype, shape, buffers, epilogue: &args };
-    let ranked = dispatch::by_estimate(&gemms, transpose, &device, &call);
-    (ranked.into_iter().map(|(seconds, kernel, strategy)| (seconds, kernel.clone(), strategy)).collect(), transpose.cloned())
+    let ranked = dispatch::by_cost(gemms.into_iter().chain(transpose), &device, &call);
+    let strategy = |way: &Way| way.plan::<Choice>().map_or(Strategy::Direct, |c| c.strategy);
+    (ranked.into_iter().map(|(seconds, way)| (seconds, way.kernel.clone(), strategy(&way))).collect(), transpose.cloned())
 }
 
 /// How many of a problem's candidates were timed, and how many not launched (see SKIP).
