@@ -31,7 +31,7 @@ pub struct Choice {
     pub strategy: Strategy,
     /// The transpose variant that moves operands, for the padded strategy.
     pub transpose: Option<Kernel>,
-    /// One line for logs: the table entry or the heuristic's estimate behind the pick.
+    /// One line for logs: the table entry or the cost model's estimate behind the pick.
     pub reason: String,
 }
 
@@ -564,7 +564,7 @@ fn none_takes(gemms: &[&Kernel], device: &Device, call: &GemmCall<'_>) -> String
     )
 }
 
-/// The rates the heuristic assumes where the driver reports no clocks: an H100 SXM's.
+/// The rates GEMM's cost model assumes where the driver reports no clocks: an H100 SXM's.
 const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
 
 /// Floating-point operations per second an SM sustains on a large tile at 1980 MHz: the
@@ -588,7 +588,7 @@ const ELEMENT_PATH: f64 = 6.0;
 /// the DRAM bandwidth, each read and written once.
 const MOVE_FRACTION: f64 = 0.35;
 
-/// The heuristic's estimate for one candidate, in seconds: the longer of its arithmetic and its
+/// GEMM's cost model: its estimate for one way, in seconds: the longer of its arithmetic and its
 /// DRAM traffic, plus fixed costs, plus the padded strategy's moves.
 ///
 /// Arithmetic: `rounds · 2·TM·TN·⌈K/split⌉ / (rate · clock/1980 MHz · efficiency)` with

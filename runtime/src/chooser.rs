@@ -564,8 +564,8 @@ impl Chooser {
     /// bytes of shared memory; uncached. The family's policy names the ways that take the call
     /// and its classes; of the ways, the least estimate ([`family_table::estimate`]) from the
     /// measured problems of the first class near the call (of its dtype, else of one as wide)
-    /// runs, near ties ([`NEAR_TIE`]) direct first, then without bounds checks, then by
-    /// estimate and name; with none, the least cost by the policy's model.
+    /// runs, near ties ([`NEAR_TIE`]) broken as the policy's [`Reading`] says; with none, the
+    /// least cost by the policy's model, ties direct first, then by name.
     pub fn pick(&self, device: &Device, smem_per_block: u32, call: &Call) -> std::result::Result<Pick, String> {
         self.bind(call)?;
         let policy = self.asks();

@@ -47,7 +47,7 @@ const WARMUP: usize = 2;
 const LOOK: usize = 3;
 const RUNS: usize = 7;
 const PRUNE: f64 = 2.0;
-/// Candidates the heuristic puts at more than SKIP times the fastest measured so far are not
+/// Candidates GEMM's cost model puts at more than SKIP times the fastest measured so far are not
 /// launched: CUDA-core kernels on large problems (estimated 20 to 25 times slower), whose first
 /// looks took minutes of the default set.
 const SKIP: f64 = 6.0;
@@ -162,7 +162,7 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
     let problems = problems(request.shapes, request.shapes_file)?;
     let dtypes = list(request.dtypes.unwrap_or("bf16"), "dtype", Dtype::parse)?;
     if let Some(eight_bit) = dtypes.iter().find(|d| d.size_bytes() == 1) {
-        return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are dispatched by the heuristic"));
+        return Err(format!("--dtypes {eight_bit}: tuning tables hold 16- and 32-bit GEMMs; 8-bit ones are picked by its cost model"));
     }
     let layouts = list(request.flag("layouts").unwrap_or("nn,nt,tn,tt"), "layout", Layout::parse)?;
     let mut epilogues: Vec<&str> =
@@ -299,7 +299,7 @@ fn work(
     }
 }
 
-/// The candidates for a problem, the heuristic's favourites first so that pruning bites early.
+/// The candidates for a problem, the cost model's favourites first so that pruning bites early.
 fn candidates(
     registry: &Registry,
     gpu: &Gpu,
@@ -397,7 +397,7 @@ fn measure<T: tilesmith_runtime::Element>(
         measured.push(Timed { variant: choice.kernel.name().to_string(), strategy: strategy.word(), ms, source });
     }
     if measured.is_empty() {
-        // Nothing to rank: the problem stays unmeasured, for the heuristic.
+        // Nothing to rank: the problem stays unmeasured, for the cost model.
         return Ok((None, counts));
     }
     let entry = FamilyEntry {
