@@ -1,11 +1,11 @@
-//! `tilesmith tune`: the arguments, and which tuner runs them: a plug-in's own for the family
-//! it dispatches (GEMM's, the default: `tilesmith_gemm::trials::tune`), else the generic
-//! tuner of any family's chooser (`tune_family`).
+//! `tilesmith tune`: the arguments, and which family's problems and timer the one tuning loop
+//! (`tilesmith_trials::tune::tune`) runs: a plug-in's for the family it has a policy for
+//! (GEMM's, the default: `tilesmith_gemm::trials::tune`), else the generic ones (`tune_family`).
 
 use crate::PLUGINS;
 use std::path::PathBuf;
 use tilesmith_runtime::Registry;
-use tilesmith_trials::tune::{self, TuneRequest, Tuner};
+use tilesmith_trials::tune::{TuneRequest, Tuner};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,7 +19,7 @@ pub struct Args {
     /// Tune the chooser of this family instead of GEMM's dispatcher (`gemm`, the default): its
     /// declared `trials.tune` problems (else `trials.bench`), or --shapes given as its
     /// quantities joined by `x`, into tuning/<family>/<GPU>-<SMs>sm.json. --layouts,
-    /// --epilogue, --shapes-file and --log are GEMM's.
+    /// --epilogue and --shapes-file are GEMM's.
     #[arg(long, value_name = "NAME")]
     family: Option<String>,
     /// Dtypes to tune, comma-separated (default: bf16 for GEMM, every dtype of the family with
@@ -52,8 +52,9 @@ pub struct Args {
     /// run, which skips what the table holds.
     #[arg(long, default_value_t = 10.0)]
     minutes: f64,
-    /// Append a line per problem measured to FILE: GPU, dtype, layout, problem, seconds taken,
-    /// candidates timed and not launched, the pick's speed relative to cuBLAS (above 1: faster).
+    /// Append a line per problem measured to FILE: GPU, problem, seconds taken, candidates
+    /// timed and not launched, the pick's speed relative to the baseline (GEMM: cuBLAS; any
+    /// other family: a copy of the bytes moved; above 1: faster).
     #[arg(long, value_name = "FILE")]
     log: Option<PathBuf>,
 }
@@ -66,9 +67,6 @@ fn tuner(family: Option<&str>) -> Option<&'static dyn Tuner> {
 /// Tunes on the kernels of `registry`, writing the tables into `--out`, else `default_out`.
 pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), String> {
     let out = args.out.clone().unwrap_or(default_out);
-    if !(args.minutes > 0.0 && args.minutes.is_finite()) {
-        return Err(format!("--minutes {} must be a number of minutes above 0", args.minutes));
-    }
     if let Some(tuner) = tuner(args.family.as_deref()) {
         let mut flags: Vec<(&str, &str)> = vec![("layouts", args.layouts.as_str())];
         flags.extend(args.epilogue.as_deref().map(|e| ("epilogue", e)));
@@ -86,21 +84,21 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
         return tuner.tune(registry, &request);
     }
     let family = args.family.as_deref().unwrap_or_default();
-    let plugin_only =
-        [("--epilogue", args.epilogue.is_some()), ("--shapes-file", args.shapes_file.is_some()), ("--log", args.log.is_some())];
+    let plugin_only = [("--epilogue", args.epilogue.is_some()), ("--shapes-file", args.shapes_file.is_some())];
     if let Some((flag, _)) = plugin_only.iter().find(|(_, given)| *given) {
         return Err(format!(
-            "{flag} is for tuning GEMM's dispatcher; --family {family} takes --shapes, --dtypes, --out, --fresh, --gpus and --minutes"
+            "{flag} is for tuning GEMM's policy; --family {family} takes --shapes, --dtypes, --out, --fresh, --gpus, --minutes and --log"
         ));
     }
     let options = crate::tune_family::Options {
         family,
         shapes: args.shapes.as_deref(),
         dtypes: args.dtypes.as_deref(),
-        out,
+        out: &out,
         fresh: args.fresh,
-        gpus: Box::new(|| tune::gpus(args.gpus.as_deref())),
-        deadline: tune::deadline(args.minutes),
+        gpus: args.gpus.as_deref(),
+        minutes: args.minutes,
+        log: args.log.as_deref(),
     };
     crate::tune_family::run(options, registry)
 }

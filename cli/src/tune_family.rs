@@ -1,18 +1,14 @@
-//! `tilesmith tune --family NAME`: for each dtype and problem (the family's `trials.tune`, else
-//! its `trials.bench`, or `--shapes`), times every variant that takes it beside a device copy
-//! of the bytes moved (whatever the family's bench baseline: a table's ratios are to a copy,
-//! which any family has), ranks them and writes the family's table for
-//! this GPU, `tuning/<family>/<GPU>-<SMs>sm.json`, after every problem. Problems are shared out
-//! among the GPUs of one kind; a second run skips what the table holds.
+//! `tilesmith tune --family NAME` for a family without a plug-in's tuner: for each dtype and
+//! problem (the family's `trials.tune`, else its `trials.bench`, or `--shapes`), times every
+//! variant that takes it beside a device copy of the bytes moved (whatever the family's bench
+//! baseline: a table's ratios are to a copy, which any family has), through the one tuning
+//! loop ([`tilesmith_trials::tune::tune`]), into `tuning/<family>/<GPU>-<SMs>sm.json`.
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::path::Path;
 use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Registry};
-use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
-use tilesmith_spec::tuning::Device;
+use tilesmith_spec::family_table::{self, Timed};
 use tilesmith_trials::declared::{self, Case, Shape};
+use tilesmith_trials::tune::{tune, Item, Measured, Run, Timer};
 
 /// What `tune --family` takes of `tune`'s arguments.
 pub struct Options<'a> {
@@ -21,20 +17,15 @@ pub struct Options<'a> {
     pub shapes: Option<&'a str>,
     /// Dtypes, comma-separated; none: every dtype the family has.
     pub dtypes: Option<&'a str>,
-    pub out: PathBuf,
+    pub out: &'a Path,
     pub fresh: bool,
-    /// The GPUs to tune on, asked for once the arguments are checked: bad arguments are
-    /// refused on a machine without a GPU too.
-    pub gpus: Box<dyn FnOnce() -> Result<Vec<usize>, String> + 'a>,
-    pub deadline: Instant,
+    pub gpus: Option<&'a str>,
+    pub minutes: f64,
+    pub log: Option<&'a Path>,
 }
-
-/// A family's kind of GPU: its table and the (dtype, problem) pairs left.
-type Kind = tilesmith_trials::tune::Kind<FamilyTable, (Dtype, Vec<u64>)>;
 
 pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
     let chooser = registry.family(options.family).map_err(|e| e.to_string())?;
-    let family = chooser.declaration();
     let problems = problems(chooser, options.shapes)?;
     let mut dtypes: Vec<Dtype> = chooser.kernels().iter().map(|k| k.variant().dtype).collect();
     dtypes.sort();
@@ -52,56 +43,16 @@ pub fn run(options: Options<'_>, registry: &Registry) -> Result<(), String> {
             .collect::<Result<_, _>>()?;
         dtypes = asked;
     }
-    let ordinals = (options.gpus)()?;
-    let devices: Vec<Device> =
-        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let compiler = chooser.kernels().first().map(|k| k.info().compiler.clone()).unwrap_or_default();
-    let mut kinds: Vec<Kind> = Vec::new();
-    for device in &devices {
-        if kinds.iter().any(|k| k.device.is(device)) {
-            continue;
+    let quantities = &chooser.declaration().quantities;
+    let mut items = Vec::new();
+    for &dtype in &dtypes {
+        for problem in &problems {
+            let label = format!("{} {dtype}", family_table::describe(quantities, problem));
+            items.push(Item { dtype, class: Default::default(), batch: 1, problem: problem.clone(), label, what: () });
         }
-        let path = FamilyTable::path(&options.out, options.family, device);
-        let mut table = match path.exists() {
-            true => FamilyTable::read(&path)?,
-            false => FamilyTable::new(options.family, device.clone(), compiler.clone(), family.quantities.clone()),
-        };
-        if !table.device.is(device) || table.quantities != family.quantities {
-            return Err(format!(
-                "{} was measured on {} over {:?}: move it aside or pass another --out",
-                path.display(),
-                table.device,
-                table.quantities
-            ));
-        }
-        table.compiler = compiler.clone();
-        table.device.clocks = device.clocks;
-        let mut queue = VecDeque::new();
-        for &dtype in &dtypes {
-            for problem in &problems {
-                let held = table.entries.iter().any(|e| e.dtype == dtype && e.problem == *problem);
-                if options.fresh || !held {
-                    queue.push_back((dtype, problem.clone()));
-                }
-            }
-        }
-        println!(
-            "tuning {} of {} {} problems on {} into {}",
-            queue.len(),
-            problems.len() * dtypes.len(),
-            options.family,
-            device,
-            path.display()
-        );
-        kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
     }
-    let folder = options.out.join(options.family);
-    std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-    let worked = tilesmith_trials::tune::run_on_gpus(&ordinals, &devices, &kinds, |ordinal, kind| {
-        work(ordinal, kind, registry, chooser, options.deadline)
-    });
-    tilesmith_trials::tune::finish(&kinds, |table| table.entries.len())?;
-    worked
+    let run = Run { out: options.out, fresh: options.fresh, gpus: options.gpus, minutes: options.minutes, log: options.log };
+    tune(registry, options.family, &items, &Copied { registry, chooser }, &run)
 }
 
 /// The problems to measure: `--shapes`, else the declared `trials.tune`, else `trials.bench`.
@@ -141,35 +92,23 @@ fn problems(chooser: &Chooser, shapes: Option<&str>) -> Result<Vec<Vec<u64>>, St
     Ok(problems)
 }
 
-fn work(ordinal: usize, kind: &Kind, registry: &Registry, chooser: &Chooser, deadline: Instant) -> Result<(), String> {
-    let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
-    let quantities = chooser.declaration().quantities.clone();
-    loop {
-        if Instant::now() >= deadline {
-            return Ok(());
-        }
-        let Some((dtype, problem)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
-        let started = Instant::now();
-        let shape: Shape = quantities.iter().cloned().zip(problem.iter().copied()).collect();
-        let what = format!("{} {dtype}", family_table::describe(&quantities, &problem));
-        match measure(&gpu, registry, chooser, dtype, &shape)? {
-            Some((baseline_ms, timed)) => {
-                let ranked = family_table::rank(timed)?;
-                let worst = ranked.last().expect("one at least");
-                println!(
-                    "GPU {ordinal} {what}: {} variants in {:.1} s; best {}; worst {} {:.2}x",
-                    ranked.len(),
-                    started.elapsed().as_secs_f64(),
-                    best_per_call(registry, &ranked, baseline_ms),
-                    worst.variant,
-                    baseline_ms / worst.ms
-                );
-                let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
-                table.insert(FamilyEntry { dtype, class: Default::default(), problem, batch: 1, baseline_ms, ranked });
-                tilesmith_trials::tune::write(&kind.path, &*table)?;
-            }
-            None => println!("GPU {ordinal} {what}: no variant takes it"),
-        }
+/// The generic timer: every variant of the dtype that takes the problem (packed, as its
+/// leading-dimension rules allow), beside a copy of the bytes moved.
+struct Copied<'r> {
+    registry: &'r Registry,
+    chooser: &'r Chooser,
+}
+
+impl Timer<()> for Copied<'_> {
+    fn measure(&self, gpu: &Gpu, item: &Item<()>, _warn: &dyn Fn(String)) -> Result<Option<Measured>, String> {
+        let quantities = &self.chooser.declaration().quantities;
+        let shape: Shape = quantities.iter().cloned().zip(item.problem.iter().copied()).collect();
+        let measured = measure(gpu, self.registry, self.chooser, item.dtype, &shape)?;
+        Ok(measured.map(|(baseline_ms, timed)| Measured { baseline_ms, timed, skipped: 0 }))
+    }
+
+    fn best(&self, ranked: &[Timed], baseline_ms: f64) -> String {
+        best_per_call(self.registry, ranked, baseline_ms)
     }
 }
 

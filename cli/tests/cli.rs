@@ -1640,7 +1640,7 @@ fn tune_of_a_family_refuses_bad_arguments_without_a_gpu() {
     let out = tune(&["--family", "softmax", "--dtypes", "e4m3"]);
     assert!(out.contains("--dtypes e4m3: family softmax has no e4m3 variant"), "{out}");
     let out = tune(&["--family", "softmax", "--epilogue", "relu"]);
-    assert!(out.contains("--epilogue is for tuning GEMM's dispatcher"), "{out}");
+    assert!(out.contains("--epilogue is for tuning GEMM's policy"), "{out}");
 }
 
 /// A template states rules of its variant's calls in its launch contract; the manifest keeps

@@ -600,6 +600,11 @@ impl Chooser {
         Ok(Pick { way, reason, takers: ways.into_iter().map(|w| (w, None)).collect() })
     }
 
+    /// Checks a table of the family as its policy reads tables ([`Policy::check_table`]).
+    pub fn check_table(&self, table: &FamilyTable) -> std::result::Result<(), String> {
+        self.asks().check_table(table)
+    }
+
     /// A way's time on a call by the family's cost model ([`Policy::cost`]), in seconds.
     pub fn cost(&self, device: &Device, call: &Call, way: &Way) -> f64 {
         self.asks().cost(self, device, call, way)

@@ -1,43 +1,234 @@
-//! What every tuner shares (the generic family tuner in the CLI and a plug-in's own): a kind
-//! of GPU with its table and the problems left, the GPUs asked for, writing a table so that an
-//! interrupt leaves the old one, and the requests the CLI passes a plug-in's tuner and replay.
+//! The one tuning loop every family's tuner runs (the generic one in the CLI, a plug-in's
+//! own): for each kind of GPU its table and the problems it does not hold yet, shared out among
+//! the GPUs of that kind; each problem's candidates timed beside the family's baseline by the
+//! family's [`Timer`], ranked, and the table written after every problem (through a temporary
+//! file, so that an interrupt leaves the old one), until the problems or the time run out.
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::io::Write;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use tilesmith_runtime::Gpu;
+use tilesmith_runtime::{Dtype, Gpu, Registry};
+use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
 use tilesmith_spec::tuning::Device;
 
-/// One kind of GPU being tuned: its table (`T`), where it goes, and the problems (`P`) left;
-/// its GPUs' workers share them.
-pub struct Kind<T, P> {
-    pub device: Device,
-    pub path: PathBuf,
-    pub table: Mutex<T>,
-    pub queue: Mutex<VecDeque<P>>,
+/// A problem of a tuning run: where its entry goes in the family's table (dtype, class, batch
+/// and problem: the identity the chooser reads it by), how lines name it, and what the
+/// family's [`Timer`] needs to time it.
+#[derive(Clone, Debug)]
+pub struct Item<P> {
+    pub dtype: Dtype,
+    pub class: BTreeMap<String, String>,
+    pub batch: u64,
+    pub problem: Vec<u64>,
+    pub label: String,
+    pub what: P,
 }
 
-/// Writes each kind's table once the workers are done, saying how many entries it holds
-/// (`entries`) and how many problems are left for the next run.
-pub fn finish<T: serde::Serialize, P>(kinds: &[Kind<T, P>], entries: impl Fn(&T) -> usize) -> Result<(), String> {
-    for kind in kinds {
+impl<P> Item<P> {
+    fn identity(&self) -> (Dtype, &BTreeMap<String, String>, u64, &[u64]) {
+        (self.dtype, &self.class, self.batch, &self.problem)
+    }
+
+    fn held_in(&self, table: &FamilyTable) -> bool {
+        table.entries.iter().any(|e| (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity())
+    }
+}
+
+/// What a [`Timer`] measured of a problem.
+pub struct Measured {
+    /// The baseline's median milliseconds (a copy of the bytes moved, or a plug-in's library).
+    pub baseline_ms: f64,
+    /// Each candidate's that ran.
+    pub timed: Vec<Timed>,
+    /// Candidates not launched (estimated far behind the fastest timed).
+    pub skipped: usize,
+}
+
+/// Times a family's candidates for a problem beside its baseline: the generic families' (each
+/// variant that takes the problem, beside a copy of the bytes moved) or a plug-in's (GEMM's
+/// ways, direct and padded, beside cuBLAS).
+pub trait Timer<P>: Sync {
+    /// Runs on each GPU before its first problem.
+    fn warm(&self, _gpu: &Gpu) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The problem's timings, none where no candidate takes it or none ran; `warn` says why a
+    /// candidate was left out.
+    fn measure(&self, gpu: &Gpu, item: &Item<P>, warn: &dyn Fn(String)) -> Result<Option<Measured>, String>;
+
+    /// The fastest of a ranking as a line says it (`variant 1.20x the copy`).
+    fn best(&self, ranked: &[Timed], baseline_ms: f64) -> String {
+        ranked.first().map_or(String::new(), |t| format!("{} {:.2}x the baseline", t.variant, baseline_ms / t.ms))
+    }
+}
+
+/// How a run goes: where the tables go, whether problems a table holds are measured again, on
+/// which GPUs (`--gpus`), for how long, and the file a line per problem is appended to.
+pub struct Run<'a> {
+    pub out: &'a Path,
+    pub fresh: bool,
+    pub gpus: Option<&'a str>,
+    pub minutes: f64,
+    pub log: Option<&'a Path>,
+}
+
+/// Tunes `family` on this machine's GPUs: `items`, most wanted first, timed by `timer`, into
+/// `<out>/<family>/<GPU>-<SMs>sm.json`.
+pub fn tune<P: Clone + Send + Sync>(
+    registry: &Registry,
+    family: &str,
+    items: &[Item<P>],
+    timer: &dyn Timer<P>,
+    run: &Run<'_>,
+) -> Result<(), String> {
+    if !(run.minutes > 0.0 && run.minutes.is_finite()) {
+        return Err(format!("--minutes {} must be a number of minutes above 0", run.minutes));
+    }
+    let chooser = registry.family(family).map_err(|e| e.to_string())?;
+    let quantities = chooser.declaration().quantities.clone();
+    let deadline = Instant::now() + Duration::from_secs_f64(run.minutes * 60.0);
+    let ordinals = gpus(run.gpus)?;
+    let devices: Vec<Device> =
+        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let compiler = chooser.kernels().first().map(|k| k.info().compiler.clone()).unwrap_or_default();
+    let mut kinds: Vec<Kind<P>> = Vec::new();
+    for device in &devices {
+        if kinds.iter().any(|k| k.device.is(device)) {
+            continue;
+        }
+        let path = FamilyTable::path(run.out, family, device);
+        let mut table = match path.exists() {
+            true => FamilyTable::read(&path)?,
+            false => FamilyTable::new(family, device.clone(), compiler.clone(), quantities.clone()),
+        };
+        if !table.device.is(device) || table.quantities != quantities {
+            return Err(format!(
+                "{} was measured on {} over {:?}: move it aside or pass another --out",
+                path.display(),
+                table.device,
+                table.quantities
+            ));
+        }
+        chooser.check_table(&table).map_err(|rule| format!("{}: {rule}", path.display()))?;
+        table.compiler = compiler.clone();
+        table.device.clocks = device.clocks;
+        let mut queued = HashSet::new();
+        let queue: VecDeque<Item<P>> =
+            items.iter().filter(|item| (run.fresh || !item.held_in(&table)) && queued.insert(item.identity())).cloned().collect();
+        let gpus = devices.iter().filter(|d| d.is(device)).count();
+        println!("tuning {} of {} {family} problems on {gpus} {device} into {}", queue.len(), items.len(), path.display());
+        kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
+    }
+    std::fs::create_dir_all(run.out.join(family)).map_err(|e| format!("cannot create {}: {e}", run.out.join(family).display()))?;
+    let log = match run.log {
+        Some(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
+    let total: usize = kinds.iter().map(|k| k.queue.lock().map_or(0, |q| q.len())).sum();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
+    );
+    let worker = Worker { timer, bar: &bar, log: &log, deadline };
+    let worked = run_on_gpus(&ordinals, &devices, &kinds, |ordinal, kind| worker.work(ordinal, kind));
+    bar.finish_and_clear();
+    for kind in &kinds {
         let table = kind.table.lock().map_err(|_| "a tuning thread panicked holding the table".to_string())?;
         write(&kind.path, &*table)?;
         let left = kind.queue.lock().map_or(0, |q| q.len());
         let more = if left > 0 { format!("; {left} problems left for the next run (out of time)") } else { String::new() };
-        println!("{} entries in {}{more}", entries(&table), kind.path.display());
+        println!("{} entries in {}{more}", table.entries.len(), kind.path.display());
     }
-    Ok(())
+    worked
+}
+
+/// One kind of GPU being tuned: its table, where it goes, and the problems left; its GPUs'
+/// workers share them.
+struct Kind<P> {
+    device: Device,
+    path: std::path::PathBuf,
+    table: Mutex<FamilyTable>,
+    queue: Mutex<VecDeque<Item<P>>>,
+}
+
+/// What each GPU's worker shares.
+struct Worker<'a, P> {
+    timer: &'a dyn Timer<P>,
+    bar: &'a ProgressBar,
+    log: &'a Option<Mutex<std::fs::File>>,
+    deadline: Instant,
+}
+
+impl<P> Worker<'_, P> {
+    /// One GPU's share: its kind's problems one by one until none are left or time is up,
+    /// writing the table after each.
+    fn work(&self, ordinal: usize, kind: &Kind<P>) -> Result<(), String> {
+        let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
+        self.timer.warm(&gpu)?;
+        loop {
+            if Instant::now() >= self.deadline {
+                return Ok(());
+            }
+            let Some(item) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
+            self.bar.set_message(item.label.clone());
+            let started = Instant::now();
+            let warn = |what: String| self.say(format!("warning: {}: {what}", item.label));
+            let measured = self.timer.measure(&gpu, &item, &warn)?;
+            self.bar.inc(1);
+            let seconds = started.elapsed().as_secs_f64();
+            let Some(Measured { baseline_ms, timed, skipped }) = measured.filter(|m| !m.timed.is_empty()) else {
+                self.say(format!("GPU {ordinal} {}: no candidate takes it", item.label));
+                self.log_line(format!("GPU {ordinal}\t{}\t{seconds:.2} s\t0 timed\t0 not launched\tno candidate\n", item.label))?;
+                continue;
+            };
+            let ranked = family_table::rank(timed)?;
+            let count = ranked.len();
+            self.say(format!(
+                "GPU {ordinal} {}: {count} timed, {skipped} not launched, in {seconds:.1} s; best {}",
+                item.label,
+                self.timer.best(&ranked, baseline_ms)
+            ));
+            let pick = baseline_ms / ranked[0].ms;
+            self.log_line(format!(
+                "GPU {ordinal}\t{}\t{seconds:.2} s\t{count} timed\t{skipped} not launched\tpick {pick:.3}x the baseline\n",
+                item.label
+            ))?;
+            let entry = FamilyEntry { dtype: item.dtype, class: item.class, problem: item.problem, batch: item.batch, baseline_ms, ranked };
+            let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
+            table.insert(entry);
+            write(&kind.path, &*table)?;
+        }
+    }
+
+    /// A line above the progress bar, or, where it is hidden (output to a pipe or a file), on
+    /// standard output.
+    fn say(&self, line: String) {
+        if self.bar.is_hidden() {
+            println!("{line}");
+        } else {
+            self.bar.println(line);
+        }
+    }
+
+    fn log_line(&self, line: String) -> Result<(), String> {
+        let Some(log) = self.log else { return Ok(()) };
+        log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))
+    }
 }
 
 /// Runs `work` on each GPU of `ordinals` (whose devices are `devices`, in order), a thread each,
 /// with the kind of its device; the first error of any, once all have stopped.
-pub fn run_on_gpus<T: Send, P: Send>(
+fn run_on_gpus<P: Send + Sync>(
     ordinals: &[usize],
     devices: &[Device],
-    kinds: &[Kind<T, P>],
-    work: impl Fn(usize, &Kind<T, P>) -> Result<(), String> + Sync,
+    kinds: &[Kind<P>],
+    work: impl Fn(usize, &Kind<P>) -> Result<(), String> + Sync,
 ) -> Result<(), String> {
     let work = &work;
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
@@ -55,7 +246,7 @@ pub fn run_on_gpus<T: Send, P: Send>(
 }
 
 /// Writes a table through a temporary file, so that an interrupted write leaves the old one.
-pub fn write<T: serde::Serialize + ?Sized>(path: &Path, table: &T) -> Result<(), String> {
+fn write<T: serde::Serialize + ?Sized>(path: &Path, table: &T) -> Result<(), String> {
     let json = serde_json::to_string_pretty(table).map_err(|e| e.to_string())? + "\n";
     let temporary = path.with_extension("json.tmp");
     std::fs::write(&temporary, json).map_err(|e| format!("cannot write {}: {e}", temporary.display()))?;
@@ -82,11 +273,6 @@ pub fn gpus(list: Option<&str>) -> Result<Vec<usize>, String> {
         return Err(format!("--gpus must name each GPU once and at least one; got {:?}", list.unwrap_or("")));
     }
     Ok(ordinals)
-}
-
-/// How long a run may start problems for.
-pub fn deadline(minutes: f64) -> Instant {
-    Instant::now() + Duration::from_secs_f64(minutes * 60.0)
 }
 
 /// What `tilesmith tune` passes a plug-in's tuner.
@@ -118,8 +304,9 @@ impl TuneRequest<'_> {
     }
 }
 
-/// A plug-in's own tuner for its family, which `tilesmith tune --family` runs in place of the
-/// generic one: one that times a library beside, strategies, classes of its own.
+/// A plug-in's tuning of its family, which `tilesmith tune --family` runs in place of the
+/// generic one: its tuning set (problems, classes and flags of its own) and a [`Timer`] beside
+/// its library, run through [`tune`].
 pub trait Tuner: Sync {
     /// The family it tunes.
     fn family(&self) -> &'static str;

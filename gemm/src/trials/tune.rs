@@ -10,16 +10,12 @@ use crate::table::{self, Alignment, Strategy};
 use crate::trials::checks as trials;
 use crate::trials::timing::GemmCase;
 use crate::{dispatch, Activation, Choice, EpilogueArgs, GemmShape, Workspace};
-use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::io::Write;
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::Instant;
 use tilesmith_runtime::{Buffer, Dtype, Gpu, Kernel, Layout, Registry, Way};
-use tilesmith_spec::family_table::{self, FamilyEntry, FamilyTable, Timed};
-use tilesmith_spec::tuning::{self, Device};
-use tilesmith_trials::tune::{deadline, finish, gpus, run_on_gpus, write, Kind, TuneRequest};
+use tilesmith_spec::family_table::{self, Timed};
+use tilesmith_spec::tuning;
+use tilesmith_trials::tune::{tune, Item, Measured as Timings, Run, Timer, TuneRequest};
 use tilesmith_trials::with_element;
 
 /// The default tuning set, most wanted first (a run out of time keeps what it measured):
@@ -126,9 +122,6 @@ pub fn shape(problem: Problem, layout: Layout) -> GemmShape {
     GemmShape::tuned(problem.batch, problem.shape, layout, problem.odd_ld)
 }
 
-/// GEMM's kind: its table and problems in the three layouts' dtypes.
-type GemmKind = Kind<FamilyTable, (Problem, Dtype, Layout)>;
-
 /// The epilogue `--epilogue` names: an activation that variants of `epilogues` (the values
 /// the registry's GEMM variants have) apply, since calls with none take the plain entries.
 fn measured(word: Option<&str>, epilogues: &[&str]) -> Result<Measured, String> {
@@ -144,21 +137,15 @@ fn measured(word: Option<&str>, epilogues: &[&str]) -> Result<Measured, String> 
     Ok(Some((word.to_string(), activation)))
 }
 
-/// Where a line per measured problem goes, if anywhere.
-type Log = Option<Mutex<std::fs::File>>;
-
 /// The epilogue whose variants a run ranks, its `epilogue` value and activation; `None`: the
 /// plain GEMMs.
 type Measured = Option<(String, Activation)>;
 
-/// Tunes GEMM's dispatcher on the kernels of `registry`, writing each GPU's table into
-/// `request.out` (`gemm/<GPU>-<SMs>sm.json`). Its own flags: `layouts` (default all four),
-/// `epilogue` (an activation whose variants get entries of their own).
+/// Tunes GEMM's policy on the kernels of `registry` through the one tuning loop
+/// ([`tilesmith_trials::tune::tune`]), writing each GPU's table into `request.out`
+/// (`gemm/<GPU>-<SMs>sm.json`). Its own flags: `layouts` (default all four), `epilogue` (an
+/// activation whose variants get entries of their own).
 pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String> {
-    if !(request.minutes > 0.0 && request.minutes.is_finite()) {
-        return Err(format!("--minutes {} must be a number of minutes above 0", request.minutes));
-    }
-    let out = request.out;
     let problems = problems(request.shapes, request.shapes_file)?;
     let dtypes = list(request.dtypes.unwrap_or("bf16"), "dtype", Dtype::parse)?;
     if let Some(eight_bit) = dtypes.iter().find(|d| d.size_bytes() == 1) {
@@ -170,78 +157,20 @@ pub fn run(registry: &Registry, request: &TuneRequest<'_>) -> Result<(), String>
     epilogues.sort();
     epilogues.dedup();
     let epilogue = measured(request.flag("epilogue"), &epilogues)?;
-    let deadline = deadline(request.minutes);
-    let ordinals = gpus(request.gpus)?;
-    let devices: Vec<Device> =
-        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
-    let compiler = registry.kernels().next().map(|k| k.info().compiler.clone()).unwrap_or_default();
-    let folder = out.join(table::FAMILY);
-    std::fs::create_dir_all(&folder).map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
-
-    let mut kinds: Vec<GemmKind> = Vec::new();
-    for device in &devices {
-        if kinds.iter().any(|k| k.device.is(device)) {
-            continue;
-        }
-        let path = FamilyTable::path(out, table::FAMILY, device);
-        let mut table = match path.exists() {
-            true => FamilyTable::read(&path).and_then(|t| table::check_table(&t).map(|()| t))?,
-            false => table::new_table(device.clone(), compiler.clone()),
-        };
-        if !table.device.is(device) {
-            return Err(format!(
-                "{} was measured on {:?}, this is {:?}: move it aside or pass another --out",
-                path.display(),
-                table.device,
-                device
-            ));
-        }
-        table.compiler = compiler.clone();
-        table.device.clocks = device.clocks;
-        let mut queue = VecDeque::new();
-        let mut queued = HashSet::new();
-        let mut skipped = 0;
-        for &problem in &problems {
-            for &dtype in &dtypes {
-                for &layout in &layouts {
-                    let (class, batch, dims) = identity(problem, dtype, layout, &epilogue);
-                    let held = table.entries.iter().any(|e| e.dtype == dtype && e.class == class && e.batch == batch && e.problem == dims);
-                    if !request.fresh && held {
-                        skipped += 1;
-                    } else if queued.insert((dtype, class, batch, dims)) {
-                        queue.push_back((problem, dtype, layout));
-                    }
-                }
+    let mut items = Vec::new();
+    for &problem in &problems {
+        for &dtype in &dtypes {
+            for &layout in &layouts {
+                let (class, batch, dims) = identity(problem, dtype, layout, &epilogue);
+                let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
+                let odd = if problem.odd_ld { " odd ld" } else { "" };
+                let label = format!("{dtype} {layout} {}{odd}{with}", table::describe(batch, &dims));
+                items.push(Item { dtype, class, batch, problem: dims, label, what: (problem, layout) });
             }
         }
-        let gpus = devices.iter().filter(|d| d.is(device)).count();
-        println!(
-            "tuning {} of {} problems ({} dtypes x {} layouts each; {skipped} already measured) on {gpus} {} ({} SMs) into {}",
-            queue.len(),
-            problems.len() * dtypes.len() * layouts.len(),
-            dtypes.len(),
-            layouts.len(),
-            device.name,
-            device.sms,
-            path.display()
-        );
-        kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
     }
-    let log: Log = match request.log {
-        Some(path) => Some(Mutex::new(
-            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?,
-        )),
-        None => None,
-    };
-    let total: usize = kinds.iter().map(|k| k.queue.lock().map_or(0, |q| q.len())).sum();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} problems, {elapsed} elapsed, ~{eta} left  {msg}").map_err(|e| e.to_string())?,
-    );
-    let worked = run_on_gpus(&ordinals, &devices, &kinds, |ordinal, kind| work(ordinal, kind, registry, &bar, &log, &epilogue, deadline));
-    bar.finish_and_clear();
-    finish(&kinds, |table| table.entries.len())?;
-    worked
+    let run = Run { out: request.out, fresh: request.fresh, gpus: request.gpus, minutes: request.minutes, log: request.log };
+    tune(registry, table::FAMILY, &items, &GemmTimer { registry, epilogue }, &run)
 }
 
 /// The entry a problem makes, its class, batch and [M, N, K]: as the dispatcher sees the call
@@ -254,48 +183,27 @@ fn identity(problem: Problem, dtype: Dtype, layout: Layout, epilogue: &Measured)
     (class, shape.batch.count as u64, [shape.m, shape.n, shape.k].map(|d| d as u64).to_vec())
 }
 
-/// One GPU's share: takes its kind's problems one by one until none are left or time is up,
-/// writing the table after each.
-fn work(
-    ordinal: usize,
-    kind: &GemmKind,
-    registry: &Registry,
-    bar: &ProgressBar,
-    log: &Log,
-    epilogue: &Measured,
-    deadline: Instant,
-) -> Result<(), String> {
-    let gpu = Gpu::new(ordinal).map_err(|e| e.to_string())?;
-    GemmCase::<half::bf16>::new(&gpu, GemmShape::packed(4096, 4096, 4096, Layout::Tn), 0.0)?.time_cublas_runs(&gpu, WARM_GPU, 1)?;
-    loop {
-        if Instant::now() >= deadline {
-            return Ok(());
-        }
-        let Some((problem, dtype, layout)) = kind.queue.lock().map_err(|_| "the queue was poisoned")?.pop_front() else { return Ok(()) };
+/// GEMM's timer: each problem's ways (GEMM's policy's, by its cost model) beside cuBLAS.
+struct GemmTimer<'r> {
+    registry: &'r Registry,
+    epilogue: Measured,
+}
+
+impl Timer<(Problem, Layout)> for GemmTimer<'_> {
+    /// cuBLAS launches on a 4096³ bf16 problem, so that the GPU has left its idle clocks.
+    fn warm(&self, gpu: &Gpu) -> Result<(), String> {
+        GemmCase::<half::bf16>::new(gpu, GemmShape::packed(4096, 4096, 4096, Layout::Tn), 0.0)?.time_cublas_runs(gpu, WARM_GPU, 1).map(drop)
+    }
+
+    fn measure(&self, gpu: &Gpu, item: &Item<(Problem, Layout)>, warn: &dyn Fn(String)) -> Result<Option<Timings>, String> {
+        let (problem, layout) = item.what;
         let shape = shape(problem, layout);
-        let (class, batch, dims) = identity(problem, dtype, layout, epilogue);
-        let with = epilogue.as_ref().map(|(word, _)| format!(" with {word}")).unwrap_or_default();
-        let name = format!("{dtype} {layout} {}{}{with}", table::describe(batch, &dims), if problem.odd_ld { " odd ld" } else { "" });
-        bar.set_message(name.clone());
-        let start = Instant::now();
-        let (entry, counts) = with_element!(dtype, T => measure::<T>(&gpu, registry, bar, dtype, shape, class, epilogue))?;
-        bar.inc(1);
-        if let Some(log) = log {
-            let pick = entry.as_ref().and_then(|e| Some(e.ratio(e.ranked.first()?)));
-            let line = format!(
-                "GPU {ordinal}\t{name}\t{:.2} s\t{} timed\t{} not launched\t{}\n",
-                start.elapsed().as_secs_f64(),
-                counts.timed,
-                counts.skipped,
-                pick.map_or("no candidate".into(), |r| format!("pick {r:.3}x cuBLAS")),
-            );
-            log.lock().map_err(|_| "the log was poisoned")?.write_all(line.as_bytes()).map_err(|e| format!("writing the log: {e}"))?;
-        }
-        if let Some(entry) = entry {
-            let mut table = kind.table.lock().map_err(|_| "the table was poisoned")?;
-            table.insert(entry);
-            write(&kind.path, &*table)?;
-        }
+        with_element!(item.dtype, T => measure::<T>(gpu, self.registry, item.dtype, shape, &self.epilogue, warn))
+    }
+
+    fn best(&self, ranked: &[Timed], baseline_ms: f64) -> String {
+        let label = |t: &Timed| t.strategy.as_ref().map_or(t.variant.clone(), |s| format!("{s}({})", t.variant));
+        ranked.first().map_or(String::new(), |t| format!("{} {:.2}x cuBLAS", label(t), baseline_ms / t.ms))
     }
 }
 
@@ -327,27 +235,22 @@ fn candidates(
     (ranked.into_iter().map(|(seconds, way)| (seconds, way.kernel.clone(), strategy(&way))).collect(), transpose.cloned())
 }
 
-/// How many of a problem's candidates were timed, and how many not launched (see SKIP).
-#[derive(Default)]
-struct Counts {
-    timed: usize,
-    skipped: usize,
-}
-
+/// The problem's ways, timed beside cuBLAS: each ranked by a first look, and measured in full
+/// where that look is within PRUNE of the fastest so far; those the cost model puts past SKIP
+/// times the fastest are not launched.
 fn measure<T: tilesmith_runtime::Element>(
     gpu: &Gpu,
     registry: &Registry,
-    bar: &ProgressBar,
     dtype: Dtype,
     shape: GemmShape,
-    class: BTreeMap<String, String>,
     epilogue: &Measured,
-) -> Result<(Option<FamilyEntry>, Counts), String> {
+    warn: &dyn Fn(String),
+) -> Result<Option<Timings>, String> {
     let (candidates, transpose) = candidates(registry, gpu, dtype, &shape, epilogue);
-    let mut counts = Counts::default();
     if candidates.is_empty() {
-        return Ok((None, counts));
+        return Ok(None);
     }
+    let mut skipped = 0;
     let mut case = GemmCase::<T>::new(gpu, shape, trials::dispatch_tolerance(registry, [dtype; 3], &shape)?)?;
     // cuBLAS's plain GEMM stays the ratio's baseline; the candidates add a bias and activate.
     let cublas_ms = case.time_cublas_runs(gpu, WARMUP, RUNS)?;
@@ -364,12 +267,11 @@ fn measure<T: tilesmith_runtime::Element>(
     let mut best = f64::INFINITY;
     for (estimate, kernel, strategy) in candidates {
         if estimate * 1e3 > SKIP * best {
-            counts.skipped += 1;
+            skipped += 1;
             continue;
         }
-        counts.timed += 1;
         let choice = Choice::forced(kernel, strategy, transpose.clone());
-        let warn = |what: String| bar.println(format!("warning: {} on {problem}: {what}", choice.label()));
+        let warn = |what: String| warn(format!("{}: {what}", choice.label()));
         let first = match case.time_choice(gpu, &choice, &mut workspace, 1, LOOK) {
             Ok(ms) => ms,
             Err(err) => {
@@ -396,24 +298,14 @@ fn measure<T: tilesmith_runtime::Element>(
         let source = family_table::stamp(&choice.kernel.info().entry.source_sha256);
         measured.push(Timed { variant: choice.kernel.name().to_string(), strategy: strategy.word(), ms, source });
     }
-    if measured.is_empty() {
-        // Nothing to rank: the problem stays unmeasured, for the cost model.
-        return Ok((None, counts));
-    }
-    let entry = FamilyEntry {
-        dtype,
-        class,
-        problem: [shape.m, shape.n, shape.k].map(|d| d as u64).to_vec(),
-        batch: shape.batch.count as u64,
-        baseline_ms: cublas_ms,
-        ranked: family_table::rank(measured)?,
-    };
-    Ok((Some(entry), counts))
+    // Nothing timed: the problem stays unmeasured, for the cost model.
+    Ok(Some(Timings { baseline_ms: cublas_ms, timed: measured, skipped }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn four_sizes_are_a_batch_and_bad_problems_are_refused() {
