@@ -239,6 +239,11 @@ struct Compile {
     /// fatbin compiled there (shared by builds and projects; sccache's counterpart on one machine).
     #[arg(long, value_name = "DIR", env = compile::CACHE_VAR)]
     cache: Option<PathBuf>,
+    /// Time each compile's phases (front end, ptxas, fatbinary: nvcc's `--time`) and report
+    /// them per family, with the slowest variants and the fatbins' sizes; every variant's in
+    /// target/tilesmith-timings/build.json. Compiles taken from the cache are not timed.
+    #[arg(long)]
+    timings: bool,
 }
 
 impl Compile {
@@ -250,6 +255,7 @@ impl Compile {
             cache: self.cache.clone(),
             table_checks: TABLE_CHECKS.to_vec(),
             references: true,
+            timings: self.timings,
         }
     }
 }

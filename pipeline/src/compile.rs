@@ -6,6 +6,7 @@ use crate::project::{self, sha256_hex, temporary_sibling, write_atomic, Project}
 use crate::registry::RegistryDir;
 use crate::render::Renderer;
 use crate::select::Selection;
+use crate::timings::Timing;
 use crate::toolchain::Nvcc;
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -15,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tilesmith_spec::family_table::FamilyTable;
 use tilesmith_spec::files::{self, MAX_BINARY_BYTES, MAX_TEXT_BYTES};
 use tilesmith_spec::manifest::{self, fatbin_file, MANIFEST_FILE};
@@ -107,6 +108,9 @@ impl Cache {
     }
 }
 
+/// Where `build --timings` writes every variant's timing, under the project.
+pub const TIMINGS_FILE: &str = "target/tilesmith-timings/build.json";
+
 /// The environment variable naming a program to run nvcc through, as `--launcher` does.
 pub const LAUNCHER_VAR: &str = "TILESMITH_NVCC_LAUNCHER";
 
@@ -127,6 +131,9 @@ pub struct Options {
     /// build, whose partial registry `test` and `bench` then check; a crate's build.rs embeds
     /// only what it names.
     pub references: bool,
+    /// Time each compile's phases (nvcc's `--time`) and report them per variant and family
+    /// ([`crate::timings`]).
+    pub timings: bool,
 }
 
 /// A plug-in's check of the tables it reads (of their classes and strategies), passed every
@@ -143,6 +150,7 @@ impl Options {
             cache: std::env::var_os(CACHE_VAR).filter(|v| !v.is_empty()).map(PathBuf::from),
             table_checks: Vec::new(),
             references: false,
+            timings: false,
         }
     }
 }
@@ -256,8 +264,14 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         cache: cache.as_ref(),
         cached: AtomicUsize::new(0),
         renderer: OnceLock::new(),
+        // nvcc's `--time` would reach the launcher, which caches by its flags.
+        timings: (options.timings && options.launcher.is_empty()).then(Mutex::default),
     };
+    if options.timings && !options.launcher.is_empty() {
+        eprintln!("--timings: compiles through a launcher are not timed (nvcc's --time would change what it caches by)");
+    }
     let done = Mutex::new(&mut records);
+    let cpu_before = crate::timings::children_cpu_s();
     let outcomes = compile_all(&compiler, &registry, &queue, options.jobs, |job, resources| {
         // Recorded as soon as it is made, so that an interrupted build keeps it.
         let built = registry.record(&job.entry, &job.hash, resources, &nvcc.version)?;
@@ -314,6 +328,13 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
 
     if let Some(index) = &index {
         report(index, manifest, selection);
+    }
+    if let Some(timings) = compiler.timings.as_ref().map(|t| t.lock().unwrap_or_else(|p| p.into_inner())) {
+        let cpu_s = crate::timings::children_cpu_s() - cpu_before;
+        match crate::timings::report(&timings, cpu_s, &project.root.join(TIMINGS_FILE)) {
+            Ok(text) => eprint!("{text}"),
+            Err(err) => also.push(err),
+        }
     }
     let cached = match compiler.cached.load(Ordering::Relaxed) {
         0 => String::new(),
@@ -494,6 +515,8 @@ struct Compiler<'a> {
     cached: AtomicUsize,
     /// Loaded on the first compile error, to point it at its template line.
     renderer: OnceLock<Option<Renderer>>,
+    /// Each compile's phases, where `--timings` asks for them.
+    timings: Option<Mutex<Vec<Timing>>>,
 }
 
 /// Compiles every job on `jobs` threads, handing each fatbin that passed its checks to
@@ -518,34 +541,77 @@ fn compile_all(
     let next = AtomicUsize::new(0);
     let stopped = AtomicBool::new(false);
     let running = Mutex::new(BTreeSet::new());
+    let (done, failed, over) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicBool::new(false));
     std::thread::scope(|scope| {
-        for _ in 0..jobs.min(queue.len()) {
-            scope.spawn(|| loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(job) = queue.get(index) else { break };
-                let outcome = if stopped.load(Ordering::Relaxed) {
-                    Err(Failure { own: false, message: "not compiled: the build stopped at the compiler's first failure to start".into() })
-                } else {
-                    let name = job.entry.variant.name.clone();
-                    show_running(&bar, &running, |set| set.insert(name.clone()));
-                    let outcome = compiler.compile(registry, job).and_then(|resources| {
-                        finished(job, resources.clone()).map(|()| resources).map_err(|message| Failure { own: false, message })
-                    });
-                    show_running(&bar, &running, |set| set.remove(&name));
-                    outcome
-                };
-                if let Err(Failure { message, .. }) = &outcome {
-                    if message.starts_with(CANNOT_START) {
-                        stopped.store(true, Ordering::Relaxed);
+        // Where the bar is hidden (standard error not a terminal: CI logs, build.rs), a line
+        // every PIPE_EVERY instead of an hour of silence.
+        if bar.is_hidden() {
+            scope.spawn(|| pipe_progress(queue.len(), &done, &failed, &over));
+        }
+        let workers: Vec<_> = (0..jobs.min(queue.len()))
+            .map(|_| {
+                scope.spawn(|| loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = queue.get(index) else { break };
+                    let outcome = if stopped.load(Ordering::Relaxed) {
+                        Err(Failure {
+                            own: false,
+                            message: "not compiled: the build stopped at the compiler's first failure to start".into(),
+                        })
+                    } else {
+                        let name = job.entry.variant.name.clone();
+                        show_running(&bar, &running, |set| set.insert(name.clone()));
+                        let outcome = compiler.compile(registry, job).and_then(|resources| {
+                            finished(job, resources.clone()).map(|()| resources).map_err(|message| Failure { own: false, message })
+                        });
+                        show_running(&bar, &running, |set| set.remove(&name));
+                        outcome
+                    };
+                    if let Err(Failure { message, .. }) = &outcome {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        if message.starts_with(CANNOT_START) {
+                            stopped.store(true, Ordering::Relaxed);
+                        }
                     }
-                }
-                *results[index].lock().expect("result slot") = Some(outcome);
-                bar.inc(1);
-            });
+                    *results[index].lock().expect("result slot") = Some(outcome);
+                    bar.inc(1);
+                    done.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        // The reporter stops once the workers have, a panicking one included.
+        let panicked = workers.into_iter().filter_map(|w| w.join().err()).next();
+        over.store(true, Ordering::Relaxed);
+        if let Some(panic) = panicked {
+            std::panic::resume_unwind(panic);
         }
     });
     bar.finish_and_clear();
     results.into_iter().map(|slot| slot.into_inner().expect("result slot").expect("every job ran")).collect()
+}
+
+/// How often a build whose progress bar is hidden says how far it is.
+const PIPE_EVERY: Duration = Duration::from_secs(10);
+
+/// Says every [`PIPE_EVERY`], on standard error, how many of `total` compiles are done and
+/// failed, and the time left at the rate so far; returns once `over`.
+fn pipe_progress(total: usize, done: &AtomicUsize, failed: &AtomicUsize, over: &AtomicBool) {
+    let started = Instant::now();
+    let mut said = Instant::now();
+    while !over.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        let finished = done.load(Ordering::Relaxed);
+        if said.elapsed() >= PIPE_EVERY {
+            said = Instant::now();
+            let elapsed = started.elapsed().as_secs_f64();
+            let left = if finished == 0 {
+                "unknown".to_string()
+            } else {
+                format!("~{:.0} s", elapsed / finished as f64 * total.saturating_sub(finished) as f64)
+            };
+            eprintln!("compiling: {finished}/{total} done, {} failed, {elapsed:.0} s elapsed, {left} left", failed.load(Ordering::Relaxed));
+        }
+    }
 }
 
 /// How a failure to start the compiler begins, which stops the build.
@@ -601,7 +667,15 @@ impl Compiler<'_> {
         // the private folder (a variant's name and a fixed suffix), never the project's path,
         // which may hold `$`, quotes or spaces.
         let relative_output = format!("{}.out.tmp", job.entry.variant.name);
+        // The phases' table goes beside it; the flag is not hashed (it changes no code).
+        let time_table = format!("{}.time.csv", job.entry.variant.name);
+        if self.timings.is_some() {
+            let _ = std::fs::remove_file(private.join(&time_table));
+            command.arg("--time").arg(&time_table);
+        }
+        let began = Instant::now();
         let output = command.current_dir(private).args(&flags).arg("-o").arg(&relative_output).arg(&job.entry.source).output();
+        let wall_s = began.elapsed().as_secs_f64();
         let output = output.and_then(|output| {
             let written = private.join(&relative_output);
             if written.exists() {
@@ -653,6 +727,22 @@ impl Compiler<'_> {
             if let Err(problem) = cache.store(&job.hash, &staging, &resources) {
                 eprintln!("warning: {problem}");
             }
+        }
+        if let Some(timings) = &self.timings {
+            let table = std::fs::read_to_string(private.join(&time_table)).unwrap_or_default();
+            let _ = std::fs::remove_file(private.join(&time_table));
+            let [front_end_s, ptxas_s, fatbinary_s, other_s] = crate::timings::parse(&table).unwrap_or([0.0, 0.0, 0.0, wall_s]);
+            let timing = Timing {
+                variant: job.entry.variant.name.clone(),
+                family: job.entry.variant.family.clone(),
+                front_end_s,
+                ptxas_s,
+                fatbinary_s,
+                other_s,
+                wall_s,
+                fatbin_bytes: staging.metadata().map_or(0, |m| m.len()),
+            };
+            timings.lock().unwrap_or_else(|p| p.into_inner()).push(timing);
         }
         if let Err(err) = std::fs::rename(&staging, &target) {
             let _ = std::fs::remove_file(&staging);

@@ -12,6 +12,7 @@ mod registry;
 mod render;
 pub mod script;
 pub mod select;
+pub mod timings;
 pub mod toolchain;
 
 pub use project::Project;
