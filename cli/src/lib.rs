@@ -244,6 +244,11 @@ struct Compile {
     /// target/tilesmith-timings/build.json. Compiles taken from the cache are not timed.
     #[arg(long)]
     timings: bool,
+    /// Build for these GPU architectures only, comma-separated (`sm_90`; it names `sm_90a`
+    /// too): each variant's SASS for those of its targets, its PTX raised to the lowest of
+    /// them; variants whose backends target none are not built.
+    #[arg(long, value_name = "LIST", env = compile::ARCH_VAR)]
+    arch: Option<String>,
 }
 
 impl Compile {
@@ -256,6 +261,7 @@ impl Compile {
             table_checks: TABLE_CHECKS.to_vec(),
             references: true,
             timings: self.timings,
+            arch: self.arch.as_deref().map(compile::split_arch),
         }
     }
 }

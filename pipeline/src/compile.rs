@@ -108,6 +108,40 @@ impl Cache {
     }
 }
 
+/// The environment variable naming the architectures to build for, as `--arch` does.
+pub const ARCH_VAR: &str = "TILESMITH_ARCH";
+
+/// An architecture list as `--arch` takes it: comma-separated.
+pub fn split_arch(list: &str) -> Vec<String> {
+    list.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
+}
+
+/// Checks an `--arch` list: each a SASS target tilesmith knows, at least one.
+fn check_arch(list: &[String]) -> Result<()> {
+    let known: Vec<&str> = arch::known_sass().collect();
+    if list.is_empty() {
+        bail!("--arch names no architecture: a comma-separated list of {}", known.join(", "));
+    }
+    if let Some(bad) = list.iter().find(|a| !known.contains(&a.as_str())) {
+        bail!("--arch {bad}: not an architecture tilesmith knows ({})", known.join(", "));
+    }
+    Ok(())
+}
+
+/// `entry`'s targets for the architectures of `list` ([`Options::arch`]); none where its
+/// backend targets none of them.
+fn narrowed(entry: &Entry, list: &[String]) -> Option<Entry> {
+    let wanted = |sass: &String| list.iter().any(|a| sass == a || sass.strip_suffix('a') == Some(a.as_str()));
+    let sass: Vec<String> = entry.targets.sass.iter().filter(|s| wanted(s)).cloned().collect();
+    let lowest = sass.iter().min_by_key(|s| arch::compute_capability(s))?;
+    let mut entry = entry.clone();
+    if arch::compute_capability(&entry.targets.ptx) < arch::compute_capability(lowest) {
+        entry.targets.ptx = lowest.replacen("sm_", "compute_", 1);
+    }
+    entry.targets.sass = sass;
+    Some(entry)
+}
+
 /// Where `build --timings` writes every variant's timing, under the project.
 pub const TIMINGS_FILE: &str = "target/tilesmith-timings/build.json";
 
@@ -134,6 +168,10 @@ pub struct Options {
     /// Time each compile's phases (nvcc's `--time`) and report them per variant and family
     /// ([`crate::timings`]).
     pub timings: bool,
+    /// Build for these GPU architectures only (`sm_90`; one names its `a` variant too): each
+    /// variant's SASS targets narrowed to them, its PTX raised to the lowest kept where it was
+    /// older (one front end fewer); a variant with none of them is not built.
+    pub arch: Option<Vec<String>>,
 }
 
 /// A plug-in's check of the tables it reads (of their classes and strategies), passed every
@@ -151,6 +189,7 @@ impl Options {
             table_checks: Vec::new(),
             references: false,
             timings: false,
+            arch: std::env::var(ARCH_VAR).ok().filter(|v| !v.trim().is_empty()).map(|v| split_arch(&v)),
         }
     }
 }
@@ -213,6 +252,9 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         }
     }
 
+    if let Some(list) = &options.arch {
+        check_arch(list)?;
+    }
     let registry = RegistryDir::lock(project)?;
     registry.check_index(options.repair)?;
     let generated = read_generated(project, selection, &registry, options.references)?;
@@ -221,7 +263,18 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let mut queue = Vec::new();
     let mut failures: Vec<(String, Failure)> =
         generated.stale.into_iter().map(|(name, message)| (name, Failure { own: false, message })).collect();
+    let mut elsewhere = Vec::new();
     for (entry, source) in generated.sources {
+        let entry = match &options.arch {
+            Some(list) => match narrowed(&entry, list) {
+                Some(entry) => entry,
+                None => {
+                    elsewhere.push(entry.variant.name.clone());
+                    continue;
+                }
+            },
+            None => entry,
+        };
         let flags = flags(&entry);
         let hash = content_hash(&source, &flags, &nvcc.version);
         if !records.get(&entry.variant.name).is_some_and(|built| built.hash == hash && built.entry == entry) {
@@ -229,8 +282,12 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         }
     }
     let selected = manifest.variants.iter().filter(|e| selection.matches(&e.variant.name)).count();
-    let pending: BTreeSet<&str> =
-        queue.iter().map(|j| j.entry.variant.name.as_str()).chain(failures.iter().map(|(name, _)| name.as_str())).collect();
+    let pending: BTreeSet<&str> = queue
+        .iter()
+        .map(|j| j.entry.variant.name.as_str())
+        .chain(failures.iter().map(|(name, _)| name.as_str()))
+        .chain(elsewhere.iter().map(String::as_str))
+        .collect();
     let up_to_date =
         manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) && !pending.contains(e.variant.name.as_str())).count();
     let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
@@ -245,6 +302,14 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     );
     if !generated.references.is_empty() {
         eprintln!("with the reference variant(s) that check them: {}", generated.references.join(", "));
+    }
+    if let Some(list) = &options.arch {
+        eprintln!("for {} only (--arch): each variant's code for those of its architectures", list.join(", "));
+        if !elsewhere.is_empty() {
+            let shown = elsewhere.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+            let more = if elsewhere.len() > 4 { format!(" and {} more", elsewhere.len() - 4) } else { String::new() };
+            eprintln!("not built, their backends targeting none of them: {shown}{more}");
+        }
     }
 
     if let Some(dir) = &options.cache {
@@ -412,7 +477,12 @@ fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
         .variants
         .iter()
         .filter(|b| !selection.matches(&b.entry.variant.name))
-        .filter(|b| current.get(b.entry.variant.name.as_str()).is_some_and(|e| **e != b.entry))
+        // A build for some architectures (`--arch`) records the entry narrowed to them.
+        .filter(|b| {
+            current
+                .get(b.entry.variant.name.as_str())
+                .is_some_and(|e| **e != b.entry && narrowed(e, &b.entry.targets.sass).as_ref() != Some(&b.entry))
+        })
         .map(|b| b.entry.variant.name.as_str())
         .collect();
     if !older.is_empty() {
@@ -1117,5 +1187,41 @@ ptxas info    : Used 96 registers, used 1 barriers
         assert_ne!(base, content_hash(b"src2", &flags, "13.0"));
         assert_ne!(base, content_hash(b"src", &["-O2".to_string()], "13.0"));
         assert_ne!(base, content_hash(b"src", &flags, "13.1"));
+    }
+
+    /// The shipped entry of this name.
+    fn shipped(name: &str) -> Entry {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+        let manifest: Manifest = manifest::read(&path).unwrap();
+        manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap()
+    }
+
+    #[test]
+    fn arch_narrows_targets_and_raises_the_ptx() {
+        let block = shipped("layernorm_w4");
+        assert_eq!(
+            (block.targets.sass.clone(), block.targets.ptx.as_str()),
+            (vec!["sm_80".to_string(), "sm_90".to_string()], "compute_80")
+        );
+        let hopper = narrowed(&block, &["sm_90".into()]).unwrap();
+        assert_eq!((hopper.targets.sass, hopper.targets.ptx.as_str()), (vec!["sm_90".to_string()], "compute_90"));
+        let ampere = narrowed(&block, &["sm_80".into(), "sm_120".into()]).unwrap();
+        assert_eq!((ampere.targets.sass, ampere.targets.ptx.as_str()), (vec!["sm_80".to_string()], "compute_80"));
+        // sm_90 names sm_90a; a backend for sm_90a only has nothing for sm_80.
+        let wgmma = shipped("gemm_tn_128x256x64_wgmma_w12");
+        assert_eq!(narrowed(&wgmma, &["sm_90".into()]).as_ref(), Some(&wgmma));
+        assert_eq!(narrowed(&wgmma, &["sm_80".into()]), None);
+        // One -gencode fewer: SASS for sm_90 from the compute_90 PTX, one front end.
+        assert_eq!(narrowed(&block, &["sm_90".into()]).map(|e| flags(&e).len()), Some(flags(&block).len() - 1));
+    }
+
+    #[test]
+    fn arch_lists_name_known_architectures() {
+        assert!(check_arch(&split_arch("sm_90, sm_80")).is_ok());
+        assert!(check_arch(&split_arch("sm_91"))
+            .unwrap_err()
+            .to_string()
+            .starts_with("--arch sm_91: not an architecture tilesmith knows (sm_80"));
+        assert!(check_arch(&split_arch(" , ")).unwrap_err().to_string().starts_with("--arch names no architecture"));
     }
 }
