@@ -1208,9 +1208,10 @@ ptxas info    : Used 96 registers, used 1 barriers
         let ampere = narrowed(&block, &["sm_80".into(), "sm_120".into()]).unwrap();
         assert_eq!((ampere.targets.sass, ampere.targets.ptx.as_str()), (vec!["sm_80".to_string()], "compute_80"));
         // sm_90 names sm_90a; a backend for sm_90a only has nothing for sm_80.
-        let wgmma = shipped("gemm_tn_128x256x64_wgmma_w12");
-        assert_eq!(narrowed(&wgmma, &["sm_90".into()]).as_ref(), Some(&wgmma));
-        assert_eq!(narrowed(&wgmma, &["sm_80".into()]), None);
+        let hopper_only = shipped("attention_f16_d64");
+        assert_eq!(hopper_only.targets.sass, ["sm_90a"]);
+        assert_eq!(narrowed(&hopper_only, &["sm_90".into()]).as_ref(), Some(&hopper_only));
+        assert_eq!(narrowed(&hopper_only, &["sm_80".into()]), None);
         // One -gencode fewer: SASS for sm_90 from the compute_90 PTX, one front end.
         assert_eq!(narrowed(&block, &["sm_90".into()]).map(|e| flags(&e).len()), Some(flags(&block).len() - 1));
     }

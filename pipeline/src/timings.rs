@@ -172,15 +172,15 @@ k.cu , fatbinary , /tmp/x.ptx /tmp/x.sm_90.cubin  , k.fatbin ,  , nvcc , 8.9470 
             fatbin_bytes: 2_000_000,
             ..Timing::default()
         };
-        let timings = [timing("gemm_a", "gemm", 3.0), timing("gemm_b", "gemm", 1.0), timing("softmax", "softmax", 1.0)];
+        let timings = [timing("rope_a", "rope", 3.0), timing("rope_b", "rope", 1.0), timing("softmax", "softmax", 1.0)];
         let file = dir.path().join("t/build-timings.json");
         let text = report(&timings, 6.0, &file).unwrap();
         assert!(
             text.starts_with("build timings: 3 variant(s) compiled, 6.0 core-s of CPU (2.00 a variant, nvcc and its checks); nvcc's phases, 8.0 s elapsed (2.67 a variant): front end 62%, ptxas 38%"),
             "{text}"
         );
-        assert!(text.contains("| gemm | 2 | 6.0 | 3.00 | 67% | 33% | 0% | 4.0 |"), "{text}");
-        assert!(text.contains("slowest: gemm_a 4.0 s, gemm_b 2.0 s, softmax 2.0 s"), "{text}");
+        assert!(text.contains("| rope | 2 | 6.0 | 3.00 | 67% | 33% | 0% | 4.0 |"), "{text}");
+        assert!(text.contains("slowest: rope_a 4.0 s, rope_b 2.0 s, softmax 2.0 s"), "{text}");
         let written: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
         assert_eq!(written.as_array().map(Vec::len), Some(3));
     }

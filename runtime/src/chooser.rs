@@ -1,7 +1,7 @@
 //! One call for any family, one road: the chooser binds a call's arguments by the family's
 //! declared names and asks the family's [`Policy`] three questions: the class of the call
 //! (which of a table's entries stand for it), the ways the variants take it (planning is
-//! `can_implement`; GEMM also runs a variant on operands moved to aligned scratch), and what a
+//! `can_implement`; a plug-in's may also run a variant on operands moved to aligned scratch), and what a
 //! way costs. It runs the fastest way: the least estimate from the measured problems of the
 //! call's class near it in the family's tuning table ([`family_table::estimate`]), else the
 //! least cost. Picks are kept per call shape. A family without a plug-in's policy gets the
@@ -161,8 +161,8 @@ pub struct Way {
     /// How a table states the way ([`Timed::strategy`]): none for directly, on the call's
     /// buffers (the only way of a family without a plug-in's policy).
     pub strategy: Option<String>,
-    /// The policy's plan of the way: the generic policy's is the variant's [`Launch`]; GEMM's,
-    /// its strategy and the transpose variant that moves operands.
+    /// The policy's plan of the way: the generic policy's is the variant's [`Launch`]; a
+    /// plug-in's, what it needs to run it (the variants that move operands, say).
     pub plan: Arc<dyn Any + Send + Sync>,
 }
 
@@ -247,8 +247,8 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     }
 
     /// The classes of a call: the entries of the first class that has any near it, in this
-    /// order, stand for it (GEMM: the call's epilogue, then plain GEMMs, of its layout and
-    /// alignment). Every call is of the one class, none, by default.
+    /// order, stand for it (a plug-in's: the call's layout and alignment, say, with its
+    /// epilogue, then without). Every call is of the one class, none, by default.
     fn classes(&self, _call: &Call) -> std::result::Result<Vec<Class>, String> {
         Ok(vec![Class::new()])
     }

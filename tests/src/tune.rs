@@ -48,8 +48,8 @@ pub struct Measured {
 }
 
 /// Times a family's candidates for a problem beside its baseline: the generic families' (each
-/// variant that takes the problem, beside a copy of the bytes moved) or a plug-in's (GEMM's
-/// ways, direct and padded, beside cuBLAS).
+/// variant that takes the problem, beside a copy of the bytes moved) or a plug-in's (the ways
+/// its policy offers, beside its library).
 pub trait Timer<P>: Sync {
     /// Runs on each GPU before its first problem.
     fn warm(&self, _gpu: &Gpu) -> Result<(), String> {
