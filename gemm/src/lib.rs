@@ -27,7 +27,7 @@
 //!     .quantity("lda", k).quantity("ldb", k).quantity("ldc", n)
 //!     .axis("layout", "tn")
 //!     .launch()?;
-//! assert_eq!(pick.kernel.name(), choice.kernel.name());
+//! assert_eq!(pick.kernel().name(), choice.kernel.name());
 //! # Ok(()) }
 //! ```
 
