@@ -402,8 +402,13 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
     let root = workspace();
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(root.join("generated/manifest.json")).unwrap()).unwrap();
     let registry: Registry = serde_json::from_str(&std::fs::read_to_string(root.join("registry/manifest.json")).unwrap()).unwrap();
+    // The GPUs the repository builds for by default ([build] arch): every variant targets one.
+    let config = tilesmith_spec::Config::load(&root.join("variants.toml")).unwrap();
+    let arch = config.build.arch.expect("variants.toml names the GPUs a build is for");
     assert_eq!(registry.variants.len(), manifest.variants.len());
     for (built, entry) in registry.variants.iter().zip(&manifest.variants) {
+        let targets = tilesmith_spec::arch::narrowed(&entry.targets, &arch).expect("a shipped variant runs on the default GPUs");
+        let entry = &tilesmith_spec::Entry { targets, ..entry.clone() };
         assert_eq!(built.entry, *entry);
         let name = &entry.variant.name;
         let fatbin = root.join("registry").join(&built.fatbin);
@@ -446,6 +451,37 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         })
         .fold(f64::INFINITY, f64::min);
     assert!(fastest < 1.2, "a no-op build of the shipped matrix took {fastest:.2} s of CPU");
+}
+
+#[test]
+fn a_build_is_for_the_gpus_build_arch_or_the_arch_flag_names() {
+    let both = TRANSPOSE_ONLY
+        .replace("sass = [\"sm_80\"]", "sass = [\"sm_80\", \"sm_90\"]")
+        .replace("bounds = [\"checked\", \"unchecked\"]", "bounds = [\"checked\"]");
+    let project = scratch(&format!("[build]\narch = [\"sm_90\"]\n{both}"));
+    let root = project.path();
+    let targets = |root: &Path| -> Vec<(Vec<String>, String)> {
+        let index: Registry = serde_json::from_str(&std::fs::read_to_string(root.join("registry/manifest.json")).unwrap()).unwrap();
+        index.variants.into_iter().map(|b| (b.entry.targets.sass, b.entry.targets.ptx)).collect()
+    };
+    let out = succeeds(Some(root), &["build"]);
+    assert!(out.contains("for sm_90 only ([build] arch in variants.toml)"), "{out}");
+    assert_eq!(targets(root), [(vec!["sm_90".to_string()], "compute_90".to_string())]);
+    // The flag overrides the project's default, widening it too.
+    let out = succeeds(Some(root), &["build", "--arch", "sm_80,sm_90"]);
+    assert!(out.contains("1 to compile"), "{out}");
+    assert_eq!(targets(root), [(vec!["sm_80".to_string(), "sm_90".to_string()], "compute_80".to_string())]);
+
+    // A GPU tilesmith does not know, in the file or on the command line, is refused by name.
+    let out = fails(Some(root), &["build", "--arch", "sm_91"]);
+    assert!(out.contains("--arch sm_91: not an architecture tilesmith knows (sm_80"), "{out}");
+    std::fs::write(root.join("variants.toml"), with_declarations(&format!("{both}\n[build]\narch = [\"sm_91\"]\n"))).unwrap();
+    let line = 1 + std::fs::read_to_string(root.join("variants.toml")).unwrap().lines().position(|l| l == "[build]").unwrap();
+    let out = fails(Some(root), &["gen"]);
+    assert!(out.contains(&format!("variants.toml:{line}: [build] arch: sm_91: not an architecture tilesmith knows")), "{out}");
+    std::fs::write(root.join("variants.toml"), with_declarations(&format!("{both}\n[build]\narch = []\nspeed = 2\n"))).unwrap();
+    let out = fails(Some(root), &["gen"]);
+    assert!(out.contains("unknown field `speed`, expected `arch`"), "{out}");
 }
 
 /// Names in the registry's index, in order.

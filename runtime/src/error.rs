@@ -25,7 +25,10 @@ pub enum Error {
     #[error("no GPU: {0}")]
     NoGpu(String),
 
-    #[error("kernel `{name}` has no code for this GPU: it has {has}, and {device} is sm_{major}{minor}")]
+    #[error(
+        "kernel `{name}` has no code for this GPU: it has {has}, and {device} is sm_{major}{minor} \
+         (build for it with `--arch sm_{major}{minor}` where its backend targets it)"
+    )]
     NoCodeForDevice { name: String, has: String, device: String, major: u32, minor: u32 },
 
     #[error("unknown family `{name}`; the registry has {}", known.join(", "))]

@@ -34,6 +34,34 @@ pub fn compute_capability(target: &str) -> Option<(u32, u32)> {
     Some((number / 10, number % 10))
 }
 
+/// Checks a list of GPUs to build for (`--arch`, `[build] arch`): each a SASS target
+/// tilesmith knows, at least one.
+pub fn check_list(list: &[String]) -> Result<(), String> {
+    let known: Vec<&str> = known_sass().collect();
+    if list.is_empty() {
+        return Err(format!("names no architecture: give one or more of {}", known.join(", ")));
+    }
+    match list.iter().find(|a| !known.contains(&a.as_str())) {
+        Some(bad) => Err(format!("{bad}: not an architecture tilesmith knows ({})", known.join(", "))),
+        None => Ok(()),
+    }
+}
+
+/// `targets` for the GPUs of `list` (checked by [`check_list`]; `sm_90` names `sm_90a` too):
+/// the SASS targets among them, the PTX raised to the lowest kept where it was older (one
+/// front end fewer). None where the targets name none of them.
+pub fn narrowed(targets: &crate::manifest::Targets, list: &[String]) -> Option<crate::manifest::Targets> {
+    let wanted = |sass: &String| list.iter().any(|a| sass == a || sass.strip_suffix('a') == Some(a.as_str()));
+    let sass: Vec<String> = targets.sass.iter().filter(|s| wanted(s)).cloned().collect();
+    let lowest = sass.iter().min_by_key(|s| compute_capability(s))?;
+    let ptx = if compute_capability(&targets.ptx) < compute_capability(lowest) {
+        lowest.replacen("sm_", "compute_", 1)
+    } else {
+        targets.ptx.clone()
+    };
+    Some(crate::manifest::Targets { sass, ptx })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +81,13 @@ mod tests {
         assert!(is_known_ptx("compute_80"));
         assert!(!is_known_ptx("compute_42"));
         assert!(!is_known_ptx("sm_80"));
+    }
+
+    #[test]
+    fn checks_lists() {
+        let list = |s: &[&str]| s.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert!(check_list(&list(&["sm_90", "sm_80"])).is_ok());
+        assert!(check_list(&list(&["sm_91"])).unwrap_err().starts_with("sm_91: not an architecture tilesmith knows (sm_80"));
+        assert!(check_list(&[]).unwrap_err().starts_with("names no architecture"));
     }
 }

@@ -15,6 +15,9 @@
 //! layout = ["nn", "nt", "tn", "tt"]
 //! tile = [[128, 128, 32], [64, 64, 32]]
 //! exclude = [{ layout = "nn", tile = [64, 64, 32] }]
+//!
+//! [build]                      # optional: the project's build settings
+//! arch = ["sm_90"]             # build for these GPUs unless --arch says otherwise
 //! ```
 
 use crate::arch;
@@ -97,6 +100,51 @@ pub struct Declared {
 pub struct Config {
     pub path: PathBuf,
     pub variants: Vec<Declared>,
+    pub build: Build,
+}
+
+/// The table name the project's build settings take; no family may have it.
+pub const BUILD_TABLE: &str = "build";
+
+/// The project's build settings, `[build]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Build {
+    /// The GPU architectures a build is for where `--arch` (or `TILESMITH_ARCH`) names none:
+    /// each variant's SASS for those of its backend's targets. None: every target.
+    #[serde(default)]
+    pub arch: Option<Vec<String>>,
+}
+
+/// The file's top level: `[build]` and the families, each in the toml deserializer's own
+/// hands so that spans reach every nested value.
+struct File {
+    build: Option<Spanned<Build>>,
+    families: Vec<(String, Spanned<FamilyDecl>)>,
+}
+
+impl<'de> Deserialize<'de> for File {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<File, D::Error> {
+        struct Top;
+        impl<'de> serde::de::Visitor<'de> for Top {
+            type Value = File;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("tables of families and an optional [build]")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<File, M::Error> {
+                let mut file = File { build: None, families: Vec::new() };
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == BUILD_TABLE {
+                        file.build = Some(map.next_value()?);
+                    } else {
+                        file.families.push((key, map.next_value()?));
+                    }
+                }
+                Ok(file)
+            }
+        }
+        deserializer.deserialize_map(Top)
+    }
 }
 
 impl Config {
@@ -116,9 +164,9 @@ impl Config {
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let line_starts = text.match_indices('\n').map(|(at, _)| at + 1).collect();
         let mut parser = Parser { path, text, items: item_offsets(text), line_starts, expanded: 0, diagnostics: Vec::new() };
-        let variants = parser.parse();
+        let (variants, build) = parser.parse();
         if parser.diagnostics.is_empty() {
-            Ok(Config { path: path.to_path_buf(), variants })
+            Ok(Config { path: path.to_path_buf(), variants, build })
         } else {
             Err(ConfigError(parser.diagnostics))
         }
@@ -172,18 +220,19 @@ impl Parser<'_> {
         self.diagnostics.push(Diagnostic { file: self.path.to_path_buf(), line, variant: variant.map(str::to_string), rule });
     }
 
-    fn parse(&mut self) -> Vec<Declared> {
-        let file: BTreeMap<String, Spanned<FamilyDecl>> = match toml::from_str(self.text) {
+    fn parse(&mut self) -> (Vec<Declared>, Build) {
+        let file: File = match toml::from_str(self.text) {
             Ok(file) => file,
             Err(err) => {
                 let offset = err.span().map_or(0, |span| span.start);
                 self.report(offset, None, plain_words(err.message().trim()));
-                return Vec::new();
+                return (Vec::new(), Build::default());
             }
         };
+        let build = file.build.map(|build| self.build(build)).unwrap_or_default();
         let mut variants = Vec::new();
         // In the order the file declares them.
-        let mut families: Vec<(String, Spanned<FamilyDecl>)> = file.into_iter().collect();
+        let mut families = file.families;
         families.sort_by_key(|(_, decl)| decl.span().start);
         for (name, decl) in families {
             if !is_identifier(&name) {
@@ -201,7 +250,19 @@ impl Parser<'_> {
             );
         }
         self.check_unique(&variants);
-        variants
+        (variants, build)
+    }
+
+    /// `[build]`, its architectures checked.
+    fn build(&mut self, build: Spanned<Build>) -> Build {
+        let at = build.span().start;
+        let build = build.into_inner();
+        if let Some(list) = &build.arch {
+            if let Err(problem) = arch::check_list(list) {
+                self.report(at, None, format!("[{BUILD_TABLE}] arch: {problem}"));
+            }
+        }
+        build
     }
 
     fn family(&mut self, family: &str, decl: Spanned<FamilyDecl>) -> Vec<Declared> {
