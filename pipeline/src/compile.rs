@@ -6,6 +6,7 @@ use crate::project::{self, sha256_hex, temporary_sibling, write_atomic, Project}
 use crate::registry::RegistryDir;
 use crate::render::Renderer;
 use crate::select::Selection;
+use crate::stamp;
 use crate::timings::Timing;
 use crate::toolchain::Nvcc;
 use anyhow::{anyhow, bail, Context, Result};
@@ -212,6 +213,26 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         crate::gen::run(project, &Selection::new(&[])?, false, false)?;
     }
     let started = Instant::now();
+    let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
+    // A build asked as the last clean one was, whose files are all as it left them, has
+    // nothing to do: it says so from the stamp, parsing nothing else.
+    let mut located = None;
+    if let Some(stamp) = (!options.repair && !options.timings).then(|| stamp::read(project)).flatten() {
+        let nvcc = Nvcc::locate()?;
+        let key = stamp_key(&nvcc, selection, options);
+        if let Some(said) = stamp.unchanged(project, &key) {
+            say_plan(&nvcc, &through, said.selected, said.up_to_date, 0, options.jobs);
+            said.notes.iter().for_each(|note| eprintln!("{note}"));
+            eprintln!(
+                "registry {}: {} variant(s) built, 0 compiled now, 0 failed, in {:.2} s (nothing changed since the last build)",
+                project.relative(&project.registry_dir()),
+                said.built,
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        located = Some(nvcc);
+    }
     // Everything that could stop the build is checked before the registry is touched.
     // The variants variants.toml declares, if it reads: a build removes the fatbins of variants
     // that neither it nor generated/manifest.json lists, so a manifest that lost entries costs
@@ -226,7 +247,10 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         None => config.as_ref().and_then(|c| c.build.arch.clone()).map(|list| (list, "[build] arch in variants.toml")),
     };
     let declared: Option<BTreeSet<String>> = config.map(|c| c.variants.into_iter().map(|d| d.variant.name).collect());
-    let nvcc = Nvcc::locate()?;
+    let nvcc = match located {
+        Some(nvcc) => nvcc,
+        None => Nvcc::locate()?,
+    };
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
     };
@@ -240,6 +264,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     }
 
     let registry = RegistryDir::lock(project)?;
+    stamp::remove(project).with_context(|| format!("cannot remove the build's stamp in {}", registry.dir().display()))?;
     registry.check_index(options.repair)?;
     let generated = read_generated(project, selection, &registry, options.references)?;
     let (manifest, selection) = (&generated.manifest, &generated.selection);
@@ -274,25 +299,18 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         .collect();
     let up_to_date =
         manifest.variants.iter().filter(|e| selection.matches(&e.variant.name) && !pending.contains(e.variant.name.as_str())).count();
-    let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
-    eprintln!(
-        "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {} up to date, {} to compile with {} job(s)",
-        nvcc.path.display(),
-        nvcc.origin,
-        nvcc.version,
-        up_to_date,
-        queue.len(),
-        options.jobs
-    );
+    say_plan(&nvcc, &through, selected, up_to_date, queue.len(), options.jobs);
+    // What a build with nothing to do would print again: the stamp keeps it.
+    let mut notes = Notes::default();
     if !generated.references.is_empty() {
-        eprintln!("with the reference variant(s) that check them: {}", generated.references.join(", "));
+        notes.say(format!("with the reference variant(s) that check them: {}", generated.references.join(", ")));
     }
     if let Some((list, from)) = &arch {
-        eprintln!("for {} only ({from}): each variant's code for those of its architectures", list.join(", "));
+        notes.say(format!("for {} only ({from}): each variant's code for those of its architectures", list.join(", ")));
         if !elsewhere.is_empty() {
             let shown = elsewhere.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
             let more = if elsewhere.len() > 4 { format!(" and {} more", elsewhere.len() - 4) } else { String::new() };
-            eprintln!("not built, their backends targeting none of them: {shown}{more}");
+            notes.say(format!("not built, their backends targeting none of them: {shown}{more}"));
         }
     }
 
@@ -364,19 +382,19 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let (carried, left): (Vec<_>, Vec<_>) = tables.into_iter().partition(|(_, table)| held.contains(table.family.as_str()));
     if !left.is_empty() {
         let names: Vec<&str> = left.iter().map(|(name, _)| name.as_str()).collect();
-        eprintln!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/"));
+        notes.say(format!("not carried into the registry, which holds no variant of their family: tuning/{}", names.join(", tuning/")));
     }
-    if let Err(err) = carry_tables(project, &carried, |variant| records.contains_key(variant)) {
+    if let Err(err) = carry_tables(project, &carried, |variant| records.contains_key(variant), &mut notes) {
         also.push(format!("{err:#}"));
     }
     for (name, table) in &carried {
         if let Some(words) = table.stale_words(|variant| records.get(variant).map(|built| built.entry.source_sha256.as_str())) {
-            eprintln!("tuning/{name}: {words}");
+            notes.say(format!("tuning/{name}: {words}"));
         }
     }
 
     if let Some(index) = &index {
-        report(index, manifest, selection);
+        report(index, manifest, selection, &mut notes);
     }
     if let Some(timings) = compiler.timings.as_ref().map(|t| t.lock().unwrap_or_else(|p| p.into_inner())) {
         let cpu_s = crate::timings::children_cpu_s() - cpu_before;
@@ -397,6 +415,16 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         started.elapsed().as_secs_f64()
     );
     let mut problems = Vec::new();
+    if failures.is_empty() && also.is_empty() {
+        if let Some(index) = &index {
+            // Built again at once, every variant just compiled is up to date.
+            let said =
+                stamp::Said { selected, up_to_date: selected.saturating_sub(elsewhere.len()), built: index.variants.len(), notes: notes.0 };
+            let sources: Vec<String> = manifest.variants.iter().map(|e| e.source.clone()).collect();
+            stamp::write(project, stamp_key(&nvcc, selection, options), &sources, said)
+                .with_context(|| format!("cannot write the build's stamp in {}", registry.dir().display()))?;
+        }
+    }
     if !failures.is_empty() {
         let kept = failures.iter().filter(|(_, f)| !f.own).count();
         problems.push(format!("{} variant(s) failed to build:\n{}", failures.len(), distinct_failures(&failures).join("\n")));
@@ -447,13 +475,40 @@ fn distinct_failures(failures: &[(String, Failure)]) -> Vec<String> {
 
 /// Warnings for spills of selected variants, and a note on unselected ones built from older
 /// sources.
-fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
+/// The first lines of a build's report: the compiler, and what there is to do.
+fn say_plan(nvcc: &Nvcc, through: &str, selected: usize, up_to_date: usize, to_compile: usize, jobs: usize) {
+    eprintln!(
+        "nvcc: {} ({}, {}){through}\n{selected} variant(s) selected: {up_to_date} up to date, {to_compile} to compile with {jobs} job(s)",
+        nvcc.path.display(),
+        nvcc.origin,
+        nvcc.version,
+    );
+}
+
+/// What a build asks: the stamp of one asked otherwise is not taken.
+fn stamp_key(nvcc: &Nvcc, selection: &Selection, options: &Options) -> stamp::Key {
+    let nvcc = format!("{} {}", nvcc.path.display(), nvcc.version);
+    stamp::Key::new(nvcc, options.arch.clone(), selection.patterns().to_vec(), options.references)
+}
+
+/// Lines a build prints that one with nothing to do prints again.
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    fn say(&mut self, line: String) {
+        eprintln!("{line}");
+        self.0.push(line);
+    }
+}
+
+fn report(index: &Registry, manifest: &Manifest, selection: &Selection, notes: &mut Notes) {
     for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {
-            eprintln!(
+            notes.say(format!(
                 "warning: {} spills on {}: {} bytes stored, {} bytes loaded",
                 built.entry.variant.name, r.arch, r.spill_store_bytes, r.spill_load_bytes
-            );
+            ));
         }
     }
     let current: BTreeMap<&str, &Entry> = manifest.variants.iter().map(|e| (e.variant.name.as_str(), e)).collect();
@@ -470,7 +525,11 @@ fn report(index: &Registry, manifest: &Manifest, selection: &Selection) {
         .map(|b| b.entry.variant.name.as_str())
         .collect();
     if !older.is_empty() {
-        eprintln!("kept {} unselected variant(s) built from older sources; build them to refresh: {}", older.len(), older.join(", "));
+        notes.say(format!(
+            "kept {} unselected variant(s) built from older sources; build them to refresh: {}",
+            older.len(),
+            older.join(", ")
+        ));
     }
 }
 
@@ -1092,7 +1151,7 @@ fn project_tables(project: &Project, config: Option<&Config>, checks: &[TableChe
 /// when the copy fails. A table ranking variants the registry does not hold (`built`: a build
 /// of some variants only, `--kernels`) is carried ranking those it holds, since a registry
 /// refuses a table ranking others.
-fn carry_tables(project: &Project, tables: &[(String, FamilyTable)], built: impl Fn(&str) -> bool) -> Result<()> {
+fn carry_tables(project: &Project, tables: &[(String, FamilyTable)], built: impl Fn(&str) -> bool, notes: &mut Notes) -> Result<()> {
     let to = project.registry_dir().join(TUNING_DIR);
     for (name, table) in tables {
         let path = project.tuning_dir().join(name);
@@ -1103,12 +1162,12 @@ fn carry_tables(project: &Project, tables: &[(String, FamilyTable)], built: impl
         if !unbuilt.is_empty() {
             let text = table.keeping(&built).and_then(|kept| kept.to_text()).map_err(|err| anyhow!("tuning table tuning/{name}: {err}"))?;
             write_atomic(&target, text.as_bytes()).with_context(|| format!("cannot write {}", target.display()))?;
-            eprintln!(
+            notes.say(format!(
                 "tuning/{name} carried ranking the registry's variants only: {} it ranks are not built ({}{})",
                 unbuilt.len(),
                 unbuilt[0],
                 if unbuilt.len() > 1 { ", ..." } else { "" }
-            );
+            ));
             continue;
         }
         let temporary = temporary_sibling(&target);

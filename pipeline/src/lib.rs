@@ -12,6 +12,7 @@ mod registry;
 mod render;
 pub mod script;
 pub mod select;
+mod stamp;
 pub mod timings;
 pub mod toolchain;
 

@@ -10,6 +10,7 @@ use tilesmith_spec::Entry;
 /// glob is given.
 #[derive(Clone)]
 pub struct Selection {
+    patterns: Vec<String>,
     globs: Option<GlobSet>,
     also: BTreeSet<String>,
 }
@@ -17,13 +18,18 @@ pub struct Selection {
 impl Selection {
     pub fn new(patterns: &[String]) -> Result<Selection> {
         if patterns.is_empty() {
-            return Ok(Selection { globs: None, also: BTreeSet::new() });
+            return Ok(Selection { patterns: Vec::new(), globs: None, also: BTreeSet::new() });
         }
         let mut builder = GlobSetBuilder::new();
         for pattern in patterns {
             builder.add(Glob::new(pattern).with_context(|| format!("--kernels `{pattern}` is not a valid glob"))?);
         }
-        Ok(Selection { globs: Some(builder.build()?), also: BTreeSet::new() })
+        Ok(Selection { patterns: patterns.to_vec(), globs: Some(builder.build()?), also: BTreeSet::new() })
+    }
+
+    /// The globs it was made of.
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
     }
 
     pub fn matches(&self, name: &str) -> bool {
