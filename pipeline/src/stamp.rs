@@ -12,7 +12,7 @@ use std::time::UNIX_EPOCH;
 use tilesmith_spec::files::{self, MAX_TEXT_BYTES};
 
 /// In the registry folder; its leading dot keeps it out of what the stamp watches there.
-const STAMP_FILE: &str = ".stamp.json";
+const STAMP_FILE: &str = ".build-stamp";
 
 /// What a build was asked: a build asked otherwise does not take the stamp.
 #[derive(Serialize, Deserialize, PartialEq, Debug)]
