@@ -213,6 +213,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
         crate::gen::run(project, &Selection::new(&[])?, false, false)?;
     }
     let started = Instant::now();
+    check_options(options)?;
     let through = if options.launcher.is_empty() { String::new() } else { format!(", through `{}`", options.launcher.join(" ")) };
     // A build asked as the last clean one was, whose files are all as it left them, has
     // nothing to do: it says so from the stamp, parsing nothing else.
@@ -240,10 +241,7 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let config = Config::load(&project.variants_file()).ok();
     let tables = project_tables(project, config.as_ref(), &options.table_checks)?;
     let arch = match &options.arch {
-        Some(list) => {
-            arch::check_list(list).map_err(|problem| anyhow::anyhow!("--arch {problem}"))?;
-            Some((list.clone(), "--arch"))
-        }
+        Some(list) => Some((list.clone(), "--arch")),
         None => config.as_ref().and_then(|c| c.build.arch.clone()).map(|list| (list, "[build] arch in variants.toml")),
     };
     let declared: Option<BTreeSet<String>> = config.map(|c| c.variants.into_iter().map(|d| d.variant.name).collect());
@@ -254,15 +252,6 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     let Some(cuobjdump) = nvcc.cuobjdump.clone() else {
         bail!("no cuobjdump beside {}: it is needed to check each fatbin nvcc writes", nvcc.path.display());
     };
-    if let Some(program) = options.launcher.first() {
-        if find_program(program).is_none() {
-            bail!(
-                "the compiler launcher `{program}` (--launcher or {LAUNCHER_VAR}) is not an executable file here or in PATH; \
-                 nothing was compiled and the registry is unchanged"
-            );
-        }
-    }
-
     let registry = RegistryDir::lock(project)?;
     stamp::remove(project).with_context(|| format!("cannot remove the build's stamp in {}", registry.dir().display()))?;
     registry.check_index(options.repair)?;
@@ -315,9 +304,6 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
     }
 
     if let Some(dir) = &options.cache {
-        if dir.exists() && !dir.is_dir() {
-            bail!("--cache {}: is a file; the cache is a folder (created if missing)", dir.display());
-        }
         std::fs::create_dir_all(dir).with_context(|| format!("--cache {}: cannot create the cache folder", dir.display()))?;
     }
     let cache = options.cache.clone().map(|dir| Cache { dir });
@@ -475,6 +461,25 @@ fn distinct_failures(failures: &[(String, Failure)]) -> Vec<String> {
 
 /// Warnings for spills of selected variants, and a note on unselected ones built from older
 /// sources.
+/// Refuses what was asked wrongly, before anything else: even a build with nothing to do.
+fn check_options(options: &Options) -> Result<()> {
+    if let Some(list) = &options.arch {
+        arch::check_list(list).map_err(|problem| anyhow!("--arch {problem}"))?;
+    }
+    if let Some(program) = options.launcher.first() {
+        if find_program(program).is_none() {
+            bail!(
+                "the compiler launcher `{program}` (--launcher or {LAUNCHER_VAR}) is not an executable file here or in PATH; \
+                 nothing was compiled and the registry is unchanged"
+            );
+        }
+    }
+    if let Some(dir) = options.cache.as_ref().filter(|dir| dir.exists() && !dir.is_dir()) {
+        bail!("--cache {}: is a file; the cache is a folder (created if missing)", dir.display());
+    }
+    Ok(())
+}
+
 /// The first lines of a build's report: the compiler, and what there is to do.
 fn say_plan(nvcc: &Nvcc, through: &str, selected: usize, up_to_date: usize, to_compile: usize, jobs: usize) {
     eprintln!(
