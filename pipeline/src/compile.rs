@@ -831,7 +831,10 @@ impl Compiler<'_> {
             let why = if own { String::new() } else { " with no error in the source".to_string() };
             return Err(Failure { own, message: format!("nvcc failed ({}){why}:\n{}", output.status, message.trim_end()) });
         }
-        let resources = parse_ptxas_report(&stderr);
+        let mut resources = parse_ptxas_report(&stderr);
+        // In the order of the targets: a launcher may run nvcc's stages in parallel (sccache
+        // does), and their reports then come in any order.
+        resources.sort_by_key(|r| job.entry.targets.sass.iter().position(|sass| *sass == r.arch));
         let checked = check_fatbin(self.cuobjdump, &staging, &job.entry)
             .and_then(|()| check_params(self.cuobjdump, &staging, &job.entry))
             .and_then(|()| check_smem(&job.entry, &resources));
