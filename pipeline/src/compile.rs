@@ -407,8 +407,10 @@ pub fn run(project: &Project, selection: &Selection, options: &Options) -> Resul
             let said =
                 stamp::Said { selected, up_to_date: selected.saturating_sub(elsewhere.len()), built: index.variants.len(), notes: notes.0 };
             let sources: Vec<String> = manifest.variants.iter().map(|e| e.source.clone()).collect();
-            stamp::write(project, stamp_key(&nvcc, selection, options), &sources, said)
-                .with_context(|| format!("cannot write the build's stamp in {}", registry.dir().display()))?;
+            // Without it the next build takes the full road: nothing is lost.
+            if let Err(err) = stamp::write(project, stamp_key(&nvcc, selection, options), &sources, said) {
+                eprintln!("warning: cannot write the build's stamp in {}: {err}", registry.dir().display());
+            }
         }
     }
     if !failures.is_empty() {
@@ -459,8 +461,6 @@ fn distinct_failures(failures: &[(String, Failure)]) -> Vec<String> {
         .collect()
 }
 
-/// Warnings for spills of selected variants, and a note on unselected ones built from older
-/// sources.
 /// Refuses what was asked wrongly, before anything else: even a build with nothing to do.
 fn check_options(options: &Options) -> Result<()> {
     if let Some(list) = &options.arch {
@@ -507,6 +507,8 @@ impl Notes {
     }
 }
 
+/// Warnings for spills of selected variants, and a note on unselected ones built from older
+/// sources.
 fn report(index: &Registry, manifest: &Manifest, selection: &Selection, notes: &mut Notes) {
     for built in index.variants.iter().filter(|b| b.spills() && selection.matches(&b.entry.variant.name)) {
         for r in built.resources.iter().filter(|r| r.spills()) {

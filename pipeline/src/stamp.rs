@@ -148,7 +148,8 @@ impl Stamp {
         for dir in folders(project) {
             listed(project, &dir, &mut now)?;
         }
-        let in_folders = |file: &str| folders(project).iter().any(|dir| Path::new(file).starts_with(project.relative(dir)));
+        let prefixes = folders(project).map(|dir| project.relative(&dir));
+        let in_folders = |file: &str| prefixes.iter().any(|prefix| Path::new(file).starts_with(prefix));
         if self.files.keys().filter(|file| in_folders(file)).count() != now.len() {
             return None;
         }
