@@ -1,5 +1,5 @@
-//! A build's stamp: what the last build that ended cleanly read and wrote, each file by size
-//! and modification time, with what it printed. A build asked the same whose files all still
+//! A build's stamp: what the last build that ended cleanly read and wrote, each file by size,
+//! modification and change time, with what it printed. A build asked the same whose files all still
 //! match answers "nothing changed" from the stamp alone, without parsing a manifest, a record
 //! or a table (as make trusts modification times); any difference, a file added or removed
 //! included, takes the full road, which checks everything and writes a new stamp.
