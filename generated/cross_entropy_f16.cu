@@ -6,6 +6,7 @@
 //   dtype = f16
 //   backend = block
 //   warps = 8
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
@@ -43,8 +44,6 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 
 #define THREADS 256
 #define CHECKED true
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
 
 // Warp-wide reduction of one float: the max where MAX, else the sum.
 template <bool MAX>
@@ -187,27 +186,36 @@ __device__ __forceinline__ void store_regs(T* __restrict__ row, int cols, const 
     }
 }
 
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
 // An online log-sum-exp in base 2: the largest value m seen (times log2 e) and the sum s of
 // 2^(v·log2 e − m) over the values seen.
 struct OnlineLse {
     float m = -INFINITY, s = 0.f;
 
-    // Adds n values: the sum is rescaled once for all of them.
+    // Adds n values: the sum is rescaled once for all of them. Without branches (while nothing
+    // but -inf is seen, the shift is 0 and every term 2^-inf = 0), so that a warp's lanes stay
+    // converged up to the barriers and shuffles after.
     __device__ __forceinline__ void add(const float* v, int n) {
         float top = v[0];
         for (int j = 1; j < n; ++j) top = fmaxf(top, v[j]);
-        const float next = fmaxf(m, top * LOG2E);
-        if (next == -INFINITY) return;
-        s *= exp2f(m - next);
-        for (int j = 0; j < n; ++j) s += exp2f(fmaf(v[j], LOG2E, -next));
+        const float next = fmaxf(m, top * LOG2E), shift = next == -INFINITY ? 0.f : next;
+        s *= exp2f(m - shift);
+        for (int j = 0; j < n; ++j) s += exp2f(fmaf(v[j], LOG2E, -shift));
         m = next;
     }
 
     __device__ __forceinline__ void merge(float om, float os) {
-        const float next = fmaxf(m, om);
-        if (next == -INFINITY) return;
-        s = s * exp2f(m - next) + os * exp2f(om - next);
+        const float next = fmaxf(m, om), shift = next == -INFINITY ? 0.f : next;
+        s = s * exp2f(m - shift) + os * exp2f(om - shift);
         m = next;
+    }
+
+    // Merged with the other lanes of the warp: every lane gets the warp's.
+    __device__ __forceinline__ void merge_warp() {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) merge(__shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
     }
 };
 
@@ -219,48 +227,65 @@ __device__ __forceinline__ void add_vector(OnlineLse& lse, const uint4& raw) {
     lse.add(v, VEC);
 }
 
+// Participant `me` of `n`'s share of row x: the elements before its first 16-byte boundary and
+// past its last whole vector one at a time, every n-th vector between them, U loads in flight
+// before any is used (the last round's too, each load guarded).
+template <int U>
+__device__ __forceinline__ OnlineLse row_share(const T* __restrict__ x, int cols, int me, int n) {
+    OnlineLse lse;
+    const int head = row_head(x, cols), nvec = (cols - head) / VEC;
+    for (int i = me; i < head; i += n) { const float v = to_float(x[i]); lse.add(&v, 1); }
+    const uint4* vx = reinterpret_cast<const uint4*>(x + head);
+    int v = me;
+    for (; v + (U - 1) * n < nvec; v += U * n) {
+        uint4 raw[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) raw[u] = __ldcs(&vx[v + u * n]);
+#pragma unroll
+        for (int u = 0; u < U; ++u) add_vector(lse, raw[u]);
+    }
+    uint4 raw[U - 1];
+#pragma unroll
+    for (int u = 0; u < U - 1; ++u)
+        if (v + u * n < nvec) raw[u] = __ldcs(&vx[v + u * n]);
+#pragma unroll
+    for (int u = 0; u < U - 1; ++u)
+        if (v + u * n < nvec) add_vector(lse, raw[u]);
+    if (CHECKED)
+        for (int i = head + nvec * VEC + me; i < cols; i += n) { const float e = to_float(x[i]); lse.add(&e, 1); }
+    return lse;
+}
+
+// Row r's results from its whole log-sum-exp: Lse[r] (where the call passes it) and
+// Loss[r] = lse − x[target], 0 for the ignore index, NaN for a target outside [0, cols).
+__device__ __forceinline__ void write_row(const OnlineLse& lse, const T* __restrict__ x, int r, int cols,
+                                          const int* __restrict__ Targets, float* __restrict__ Loss, float* __restrict__ Lse,
+                                          int ignore_index) {
+    const float log_sum = fmaf(lse.m, LN2, logf(lse.s));
+    const int target = Targets[r];
+    float loss;
+    if (target == ignore_index) loss = 0.f;
+    else if (target < 0 || target >= cols) loss = __int_as_float(0x7fffffff);
+    else loss = log_sum - to_float(x[target]);
+    if (Lse) Lse[r] = log_sum;  // optional: null where the call leaves it out
+    Loss[r] = loss;
+}
+
 // Loss[r] = log Σ exp(X[r, :]) − X[r, Targets[r]], Lse[r] the log-sum-exp, in f32.
 extern "C" __global__ void __launch_bounds__(THREADS)
 cross_entropy_f16(const T* __restrict__ X, const int* __restrict__ Targets, float* __restrict__ Loss, float* __restrict__ Lse, int rows, int cols, int ldx, int ignore_index)
 {
     __shared__ float scratch_m[32], scratch_s[32];
     const T* x = X + (long long)blockIdx.x * ldx;
-    OnlineLse lse;
-    const int head = row_head(x, cols), nvec = (cols - head) / VEC;
-    for (int i = threadIdx.x; i < head; i += THREADS) { const float v = to_float(x[i]); lse.add(&v, 1); }
-    const uint4* vx = reinterpret_cast<const uint4*>(x + head);
-    constexpr int U = 4;
-    int v = threadIdx.x;
-    // Four loads in flight per thread before any is used.
-    for (; v + (U - 1) * THREADS < nvec; v += U * THREADS) {
-        uint4 raw[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) raw[u] = __ldcs(&vx[v + u * THREADS]);
-#pragma unroll
-        for (int u = 0; u < U; ++u) add_vector(lse, raw[u]);
-    }
-    for (; v < nvec; v += THREADS) add_vector(lse, __ldcs(&vx[v]));
-    if (CHECKED)
-        for (int i = head + nvec * VEC + threadIdx.x; i < cols; i += THREADS) { const float e = to_float(x[i]); lse.add(&e, 1); }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) lse.merge(__shfl_xor_sync(0xffffffffu, lse.m, o), __shfl_xor_sync(0xffffffffu, lse.s, o));
+    OnlineLse lse = row_share<4>(x, cols, threadIdx.x, THREADS);
+    lse.merge_warp();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) { scratch_m[warp] = lse.m; scratch_s[warp] = lse.s; }
     __syncthreads();
     if (warp == 0) {
         lse = OnlineLse();
         if (lane < THREADS / 32) lse.merge(scratch_m[lane], scratch_s[lane]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) lse.merge(__shfl_xor_sync(0xffffffffu, lse.m, o), __shfl_xor_sync(0xffffffffu, lse.s, o));
-        if (lane == 0) {
-            const float log_sum = fmaf(lse.m, LN2, logf(lse.s));
-            const int target = Targets[blockIdx.x];
-            float loss;
-            if (target == ignore_index) loss = 0.f;
-            else if (target < 0 || target >= cols) loss = __int_as_float(0x7fffffff);
-            else loss = log_sum - to_float(x[target]);
-            if (Lse) Lse[blockIdx.x] = log_sum;  // optional: null where the call leaves it out
-            Loss[blockIdx.x] = loss;
-        }
+        lse.merge_warp();
+        if (lane == 0) write_row(lse, x, blockIdx.x, cols, Targets, Loss, Lse, ignore_index);
     }
 }

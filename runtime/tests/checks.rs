@@ -435,3 +435,39 @@ fn a_required_operand_at_address_zero_is_refused() {
     .unwrap_err();
     assert!(message.contains("lse is at address 0") && message.contains("or leave the optional operand out"), "{message}");
 }
+
+/// cross_entropy_backward writes its gradient over the logits where the call leaves `dlogits`
+/// out (the kernel gets a null pointer for it); a `dlogits` that overlaps the logits is refused.
+#[test]
+fn a_gradient_goes_in_place_where_the_call_leaves_its_output_out() {
+    use tilesmith_runtime::{plan_call, Arg, Buffer, Call, Dtype};
+    for name in ["cross_entropy_backward", "cross_entropy_backward_f32_reference"] {
+        let entry = shipped_entry(name);
+        let param = |p: &str| entry.launch.params.iter().position(|q| q.name == p).unwrap();
+        let (x_param, dx_param) = (param("X"), param("DX"));
+        let dtype = if name.contains("f32") { Dtype::F32 } else { Dtype::Bf16 };
+        let built = Built::unbuilt(entry);
+        let (rows, cols) = (37u64, 40u64);
+        let [logits, targets, lse, dloss, dlogits] =
+            Buffer::unallocated([(rows * cols) as usize, rows as usize, rows as usize, rows as usize, (rows * cols) as usize]);
+        let call = || {
+            Call::default()
+                .operand("logits", dtype, logits)
+                .operand("targets", Dtype::I32, targets)
+                .operand("lse", Dtype::F32, lse)
+                .operand("dloss", Dtype::F32, dloss)
+                .quantity("rows", rows)
+                .quantity("cols", cols)
+                .quantity("ldx", cols)
+                .quantity("ldd", cols)
+        };
+        let args = |call: Call| plan_call(&built, &call, 132).unwrap().unwrap().args;
+        let apart = args(call().operand("dlogits", dtype, dlogits));
+        assert!(matches!(apart[dx_param], Arg::Pointer(addr) if addr == dlogits.addr), "{name}: {apart:?}");
+        let in_place = args(call());
+        assert!(matches!(in_place[dx_param], Arg::Pointer(0)), "{name}: {in_place:?}");
+        assert!(matches!(in_place[x_param], Arg::Pointer(addr) if addr == logits.addr), "{name}: {in_place:?}");
+        let message = plan_call(&built, &call().operand("dlogits", dtype, logits), 132).unwrap_err();
+        assert!(message.contains("overlaps"), "{name}: {message}");
+    }
+}

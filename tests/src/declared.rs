@@ -604,14 +604,18 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
         let relative_to = &family.reference.relative_to;
         worst = worst.max(compare(&what, reference.name(), mine.outputs(gpu)?, &want, tolerance, relative_to)?);
         // Once, the call that leaves the optional outputs out: the kernel gets null pointers
-        // for them and must still write the rest.
+        // for them and must still write the rest, as the reference does on the same call (where
+        // an output left out sends a result elsewhere: a gradient written in place).
         let optional = |op: &Stored| op.decl.optional && op.decl.access.writes();
         if left_out.is_empty() && ops.iter().any(optional) {
             left_out = ops.iter().filter(|op| optional(op)).map(|op| op.decl.name.clone()).collect::<Vec<_>>().join(", ");
             let what = format!("{what} with {left_out} left out");
-            let mut lean = Buffers::new(gpu, ops.iter().filter(|op| !optional(op)).cloned().collect(), &inputs)?;
+            let lean_of = |ops: Vec<Stored>| Buffers::new(gpu, ops.into_iter().filter(|op| !optional(op)).collect(), &inputs);
+            let (mut lean, mut lean_theirs) = (lean_of(ops.clone())?, lean_of(stored(family, reference.variant(), shape)?)?);
             lean.launch(gpu, kernel, shape).map_err(|e| format!("{what}: {e}"))?;
+            lean_theirs.launch(gpu, reference, shape).map_err(|e| format!("{what}: the reference {}: {e}", reference.name()))?;
             gpu.synchronize().map_err(|e| e.to_string())?;
+            let want = lean_theirs.outputs(gpu)?;
             worst = worst.max(compare(&what, reference.name(), lean.outputs(gpu)?, &want, tolerance, relative_to)?);
         }
         if let Some(check) = kernel.info().entry.exact_check() {
