@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{text, xtask};
+use common::{cuobjdump, cuobjdump_path, text, xtask};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::SystemTime;
@@ -429,23 +429,11 @@ fn build_is_incremental_atomic_and_one_failure_hides_no_other() {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
-/// cuobjdump's listing of one fatbin: ELF architectures, PTX architectures and symbols.
-fn cuobjdump(tool: &Path, fatbin: &Path, flag: &str) -> String {
-    let output = Command::new(tool).arg(flag).arg(fatbin).output().expect("cuobjdump runs");
-    assert!(output.status.success(), "cuobjdump {flag} {} failed: {}", fatbin.display(), text(&output));
-    text(&output)
-}
-
 #[test]
 fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
     let out = succeeds(None, &["build"]);
     assert!(out.contains("0 failed"), "{out}");
-    let toolchain = succeeds(None, &["toolchain"]);
-    let tool = toolchain
-        .lines()
-        .find_map(|line| line.strip_prefix("cuobjdump: "))
-        .filter(|path| Path::new(path).is_file())
-        .unwrap_or_else(|| panic!("no cuobjdump beside nvcc:\n{toolchain}"));
+    let tool = cuobjdump_path();
 
     let root = workspace();
     let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(root.join("generated/manifest.json")).unwrap()).unwrap();
@@ -460,14 +448,14 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         assert_eq!(built.entry, *entry);
         let name = &entry.variant.name;
         let fatbin = root.join("registry").join(&built.fatbin);
-        let elves = cuobjdump(Path::new(tool), &fatbin, "--list-elf");
+        let elves = cuobjdump(&tool, &fatbin, "--list-elf");
         for sass in &entry.targets.sass {
             assert!(elves.contains(&format!(".{sass}.cubin")), "{name}: no {sass} code in\n{elves}");
         }
-        let ptx = cuobjdump(Path::new(tool), &fatbin, "--list-ptx");
+        let ptx = cuobjdump(&tool, &fatbin, "--list-ptx");
         let ptx_arch = entry.targets.ptx.replace("compute_", "sm_");
         assert!(ptx.contains(&format!(".{ptx_arch}.ptx")), "{name}: no {} PTX in\n{ptx}", entry.targets.ptx);
-        let symbols = cuobjdump(Path::new(tool), &fatbin, "--dump-elf-symbols");
+        let symbols = cuobjdump(&tool, &fatbin, "--dump-elf-symbols");
         let entries = symbols.lines().filter(|l| l.contains("STO_ENTRY") && l.trim_end().ends_with(&format!(" {name}"))).count();
         assert_eq!(entries, entry.targets.sass.len(), "{name}: entry symbol missing from some architecture:\n{symbols}");
         let archs: Vec<&str> = built.resources.iter().map(|r| r.arch.as_str()).collect();
@@ -476,7 +464,7 @@ fn the_shipped_matrix_builds_with_every_entry_and_architecture_and_no_spills() {
         if entry.variant.backend == "wgmma" {
             // The Hopper path: tensor-core HGMMA (QGMMA for 8-bit inputs) fed by TMA loads, and
             // no local-memory traffic.
-            let sass = cuobjdump(Path::new(tool), &fatbin, "--dump-sass");
+            let sass = cuobjdump(&tool, &fatbin, "--dump-sass");
             let opcodes: Vec<&str> = sass.split(|c: char| c.is_whitespace() || c == ';').collect();
             let has = |op: &str| opcodes.iter().any(|word| *word == op || word.starts_with(&format!("{op}.")));
             let mma = if entry.variant.dtype.size_bytes() == 1 { "QGMMA" } else { "HGMMA" };
@@ -820,9 +808,8 @@ cluster = 2
         serde_json::from_str(&std::fs::read_to_string(project.path().join("generated/manifest.json")).unwrap()).unwrap();
     assert_eq!(manifest.variants[0].launch.cluster, [2, 1, 1]);
     succeeds(Some(project.path()), &["build"]);
-    let toolchain = succeeds(None, &["toolchain"]);
-    let tool = toolchain.lines().find_map(|line| line.strip_prefix("cuobjdump: ")).unwrap();
-    let sass = cuobjdump(Path::new(tool), &project.path().join("registry/gemm_nt_128x256x64_c2.fatbin"), "--dump-sass");
+    let tool = cuobjdump_path();
+    let sass = cuobjdump(&tool, &project.path().join("registry/gemm_nt_128x256x64_c2.fatbin"), "--dump-sass");
     assert!(sass.contains("UTMALDG.3D.MULTICAST"), "no multicast TMA load in\n{sass}");
 }
 
@@ -1046,7 +1033,7 @@ fn a_source_changed_during_its_compile_is_never_recorded_as_current() {
     make_executable(&launcher);
     // One job: the launcher meddles with one file and must not race with itself.
     succeeds(Some(root), &["build", "-j", "1", "--launcher", launcher.to_str().unwrap()]);
-    let tool = toolchain_cuobjdump();
+    let tool = cuobjdump_path();
     let symbols = cuobjdump(&tool, &root.join("registry/transpose_64x64.fatbin"), "--dump-elf-symbols");
     assert!(!symbols.contains("tampered_marker"), "the fatbin holds code no generated source has:\n{symbols}");
     let out = succeeds(Some(root), &["build"]);
@@ -1058,12 +1045,6 @@ fn a_source_changed_during_its_compile_is_never_recorded_as_current() {
     let out = fails(Some(root), &["build"]);
     assert!(out.contains("generated/transpose_64x64.cu is not the source generated/manifest.json lists"), "{out}");
     assert!(root.join("registry/transpose_64x64.fatbin").is_file());
-}
-
-fn toolchain_cuobjdump() -> PathBuf {
-    let out = succeeds(None, &["toolchain"]);
-    let line = out.lines().find_map(|l| l.strip_prefix("cuobjdump: ")).expect("cuobjdump listed");
-    PathBuf::from(line.trim())
 }
 
 // Issue 13, item 3: gens take a lock; concurrent ones lose no update and trip over no file.

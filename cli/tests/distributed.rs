@@ -181,14 +181,11 @@ fn code(cuobjdump: &Path, registry: &Path) -> Vec<(String, String)> {
     let mut fatbins: Vec<PathBuf> =
         std::fs::read_dir(registry).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "fatbin")).collect();
     fatbins.sort();
-    let dump = |flag: &str, path: &Path| {
-        String::from_utf8_lossy(&Command::new(cuobjdump).arg(flag).arg(path).output().unwrap().stdout).into_owned()
-    };
     fatbins
         .iter()
         .map(|path| {
-            let symbols = dump("--dump-elf-symbols", path);
-            let sass = dump("--dump-sass", path);
+            let symbols = common::cuobjdump(cuobjdump, path, "--dump-elf-symbols");
+            let sass = common::cuobjdump(cuobjdump, path, "--dump-sass");
             let entries = symbols.lines().filter(|l| l.contains("STO_ENTRY"));
             let instructions = sass.lines().filter(|l| l.trim_start().starts_with("/*") && l.contains(';'));
             let kept: Vec<&str> = entries.chain(instructions).collect();
@@ -243,7 +240,6 @@ fn a_build_through_sccache_dist_runs_on_the_servers_and_makes_the_local_registry
     for (a, b) in far.variants.iter().zip(&near.variants) {
         assert_eq!((&a.entry.variant.name, &a.resources), (&b.entry.variant.name, &b.resources));
     }
-    let toolchain = text(&common::xtask(None, &["toolchain"]));
-    let cuobjdump = toolchain.lines().find_map(|line| line.strip_prefix("cuobjdump: ")).map(PathBuf::from).expect("cuobjdump beside nvcc");
+    let cuobjdump = common::cuobjdump_path();
     assert_eq!(code(&cuobjdump, &distributed.path().join("registry")), code(&cuobjdump, &local.path().join("registry")));
 }

@@ -2,7 +2,7 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// `tilesmith [--root ROOT] ARGS...`, run to its end.
@@ -61,4 +61,22 @@ pub fn shipped_registry() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("manifest.json"), serde_json::to_string(&registry).unwrap()).unwrap();
     dir
+}
+
+/// The cuobjdump that `tilesmith toolchain` finds beside nvcc.
+pub fn cuobjdump_path() -> PathBuf {
+    let toolchain = text(&xtask(None, &["toolchain"]));
+    toolchain
+        .lines()
+        .find_map(|line| line.strip_prefix("cuobjdump: "))
+        .map(|path| PathBuf::from(path.trim()))
+        .filter(|path| path.is_file())
+        .unwrap_or_else(|| panic!("no cuobjdump beside nvcc:\n{toolchain}"))
+}
+
+/// What `cuobjdump FLAG FATBIN` prints (ELF and PTX architectures, symbols, SASS).
+pub fn cuobjdump(tool: &Path, fatbin: &Path, flag: &str) -> String {
+    let output = Command::new(tool).arg(flag).arg(fatbin).output().expect("cuobjdump runs");
+    assert!(output.status.success(), "cuobjdump {flag} {} failed: {}", fatbin.display(), text(&output));
+    text(&output)
 }
