@@ -50,13 +50,14 @@ def operations(rows, cols, sets):
         "cross_entropy": (n, lambda i: F.cross_entropy(x[i], t[i], reduction="none")),
     }
     # The backward as autograd runs it: the gradient of the per-row loss with respect to the
-    # logits, into a fresh buffer.
-    leaves = [v.clone().requires_grad_(True) for v in x]
-    losses = [F.cross_entropy(v, t[i], reduction="none") for i, v in enumerate(leaves)]
-    ops["cross_entropy_backward"] = (
-        2 * n,
-        lambda i: torch.autograd.grad(losses[i], leaves[i], dloss, retain_graph=True),
-    )
+    # logits, into a fresh buffer. Its graph (a copy of the logits, the forward) only where asked.
+    if not only or "cross_entropy_backward" in only:
+        leaves = [v.clone().requires_grad_(True) for v in x]
+        losses = [F.cross_entropy(v, t[i], reduction="none") for i, v in enumerate(leaves)]
+        ops["cross_entropy_backward"] = (
+            2 * n,
+            lambda i: torch.autograd.grad(losses[i], leaves[i], dloss, retain_graph=True),
+        )
     return ops
 
 
