@@ -127,6 +127,75 @@ __device__ __forceinline__ void load_kv(uint32_t k_dst, uint32_t v_dst, const T*
     }
 }
 
+// A row tile's keys split over several clusters as well (a grid of CLUSTER × count × row tiles
+// blocks along x): each cluster's merged part goes to the workspace, and the last to finish
+// merges them all.
+struct Splits {
+    int count, index;  // clusters splitting the row tile's keys, and this one's place among them
+    int rows;          // rows of each kv head (queries × group), over row tiles of BM
+    int kv_heads;
+    void* ws;          // every row tile's parts, then their (max, sum)
+    void* arrived;     // zeroed: a counter per row tile and rank
+};
+
+// Where the block's row tile keeps its parts; computed where used, since pointers computed
+// before the main loop would hold registers through it.
+struct Parts {
+    int rs;          // rows a part holds
+    float4* acc;     // count × rs rows of D / 4, unnormalized
+    float2* stats;   // their (max, sum), max in log2 units
+    int* arrived;    // parts written, per rank of a cluster: back to 0 once merged
+};
+
+__device__ __forceinline__ Parts parts_of(const Splits& sp) {
+    const int row_tiles = (sp.rows + BM - 1) / BM, tile = blockIdx.x / (CLUSTER * sp.count);
+    const long long tiles = (long long)row_tiles * sp.kv_heads * gridDim.z;
+    const long long at = ((long long)blockIdx.z * sp.kv_heads + blockIdx.y) * row_tiles + tile;
+    Parts pt;
+    pt.rs = min(BM, sp.rows);
+    float4* acc = static_cast<float4*>(sp.ws);
+    pt.acc = acc + at * sp.count * pt.rs * (D / 4);
+    pt.stats = reinterpret_cast<float2*>(acc + tiles * sp.count * pt.rs * (D / 4)) + at * sp.count * pt.rs;
+    pt.arrived = static_cast<int*>(sp.arrived) + at * CLUSTER;
+    return pt;
+}
+
+__device__ __forceinline__ void merge_parts(const Splits& sp, const Parts& pt, int rank, int mine, T* __restrict__ O, float* __restrict__ Lse,
+                                            int row0, int group, int kvh, long long sos, long long soh, long long slh) {
+    __threadfence();  // this block's part is visible to every SM before it counts
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(pt.arrived + rank, 1) == sp.count - 1;
+        if (last) pt.arrived[rank] = 0;  // every part is in: the next launch finds 0
+    }
+    if (!__syncthreads_or(last)) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < mine * (D / 4); i += 128) {
+        const int r = rank + (i / (D / 4)) * CLUSTER, c4 = i % (D / 4);
+        // Read past L1, which may hold nothing of this launch's: the parts come from other SMs.
+        float m = -INFINITY;
+        for (int p = 0; p < sp.count; ++p) m = fmaxf(m, __ldcg(&pt.stats[p * pt.rs + r]).x);
+        const float m_sub = m == -INFINITY ? 0.f : m;
+        float l = 0.f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int p = 0; p < sp.count; ++p) {
+            const float2 st = __ldcg(&pt.stats[p * pt.rs + r]);
+            const float w = exp2f(st.x - m_sub);  // a part that saw no key: 2^-inf = 0
+            l += st.y * w;
+            const float4 part = __ldcg(&pt.acc[(p * pt.rs + r) * (D / 4) + c4]);
+            acc.x += part.x * w; acc.y += part.y * w; acc.z += part.z * w; acc.w += part.w * w;
+        }
+        const int row = row0 + r, query = row / group, head = kvh * group + row % group;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        uint2 out;
+        out.x = pack2(acc.x * inv, acc.y * inv);
+        out.y = pack2(acc.z * inv, acc.w * inv);
+        *reinterpret_cast<uint2*>(O + query * sos + head * soh + c4 * 4) = out;
+        if (Lse != nullptr && c4 == 0) Lse[head * slh + query] = (m + log2f(l)) * 0.69314718055994531f;
+    }
+}
+
 // The block's rows (< BM), queries s = row / group of heads h = kv_head·group + row % group,
 // its cluster's rank-th share of the keys those rows see, and the merge. RT: m16 tiles of
 // rows the block takes (1, 2 or 4); the 4 / RT warps of a row tile split each key tile.
@@ -134,7 +203,7 @@ template <int RT>
 __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict__ Q, T* __restrict__ O, float* __restrict__ Lse, int seq_q, int seq_k, int group, int row0, int rows,
                                        int kvh, long long sqs, long long sqh, long long sks, long long svs,
                                        long long sos, long long soh, long long slh, float scale_log2,
-                                       const T* k, const T* v) {
+                                       const T* k, const T* v, const Splits& sp) {
     constexpr int KS = 4 / RT;       // warps per row tile
     constexpr int KW = BN / KS;      // keys of a tile per warp
     constexpr int NT = KW / 8;       // n8 tiles of a warp's scores
@@ -147,8 +216,10 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
     // The keys the block's rows see (bottom-right causal: query s sees keys up to s + seq_k - seq_q).
     const int last_query = (row0 + rows - 1) / group;
     const int kmax = CAUSAL ? min(seq_k, last_query + 1 + seq_k - seq_q) : seq_k;
-    const int tiles = (kmax + BN - 1) / BN, per = (tiles + CLUSTER - 1) / CLUSTER;
-    const int t0 = min(rank * per, tiles), nt = min(per, tiles - t0);
+    // The block's share of the keys: the row tile's split over sp.count clusters, then its cluster's.
+    const int shares = sp.count * CLUSTER, share = sp.index * CLUSTER + rank;
+    const int tiles = (kmax + BN - 1) / BN, per = (tiles + shares - 1) / shares;
+    const int t0 = min(share * per, tiles), nt = min(per, tiles - t0);
 
     // Q rows, zero past the block's rows.
     for (int i = threadIdx.x; i < BM * CHUNKS; i += 128) {
@@ -289,6 +360,7 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
     // The merge: block `rank` writes rows rank, rank + CLUSTER, ... of the block's, each from
     // the CLUSTER × KS parts of its row tile.
     const int mine = rows > rank ? (rows - rank + CLUSTER - 1) / CLUSTER : 0;
+    const Parts pt = parts_of(sp);
     for (int i = threadIdx.x; i < mine * (D / 4); i += 128) {
         const int r = rank + (i / (D / 4)) * CLUSTER, c4 = i % (D / 4);
         float m = -INFINITY;
@@ -311,6 +383,12 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
             const float4 part = part_of(reinterpret_cast<float4*>(parts), p / KS)[w_row * (D / 4) + c4];
             acc.x += part.x * w; acc.y += part.y * w; acc.z += part.z * w; acc.w += part.w * w;
         }
+        if (sp.count > 1) {
+            // One part of several, unnormalized with its (max, sum): merge_parts ends the merge.
+            pt.acc[(sp.index * pt.rs + r) * (D / 4) + c4] = acc;
+            if (c4 == 0) pt.stats[sp.index * pt.rs + r] = make_float2(m, l);
+            continue;
+        }
         const int row = row0 + r, query = row / group, head = kvh * group + row % group;
         const float inv = l > 0.f ? 1.f / l : 0.f;
         uint2 out;
@@ -321,12 +399,13 @@ __device__ __forceinline__ void attend(unsigned char* smem, const T* __restrict_
     }
     // No block leaves while another may still read its shared memory.
     parts_sync();
+    if (sp.count > 1 && mine > 0) merge_parts(sp, pt, rank, mine, O, Lse, row0, group, kvh, sos, soh, slh);
 }
 
 // O[b, i, h, :] = softmax(scale · Q[b, i, h, :]·K[b, :, g, :]ᵀ + mask) · V[b, :, g, :], g = h / (heads /
 // kv_heads); Lse[b, h, i] = the natural log of the softmax's sum, where the call passes it.
 extern "C" __global__ void __launch_bounds__(128, 1)
-attention_splitkv_w4_causal_c8(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O, float* __restrict__ Lse, int batch, int seq_q, int seq_k, int heads, int kv_heads, int head_dim, long long sqb, long long sqs, long long sqh, long long skb, long long sks, long long skh, long long svb, long long svs, long long svh, long long sob, long long sos, long long soh, long long slb, long long slh, float scale)
+attention_splitkv_w4_causal_c8(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O, float* __restrict__ Lse, int batch, int seq_q, int seq_k, int heads, int kv_heads, int head_dim, long long sqb, long long sqs, long long sqh, long long skb, long long sks, long long skh, long long svb, long long svs, long long svh, long long sob, long long sos, long long soh, long long slb, long long slh, float scale, void* __restrict__ ws, void* __restrict__ arrived)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     const int group = heads / kv_heads, kvh = blockIdx.y, b = blockIdx.z;
@@ -335,12 +414,22 @@ attention_splitkv_w4_causal_c8(const T* __restrict__ Q, const T* __restrict__ K,
     float* lse = Lse == nullptr ? nullptr : Lse + b * slb;
     const T* k = K + b * skb + kvh * skh;
     const T* v = V + b * svb + kvh * svh;
-    const int row0 = (blockIdx.x / CLUSTER) * BM, rows = min(BM, seq_q * group - row0);
+    // Along x: row tiles, each split over sp.count clusters of CLUSTER blocks.
+    Splits sp;
+    sp.rows = seq_q * group;
+    const int row_tiles = (sp.rows + BM - 1) / BM;
+    sp.count = gridDim.x / (CLUSTER * row_tiles);
+    sp.index = (blockIdx.x / CLUSTER) % sp.count;
+    sp.kv_heads = kv_heads;
+    sp.ws = ws;
+    sp.arrived = arrived;
+    const int tile = blockIdx.x / (CLUSTER * sp.count);
+    const int row0 = tile * BM, rows = min(BM, seq_q * group - row0);
     const float scale_log2 = scale * 1.4426950408889634f;
     if (rows <= 16)
-        attend<1>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
+        attend<1>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v, sp);
     else if (rows <= 32)
-        attend<2>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
+        attend<2>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v, sp);
     else
-        attend<4>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v);
+        attend<4>(smem, q, o, lse, seq_q, seq_k, group, row0, rows, kvh, sqs, sqh, sks, svs, sos, soh, slh, scale_log2, k, v, sp);
 }

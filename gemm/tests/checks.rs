@@ -227,6 +227,7 @@ fn a_split_k_gemm_launches_a_cluster_per_tile_whole() {
             Arg::I32(_) => "i32",
             Arg::I64(_) => "i64",
             Arg::TensorMap(_) => "map",
+            Arg::Workspace { .. } => "workspace",
             Arg::U32(_) | Arg::F32(_) | Arg::F64(_) => "scalar",
         })
         .collect();

@@ -289,6 +289,7 @@ fn signature(params: &[Param], family: &Family, variant: &Variant) -> String {
                 format!("{ty} {}", param.name)
             }
             ParamKind::TensorMap { .. } => format!("const __grid_constant__ CUtensorMap {}", param.name),
+            ParamKind::Workspace { .. } => format!("void* __restrict__ {}", param.name),
         })
         .collect();
     declarations.join(", ")

@@ -9,7 +9,7 @@ use cudarc::driver::sys::{
     CUlaunchAttributeValue_union__bindgen_ty_1, CUlaunchConfig, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -53,6 +53,10 @@ pub struct Gpu {
     /// Page-locked host memory that offsets are read back into before a launch (grown as
     /// calls need): one copy and one wait for all of a call's, no pageable staging.
     staging: Mutex<Option<PinnedHostSlice<i32>>>,
+    /// The workspaces of the kernels that take them, grown as calls need: scratch, and one that
+    /// is zero at every launch (zeroed when allocated, left so by each kernel). One of each a
+    /// GPU, since every launch goes to its one stream, in turn.
+    workspace: Mutex<[Option<CudaSlice<u8>>; 2]>,
 }
 
 /// Tensor maps a GPU keeps encoded; past this many it forgets them all.
@@ -100,6 +104,7 @@ impl Gpu {
             maps: Mutex::new(HashMap::new()),
             clusters_fit: Mutex::new(HashMap::new()),
             staging: Mutex::new(None),
+            workspace: Mutex::new([None, None]),
         })
     }
 
@@ -212,7 +217,35 @@ impl Gpu {
             })
             .collect::<std::result::Result<Vec<CUtensorMap>, _>>()
             .map_err(|err| Error::Cuda { what: format!("encoding a tensor map for {name}"), source: err })?;
+        // Held through the launch: a call growing the workspace meanwhile would free it first.
+        let mut workspace = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
+        let mut launch = launch;
+        for arg in &mut launch.args {
+            if let Arg::Workspace { bytes, zeroed } = *arg {
+                let kept = &mut workspace[usize::from(zeroed)];
+                *arg = Arg::Pointer(self.workspace_of(kept, bytes).during(&format!("allocating {bytes} bytes of workspace for {name}"))?);
+            }
+        }
         self.launch_ex(&function, &launch, &maps).map_err(|err| Error::Cuda { what: format!("launching {name}"), source: err })
+    }
+
+    /// The workspace's address, grown to at least `bytes` (a power of two, so that calls
+    /// asking for a little more each time do not allocate each time); null for none. The old
+    /// one is freed in stream order, after the launches that use it.
+    fn workspace_of(&self, kept: &mut Option<CudaSlice<u8>>, bytes: u64) -> std::result::Result<u64, DriverError> {
+        if bytes == 0 {
+            return Ok(0);
+        }
+        let bytes = usize::try_from(bytes).map_err(|_| DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY))?;
+        let workspace = match kept {
+            Some(workspace) if workspace.len() >= bytes => workspace,
+            slot => {
+                *slot = None;
+                slot.insert(self.stream.alloc_zeros::<u8>(bytes.checked_next_power_of_two().unwrap_or(bytes))?)
+            }
+        };
+        let (addr, _sync) = workspace.device_ptr(&self.stream);
+        Ok(addr)
     }
 
     /// Reads back the operands of offsets (after the work queued before, which may write them),
@@ -283,6 +316,8 @@ impl Gpu {
                 Arg::U32(value) => value as *const u32 as *mut c_void,
                 Arg::F32(value) => value as *const f32 as *mut c_void,
                 Arg::F64(value) => value as *const f64 as *mut c_void,
+                // Replaced by its address before this point.
+                Arg::Workspace { .. } => return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE)),
                 Arg::TensorMap(_) => match maps.next() {
                     Some(map) => map as *const CUtensorMap as *mut c_void,
                     None => return Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE)),

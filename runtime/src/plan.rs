@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
 use tilesmith_spec::family::ScalarType;
+use tilesmith_spec::family::SMS;
 use tilesmith_spec::launch::MAX_TENSOR_MAP_SIDES;
+use tilesmith_spec::launch::MAX_WORKSPACE_BYTES;
 use tilesmith_spec::{Access, Built, Dtype, Family, GridRule, ParamKind, Targets};
 
 /// A device buffer as the checks see it: its length in elements and its address.
@@ -118,6 +120,12 @@ pub enum Arg {
     F64(f64),
     /// Encoded into a `CUtensorMap` just before the launch, which needs the driver.
     TensorMap(TensorMapArg),
+    /// The GPU's workspace, or its zeroed one, at least `bytes` long: its address is known at
+    /// the launch.
+    Workspace {
+        bytes: u64,
+        zeroed: bool,
+    },
 }
 
 /// A tensor map of an operand as stored, checked against TMA's rules: its sides innermost
@@ -600,6 +608,17 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
             ParamKind::I32 { value } => {
                 let given = *quantities.get(value.as_str()).ok_or_else(|| missing(&param.name, value))?;
                 as_i32(value, given, &param.name).map(Arg::I32)
+            }
+            ParamKind::Workspace { bytes, zeroed } => {
+                let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { env(name) };
+                let bytes = bytes.eval(&env).map_err(|rule| format!("its workspace `{}`: {rule}", param.name))?;
+                if bytes > MAX_WORKSPACE_BYTES {
+                    return Err(format!(
+                        "its workspace `{}` would take {bytes} bytes for this call, over the {MAX_WORKSPACE_BYTES} the runtime allocates",
+                        param.name
+                    ));
+                }
+                Ok(Arg::Workspace { bytes, zeroed: *zeroed })
             }
             ParamKind::Scalar { scalar } => {
                 let value = *scalars.get(scalar.as_str()).ok_or_else(|| missing(&param.name, scalar))?;

@@ -416,6 +416,35 @@ fn empty_calls_of_many_sided_families_do_nothing() {
     }
 }
 
+/// splitkv splits a decode's keys over as many clusters as fill the GPU once (2 blocks an SM at
+/// head_dim 128) and asks for a workspace for their parts and a zeroed one for its counters; a
+/// call its clusters fill alone gets no split and no workspace.
+#[test]
+fn a_decode_of_few_sequences_splits_its_keys_over_the_gpu_with_a_workspace() {
+    use tilesmith_runtime::{plan_call, Arg};
+    let built = Built::unbuilt(shipped_entry("attention_splitkv_w4_c2"));
+    let workspace = |args: &[Arg]| {
+        let bytes = |zeroed: bool| args.iter().find_map(|a| matches!(a, Arg::Workspace { zeroed: z, .. } if *z == zeroed).then_some(a));
+        match (bytes(false), bytes(true)) {
+            (Some(Arg::Workspace { bytes: parts, .. }), Some(Arg::Workspace { bytes: counters, .. })) => Some((*parts, *counters)),
+            _ => None,
+        }
+    };
+    // One sequence, 8 heads over 2 kv heads: 4 rows a row tile; 264 / (2 blocks × 2 kv heads)
+    // = 66 clusters a kv head, each part 4 rows of 128 f32 and a (max, sum), a counter a block.
+    let decode = plan_call(&built, &attention_call(1, 1, 131_072).0, 132).unwrap().expect("a launch");
+    assert_eq!((decode.grid, decode.cluster), ([132, 2, 1], [2, 1, 1]));
+    assert_eq!(workspace(&decode.args), Some((2 * 66 * 4 * (128 * 4 + 8), 2 * 2 * 4)));
+    // Short keys: 256 at least a block, so 1,024 keys take 2 clusters of 2, 511 keys one.
+    let short = plan_call(&built, &attention_call(1, 1, 1024).0, 132).unwrap().expect("a launch");
+    assert_eq!((short.grid, workspace(&short.args)), ([4, 2, 1], Some((2 * 2 * 4 * (128 * 4 + 8), 2 * 2 * 4))));
+    let shorter = plan_call(&built, &attention_call(1, 1, 511).0, 132).unwrap().expect("a launch");
+    assert_eq!((shorter.grid, workspace(&shorter.args)), ([2, 2, 1], Some((0, 0))));
+    // A prefill's row tiles fill the GPU alone.
+    let prefill = plan_call(&built, &attention_call(2, 2048, 2048).0, 132).unwrap().expect("a launch");
+    assert_eq!((prefill.grid, workspace(&prefill.args)), ([256, 2, 2], Some((0, 0))));
+}
+
 /// Round four: a plan refuses a buffer at address 0 that the kernel would read or write.
 #[test]
 fn a_required_operand_at_address_zero_is_refused() {

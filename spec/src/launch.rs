@@ -166,7 +166,21 @@ pub enum ParamKind {
         box_: Vec<u32>,
         swizzle: u32,
     },
+    /// Scratch memory the runtime owns, at least `bytes` (an expression of the call's quantities
+    /// and `sms`) long, passed as `void*`: one buffer a GPU, whose contents any launch may have
+    /// left (partial results). `zeroed`: another buffer, all zeros at every launch, since each
+    /// kernel leaves it as it found it (counters that say which block merges the partial
+    /// results go back to 0); kept apart, so that no kernel's scratch lands on another's counters.
+    Workspace {
+        bytes: Expr,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        zeroed: bool,
+    },
 }
+
+/// The most workspace a launch may ask for: the runtime allocates it, so a call's quantities
+/// must not make it unbounded.
+pub const MAX_WORKSPACE_BYTES: u64 = 1 << 32;
 
 /// Whether a kernel only reads an operand, only writes it, or reads it and then writes it in
 /// place (`readwrite`: a residual updated as r ← r + x).
@@ -204,6 +218,8 @@ struct RawParam {
     #[serde(rename = "box")]
     box_: Option<Vec<u32>>,
     swizzle: Option<u32>,
+    bytes: Option<String>,
+    zeroed: Option<bool>,
 }
 
 impl TryFrom<RawParam> for Param {
@@ -218,6 +234,8 @@ impl TryFrom<RawParam> for Param {
             ("scalar", raw.scalar.is_some()),
             ("box", raw.box_.is_some()),
             ("swizzle", raw.swizzle.is_some()),
+            ("bytes", raw.bytes.is_some()),
+            ("zeroed", raw.zeroed.is_some()),
         ]
         .iter()
         .filter(|(_, present)| *present)
@@ -239,7 +257,18 @@ impl TryFrom<RawParam> for Param {
                     swizzle,
                 }),
             ),
-            other => return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, i64, scalar, tensor_map)")),
+            "workspace" => (
+                &["bytes", "zeroed"],
+                match raw.bytes.as_deref().map(|text| (text, Expr::parse(text))) {
+                    Some((text, Err(rule))) => return Err(format!("parameter `{name}`: bytes `{text}`: {rule}")),
+                    bytes => bytes
+                        .and_then(|(_, parsed)| parsed.ok())
+                        .map(|bytes| ParamKind::Workspace { bytes, zeroed: raw.zeroed.unwrap_or(false) }),
+                },
+            ),
+            other => {
+                return Err(format!("parameter `{name}`: unknown kind `{other}` (known: pointer, i32, i64, scalar, tensor_map, workspace)"))
+            }
         };
         if let Some(extra) = given.iter().find(|field| !fields.contains(field)) {
             return Err(format!("parameter `{name}`: a {} parameter has no field `{extra}` (it takes {})", raw.kind, fields.join(", ")));
@@ -255,7 +284,7 @@ impl ParamKind {
     /// None for a scalar `family` does not declare.
     pub fn size_bytes(&self, family: &Family) -> Option<u32> {
         match self {
-            ParamKind::Pointer { .. } | ParamKind::I64 { .. } => Some(8),
+            ParamKind::Pointer { .. } | ParamKind::I64 { .. } | ParamKind::Workspace { .. } => Some(8),
             ParamKind::I32 { .. } => Some(4),
             ParamKind::Scalar { scalar } => family.scalar(scalar).map(|s| s.ty.size_bytes()),
             ParamKind::TensorMap { .. } => Some(128),
@@ -412,6 +441,18 @@ impl LaunchSpec {
                         return Err(format!(
                             "parameter `{name}` takes scalar `{scalar}`, which {what} does not pass (its scalars: {})",
                             family.scalars.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                }
+                ParamKind::Workspace { bytes, zeroed } => {
+                    let mut known = quantities.clone();
+                    known.push(SMS);
+                    bytes.check_names(&known).map_err(|rule| format!("parameter `{name}`: bytes: {rule}"))?;
+                    let alike = self.params.iter().filter(|p| matches!(&p.kind, ParamKind::Workspace { zeroed: z, .. } if z == zeroed));
+                    if alike.count() > 1 {
+                        return Err(format!(
+                            "parameter `{name}`: a kernel takes one {}workspace at most (the runtime keeps one a GPU)",
+                            if *zeroed { "zeroed " } else { "" }
                         ));
                     }
                 }
@@ -672,5 +713,21 @@ mod tests {
         assert_eq!(params[1].kind, ParamKind::I32 { value: "lda".into() });
         assert_eq!(params[3].kind, ParamKind::Scalar { scalar: "eps".into() });
         assert_eq!(params[1].kind.max_value(), Some(2_147_483_647));
+    }
+
+    #[test]
+    fn a_workspace_states_its_bytes_as_an_expression() {
+        let read = |json: &str| serde_json::from_str::<Param>(json).map_err(|e| e.to_string());
+        let ws = read(r#"{"name":"ws","kind":"workspace","bytes":"cdiv(rows, 4) * 16"}"#).unwrap();
+        assert_eq!(ws.kind, ParamKind::Workspace { bytes: Expr::parse("cdiv(rows, 4) * 16").unwrap(), zeroed: false });
+        let flags = read(r#"{"name":"flags","kind":"workspace","bytes":"rows * 4","zeroed":true}"#).unwrap();
+        assert_eq!(flags.kind, ParamKind::Workspace { bytes: Expr::parse("rows * 4").unwrap(), zeroed: true });
+        assert_eq!(serde_json::from_str::<Param>(&serde_json::to_string(&ws).unwrap()).unwrap(), ws, "written as read");
+        let missing = read(r#"{"name":"ws","kind":"workspace"}"#).unwrap_err();
+        assert!(missing.contains("a workspace parameter needs bytes"), "{missing}");
+        let bad = read(r#"{"name":"ws","kind":"workspace","bytes":"rows *"}"#).unwrap_err();
+        assert!(bad.contains("parameter `ws`: bytes `rows *`: an expression ends where a value was expected"), "{bad}");
+        let extra = read(r#"{"name":"ws","kind":"workspace","bytes":"8","operand":"x"}"#).unwrap_err();
+        assert!(extra.contains("a workspace parameter has no field `operand`"), "{extra}");
     }
 }
