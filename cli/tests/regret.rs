@@ -13,10 +13,14 @@ use std::process::Command;
 const FLOORS: [(&str, f64, f64, f64); 17] = [
     ("add_rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.004, 0.990, 15.0 / 16.0),
     ("add_rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.973, 15.0 / 16.0),
-    ("attention/NVIDIA_H100_80GB_HBM3-132sm.json", 0.965, 0.751, 6.0 / 14.0),
-    ("attention/NVIDIA_H200-132sm.json", 0.969, 0.779, 8.0 / 19.0),
-    ("attention_varlen/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.766, 6.0 / 9.0),
-    ("attention_varlen/NVIDIA_H200-132sm.json", 1.000, 0.833, 7.0 / 9.0),
+    // The H100 attention tables time splitkv as it was before it split a row tile's keys over
+    // clusters (issue 60), without source stamps, so they are read as measurements of today's
+    // code: held out, the cost model's splitkv_c2 (the fastest on the H200 since) is judged by
+    // its old, unsplit time. Tuned again on an H100, these move back up.
+    ("attention/NVIDIA_H100_80GB_HBM3-132sm.json", 0.945, 0.246, 5.0 / 14.0),
+    ("attention/NVIDIA_H200-132sm.json", 1.000, 0.869, 12.0 / 21.0),
+    ("attention_varlen/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.657, 6.0 / 9.0),
+    ("attention_varlen/NVIDIA_H200-132sm.json", 1.000, 1.000, 9.0 / 9.0),
     ("cross_entropy/NVIDIA_H100_80GB_HBM3-132sm.json", 0.987, 0.940, 12.0 / 16.0),
     ("cross_entropy/NVIDIA_H200-132sm.json", 0.995, 0.901, 20.0 / 30.0),
     ("cross_entropy_backward/NVIDIA_H200-132sm.json", 0.975, 0.938, 10.0 / 18.0),

@@ -846,6 +846,8 @@ const DEFAULT_CLOCKS: Clocks = Clocks { sm_mhz: 1980, memory_gbps: 3350 };
 const THREADS_PER_SM: u64 = 2048;
 /// Blocks an SM holds at once.
 const BLOCKS_PER_SM: u64 = 32;
+/// SMs a GPC holds at most (Hopper: 9 TPCs of 2). A cluster's blocks run on one GPC.
+const SMS_PER_GPC: u64 = 18;
 /// Shared memory an SM holds (Hopper: 228 KiB).
 const SMEM_PER_SM: u64 = 228 * 1024;
 /// Bytes a thread keeps in flight (a 16-byte load), and how long one takes: the bandwidth the
@@ -864,7 +866,8 @@ const UNDECLARED_GFLOPS_PER_SM: u32 = 300;
 
 /// The cost model's estimate for a variant on a call, in seconds: the longer of the bytes it
 /// moves (its backend's declared `cost_bytes`, else the family's `work` bytes) at the bandwidth the launch's threads in flight draw and its FLOPs at
-/// the backend's declared rate, plus a launch and a cost per wave of blocks. Only a fallback:
+/// the backend's declared rate, plus a launch and a cost per wave of blocks (clusters of blocks
+/// fit fewer at once). Only a fallback:
 /// the tuning tables rank variants by measurement.
 pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call: &Call, device: &Device) -> f64 {
     let env = |name: &str| family.work_value(kernel.variant(), name, &|q| quantity(call, q));
@@ -876,12 +879,16 @@ pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call:
     let blocks: u64 = launch.grid.iter().map(|&g| u64::from(g.max(1))).product();
     let smem = u64::from(launch.dynamic_smem_bytes) + kernel.info().resources.first().map_or(0, |r| u64::from(r.static_smem_bytes));
     let per_sm = (THREADS_PER_SM / threads).min(BLOCKS_PER_SM).min(SMEM_PER_SM / smem.max(1)).max(1);
-    let resident = blocks.min(sms * per_sm);
+    // A cluster's blocks share a GPC, whose last cluster-less-one slots stay idle on average
+    // (H200, splitkv at 2 blocks an SM: 14 clusters of 16 fit at once, 132 of 2).
+    let cluster = u64::from(launch.cluster.iter().product::<u32>().max(1));
+    let slots = (sms * per_sm).saturating_sub(sms.div_ceil(SMS_PER_GPC) * (cluster - 1)).max(cluster);
+    let resident = blocks.min(slots);
     let drawn = (resident * threads) as f64 * BYTES_IN_FLIGHT / LOAD_LATENCY;
     let bandwidth = drawn.min(BANDWIDTH_FRACTION * f64::from(clocks.memory_gbps.max(1)) * 1e9);
     let gflops = kernel.info().entry.gflops_per_sm.unwrap_or(UNDECLARED_GFLOPS_PER_SM);
     let rate = f64::from(gflops) * 1e9 * (resident.min(sms) as f64) * f64::from(clocks.sm_mhz.max(1)) / 1980.0;
-    let waves = blocks.div_ceil(sms * per_sm) as f64;
+    let waves = blocks.div_ceil(slots) as f64;
     (bytes / bandwidth).max(flops / rate) + FIXED_SECONDS + waves * WAVE_SECONDS
 }
 
