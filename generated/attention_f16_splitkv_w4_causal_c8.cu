@@ -414,16 +414,14 @@ attention_f16_splitkv_w4_causal_c8(const T* __restrict__ Q, const T* __restrict_
     float* lse = Lse == nullptr ? nullptr : Lse + b * slb;
     const T* k = K + b * skb + kvh * skh;
     const T* v = V + b * svb + kvh * svh;
-    // Along x: row tiles, each split over sp.count clusters of CLUSTER blocks.
-    Splits sp;
-    sp.rows = seq_q * group;
-    const int row_tiles = (sp.rows + BM - 1) / BM;
-    sp.count = gridDim.x / (CLUSTER * row_tiles);
-    sp.index = (blockIdx.x / CLUSTER) % sp.count;
-    sp.kv_heads = kv_heads;
-    sp.ws = ws;
-    sp.arrived = arrived;
-    const int tile = blockIdx.x / (CLUSTER * sp.count);
+    // Along x: row tiles, each split over `count` clusters of CLUSTER blocks.
+    // Read again at the merge: in shared memory, so that it holds no register through the
+    // main loop (the causal head_dim 256 kernels spill otherwise).
+    __shared__ Splits sp;
+    const int row_tiles = (seq_q * group + BM - 1) / BM, count = (int)gridDim.x / (CLUSTER * row_tiles);
+    const int tile = (int)blockIdx.x / (CLUSTER * count);
+    if (threadIdx.x == 0) sp = Splits{count, ((int)blockIdx.x / CLUSTER) % count, seq_q * group, kv_heads, ws, arrived};
+    __syncthreads();
     const int row0 = tile * BM, rows = min(BM, seq_q * group - row0);
     const float scale_log2 = scale * 1.4426950408889634f;
     if (rows <= 16)

@@ -218,10 +218,11 @@ impl Gpu {
             .collect::<std::result::Result<Vec<CUtensorMap>, _>>()
             .map_err(|err| Error::Cuda { what: format!("encoding a tensor map for {name}"), source: err })?;
         // Held through the launch: a call growing the workspace meanwhile would free it first.
-        let mut workspace = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
+        let takes_workspace = launch.args.iter().any(|arg| matches!(arg, Arg::Workspace { .. }));
+        let mut workspace = takes_workspace.then(|| self.workspace.lock().unwrap_or_else(|p| p.into_inner()));
         let mut launch = launch;
         for arg in &mut launch.args {
-            if let Arg::Workspace { bytes, zeroed } = *arg {
+            if let (Arg::Workspace { bytes, zeroed }, Some(workspace)) = (*arg, workspace.as_mut()) {
                 let kept = &mut workspace[usize::from(zeroed)];
                 *arg = Arg::Pointer(self.workspace_of(kept, bytes).during(&format!("allocating {bytes} bytes of workspace for {name}"))?);
             }

@@ -445,6 +445,26 @@ fn a_decode_of_few_sequences_splits_its_keys_over_the_gpu_with_a_workspace() {
     assert_eq!((prefill.grid, workspace(&prefill.args)), ([256, 2, 2], Some((0, 0))));
 }
 
+/// A workspace's size names the call's quantities (or `sms`) only, and a kernel takes one of
+/// each kind at most: what every reader of a manifest checks.
+#[test]
+fn a_workspace_is_checked_where_the_contract_is_read() {
+    use tilesmith_spec::{Expr, ParamKind};
+    let entry = shipped_entry("attention_splitkv_w4_c2");
+    entry.check().unwrap();
+    let mut unknown = entry.clone();
+    let ws = unknown.launch.params.iter_mut().find(|p| p.name == "ws").expect("splitkv takes a workspace");
+    ws.kind = ParamKind::Workspace { bytes: Expr::parse("seq_k * lanes").unwrap(), zeroed: false };
+    let message = unknown.check().unwrap_err();
+    assert!(message.contains("parameter `ws`: bytes: expression `seq_k * lanes` uses `lanes`"), "{message}");
+    let mut twice = entry.clone();
+    let mut again = twice.launch.params.iter().find(|p| p.name == "arrived").unwrap().clone();
+    again.name = "arrived_too".into();
+    twice.launch.params.push(again);
+    let message = twice.check().unwrap_err();
+    assert!(message.contains("a kernel takes one zeroed workspace at most"), "{message}");
+}
+
 /// Round four: a plan refuses a buffer at address 0 that the kernel would read or write.
 #[test]
 fn a_required_operand_at_address_zero_is_refused() {
