@@ -880,7 +880,7 @@ pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call:
     let smem = u64::from(launch.dynamic_smem_bytes) + kernel.info().resources.first().map_or(0, |r| u64::from(r.static_smem_bytes));
     let per_sm = (THREADS_PER_SM / threads).min(BLOCKS_PER_SM).min(SMEM_PER_SM / smem.max(1)).max(1);
     // A cluster's blocks share a GPC, whose last cluster-less-one slots stay idle on average
-    // (H200, splitkv at 2 blocks an SM: 14 clusters of 16 fit at once, 132 of 2).
+    // (H200, a kernel of 2 blocks an SM: 14 clusters of 16 fit at once, 30 of 8, 132 of 2).
     let cluster = u64::from(launch.cluster.iter().product::<u32>().max(1));
     let slots = (sms * per_sm).saturating_sub(sms.div_ceil(SMS_PER_GPC) * (cluster - 1)).max(cluster);
     let resident = blocks.min(slots);

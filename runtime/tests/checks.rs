@@ -423,12 +423,15 @@ fn empty_calls_of_many_sided_families_do_nothing() {
 fn a_decode_of_few_sequences_splits_its_keys_over_the_gpu_with_a_workspace() {
     use tilesmith_runtime::{plan_call, Arg};
     let built = Built::unbuilt(shipped_entry("attention_splitkv_w4_c2"));
+    // The bytes of its scratch workspace and of its zeroed one.
     let workspace = |args: &[Arg]| {
-        let bytes = |zeroed: bool| args.iter().find_map(|a| matches!(a, Arg::Workspace { zeroed: z, .. } if *z == zeroed).then_some(a));
-        match (bytes(false), bytes(true)) {
-            (Some(Arg::Workspace { bytes: parts, .. }), Some(Arg::Workspace { bytes: counters, .. })) => Some((*parts, *counters)),
-            _ => None,
-        }
+        let bytes = |zeroed: bool| {
+            args.iter().find_map(|a| match a {
+                Arg::Workspace { bytes, zeroed: z } if *z == zeroed => Some(*bytes),
+                _ => None,
+            })
+        };
+        bytes(false).zip(bytes(true))
     };
     // One sequence, 8 heads over 2 kv heads: 4 rows a row tile; 264 / (2 blocks × 2 kv heads)
     // = 66 clusters a kv head, each part 4 rows of 128 f32 and a (max, sum), a counter a block.
