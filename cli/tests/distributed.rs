@@ -224,7 +224,7 @@ fn a_build_through_sccache_dist_runs_on_the_servers_and_makes_the_local_registry
     eprintln!("distributed build: 9 variants, -j 4, {seconds:.1} s; compiles per server {on_servers:?}");
     assert_eq!(counts.len(), 2, "both servers compiled: {stats}\n{}", cluster.logs());
     assert!(counts.iter().all(|&n| n > 0), "{stats}");
-    assert_eq!(stats["stats"]["dist_errors"], 0, "{stats}");
+    assert_eq!(stats["stats"]["dist_errors"], 0, "{stats}\n{}", cluster.logs());
 
     let started = Instant::now();
     let output = common::xtask(Some(local.path()), &["build", "-j", "4"]);
