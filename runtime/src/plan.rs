@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use tilesmith_spec::arch::compute_capability;
+use tilesmith_spec::family::with_sms;
 use tilesmith_spec::family::ScalarType;
-use tilesmith_spec::family::SMS;
 use tilesmith_spec::launch::MAX_TENSOR_MAP_SIDES;
 use tilesmith_spec::launch::MAX_WORKSPACE_BYTES;
 use tilesmith_spec::{Access, Built, Dtype, Family, GridRule, ParamKind, Targets};
@@ -610,8 +610,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
                 as_i32(value, given, &param.name).map(Arg::I32)
             }
             ParamKind::Workspace { bytes, zeroed } => {
-                let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { env(name) };
-                let bytes = bytes.eval(&env).map_err(|rule| format!("its workspace `{}`: {rule}", param.name))?;
+                let bytes = bytes.eval(&with_sms(&env, sms)).map_err(|rule| format!("its workspace `{}`: {rule}", param.name))?;
                 if bytes > MAX_WORKSPACE_BYTES {
                     return Err(format!(
                         "its workspace `{}` would take {bytes} bytes for this call, over the {MAX_WORKSPACE_BYTES} the runtime allocates",

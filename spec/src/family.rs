@@ -601,6 +601,12 @@ const UNDRAWN_INTEGERS: &str = "holds integers: declare the values trials draw f
 /// The name launch expressions use for the GPU's multiprocessor count.
 pub const SMS: &str = "sms";
 
+/// `env` with `sms` (the GPU's multiprocessors) added, for the expressions that may name it:
+/// grid rules and workspace sizes.
+pub fn with_sms(env: &dyn Fn(&str) -> Option<u64>, sms: u32) -> impl Fn(&str) -> Option<u64> + '_ {
+    move |name| if name == SMS { Some(u64::from(sms)) } else { env(name) }
+}
+
 impl Family {
     /// A declaration of nothing: what an entry read without one holds until a manifest gives
     /// it its family's; an entry holding it is refused.

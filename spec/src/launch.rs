@@ -44,7 +44,7 @@ impl LaunchSpec {
     pub fn grid_of(&self, family: &Family, env: &dyn Fn(&str) -> Option<u64>, problems: u64, sms: u32) -> Result<[u32; 3], String> {
         match &self.grid {
             GridRule::Expr { x, y, z, .. } => {
-                let env = |name: &str| if name == SMS { Some(u64::from(sms)) } else { env(name) };
+                let env = crate::family::with_sms(env, sms);
                 let [x, y, z] = [x, y, z].map(|e| e.eval(&env));
                 let (x, y, z) = (x?, y?, z?);
                 let fits = x <= i32::MAX as u64 && y <= 65_535 && z <= 65_535 && x > 0 && y > 0 && z > 0;
