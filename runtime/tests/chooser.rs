@@ -172,10 +172,11 @@ fn an_entry_that_does_not_rank_every_variant_taking_the_call_is_passed_over() {
     assert!(pick.reason.contains("no measured problem near this call ranks every way that takes it"), "{}", pick.reason);
     assert_ne!(pick.kernel().variant().backend, "warp", "{}", pick.reason);
     // In f32 those rows need 400,016 bytes of shared memory, past an H100's block: the block
-    // variants refuse them whatever the cost model would say of them; the cluster ones split
-    // the row.
+    // variants refuse them whatever the cost model would say of them; a pick splits the row
+    // over a cluster (the cluster backend's shared memory, or the regs backend's registers).
     let pick = softmax.pick(&h100(), H100_SMEM, &softmax_call(Dtype::F32, 700, 100_000)).unwrap();
-    assert_eq!(pick.kernel().variant().backend, "cluster", "{}", pick.reason);
+    assert_ne!(pick.kernel().variant().backend, "block", "{}", pick.reason);
+    assert!(pick.kernel().variant().count("cluster").is_some_and(|c| c > 1), "{}: {}", pick.kernel().name(), pick.reason);
 }
 
 #[test]
@@ -199,8 +200,9 @@ fn families_without_tables_get_the_cost_models_pick() {
         let pick = registry.family(family).unwrap().pick(&h100(), H100_SMEM, &call).unwrap();
         assert!(pick.reason.starts_with("no tuning table of this family"), "{}", pick.reason);
         assert!(!pick.kernel().is_reference(), "{}", pick.kernel().name());
-        // Rows of 32768 elements: a warp per row reads them ten times slower than a block.
-        assert_eq!(pick.kernel().variant().backend, "block", "{family}: {}", pick.kernel().name());
+        // Rows of 32768 elements: a warp per row reads them ten times slower than a block
+        // (which caches the row, or holds it in registers).
+        assert!(["block", "regs"].contains(&pick.kernel().variant().backend.as_str()), "{family}: {}", pick.kernel().name());
     }
 }
 
