@@ -6,6 +6,7 @@
 //   dtype = f32
 //   backend = elementwise
 //   warps = 16
+//   rows_per_block = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
@@ -44,7 +45,8 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 #define THREADS 512
 #define CHECKED true
 #define U 4
-// Elements of a row one block takes.
+// Threads a row, and the elements of it they take.
+#define GROUP 512
 #define CHUNK 8192
 #define LOG2E 1.4426950408889634f
 
@@ -55,7 +57,9 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 extern "C" __global__ void __launch_bounds__(THREADS)
 cross_entropy_backward_f32_w16(T* __restrict__ X, const int* __restrict__ Targets, const T* __restrict__ Lse, const T* __restrict__ Dloss, T* __restrict__ DX, int rows, int cols, int ldx, int ldd, int ignore_index)
 {
-    const int r = blockIdx.x, first = blockIdx.y * CHUNK, last = min(cols, first + CHUNK);
+    const int r = blockIdx.x * 1 + threadIdx.x / GROUP, me = threadIdx.x % GROUP;
+    if (r >= rows) return;  // the last block's groups past the last row (no barrier follows)
+    const int first = blockIdx.y * CHUNK, last = min(cols, first + CHUNK);
     const T* x = X + (long long)r * ldx;
     T* y = DX ? DX + (long long)r * ldd : X + (long long)r * ldx;
     const int target = Targets[r];
@@ -69,26 +73,26 @@ cross_entropy_backward_f32_w16(T* __restrict__ X, const int* __restrict__ Target
     const uintptr_t head_y = ((16 - (reinterpret_cast<uintptr_t>(y) & 15)) & 15) / sizeof(T);
     if (CHECKED && head_x != head_y) {
         // The rows sit differently against 16-byte boundaries: element by element.
-        for (int c = first + threadIdx.x; c < last; c += THREADS) y[c] = from_float<T>(grad(to_float(x[c]), c));
+        for (int c = first + me; c < last; c += GROUP) y[c] = from_float<T>(grad(to_float(x[c]), c));
         return;
     }
     // Elements before the rows' first 16-byte boundary (chunk 0's), the whole vectors after
-    // them, split into chunks of THREADS · U, and the elements past the last (the last chunk's).
+    // them, split into chunks of GROUP · U, and the elements past the last (the last chunk's).
     const int head = CHECKED ? min(cols, (int)head_x) : 0, nvec = (cols - head) / VEC;
     if (CHECKED && blockIdx.y == 0)
-        for (int c = threadIdx.x; c < head; c += THREADS) y[c] = from_float<T>(grad(to_float(x[c]), c));
+        for (int c = me; c < head; c += GROUP) y[c] = from_float<T>(grad(to_float(x[c]), c));
     if (CHECKED && blockIdx.y == gridDim.y - 1)
-        for (int c = head + nvec * VEC + threadIdx.x; c < cols; c += THREADS) y[c] = from_float<T>(grad(to_float(x[c]), c));
+        for (int c = head + nvec * VEC + me; c < cols; c += GROUP) y[c] = from_float<T>(grad(to_float(x[c]), c));
     const uint4* vx = reinterpret_cast<const uint4*>(x + head);
     uint4* vy = reinterpret_cast<uint4*>(y + head);
-    const int v0 = blockIdx.y * (THREADS * U) + threadIdx.x;
+    const int v0 = blockIdx.y * (GROUP * U) + me;
     uint4 raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-        if (v0 + u * THREADS < nvec) raw[u] = __ldcs(&vx[v0 + u * THREADS]);
+        if (v0 + u * GROUP < nvec) raw[u] = __ldcs(&vx[v0 + u * GROUP]);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-        const int v = v0 + u * THREADS;
+        const int v = v0 + u * GROUP;
         if (v >= nvec) break;
         const T* e = reinterpret_cast<const T*>(&raw[u]);
         Vec out;

@@ -6,6 +6,7 @@
 //   dtype = bf16
 //   backend = reference
 //   warps = 8
+//   rows_per_block = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
@@ -44,7 +45,8 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 #define THREADS 256
 #define CHECKED true
 #define U 4
-// Elements of a row one block takes.
+// Threads a row, and the elements of it they take.
+#define GROUP 256
 #define CHUNK 8192
 #define LOG2E 1.4426950408889634f
 
@@ -55,14 +57,16 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
 extern "C" __global__ void __launch_bounds__(THREADS)
 cross_entropy_backward_reference(T* __restrict__ X, const int* __restrict__ Targets, const float* __restrict__ Lse, const float* __restrict__ Dloss, T* __restrict__ DX, int rows, int cols, int ldx, int ldd, int ignore_index)
 {
-    const int r = blockIdx.x, first = blockIdx.y * CHUNK, last = min(cols, first + CHUNK);
+    const int r = blockIdx.x * 1 + threadIdx.x / GROUP, me = threadIdx.x % GROUP;
+    if (r >= rows) return;  // the last block's groups past the last row (no barrier follows)
+    const int first = blockIdx.y * CHUNK, last = min(cols, first + CHUNK);
     const T* x = X + (long long)r * ldx;
     T* y = DX ? DX + (long long)r * ldd : X + (long long)r * ldx;
     const int target = Targets[r];
     const bool ignored = target == ignore_index;
     const float w = target < 0 || target >= cols ? __int_as_float(0x7fffffff) : Dloss[r];
     const double lse = Lse[r];
-    for (int c = first + threadIdx.x; c < last; c += THREADS) {
+    for (int c = first + me; c < last; c += GROUP) {
         const double p = exp((double)to_float(x[c]) - lse);
         y[c] = from_float<T>(ignored ? 0.f : (float)((double)w * (p - (c == target ? 1.0 : 0.0))));
     }

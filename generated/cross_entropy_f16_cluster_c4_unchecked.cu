@@ -6,6 +6,7 @@
 //   dtype = f16
 //   backend = cluster
 //   warps = 8
+//   vectors = 1
 //   cluster = 4
 //   bounds = unchecked
 //   targets = SASS sm_90; PTX compute_90

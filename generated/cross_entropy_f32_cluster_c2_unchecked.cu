@@ -6,6 +6,7 @@
 //   dtype = f32
 //   backend = cluster
 //   warps = 8
+//   vectors = 1
 //   cluster = 2
 //   bounds = unchecked
 //   targets = SASS sm_90; PTX compute_90

@@ -6,6 +6,7 @@
 //   dtype = bf16
 //   backend = warp
 //   warps = 8
+//   vectors = 1
 //   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
