@@ -190,26 +190,77 @@ __device__ __forceinline__ void store_regs(T* __restrict__ row, int cols, const 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
+// 2^x by the hardware's approximation (as exp2f's), a result below 2^-126 flushed to 0: exp2f
+// adds a range check and two scalings to each, 3 of the 7 instructions an element took. The
+// terms flushed are under 2^-126 of the sum they join, whose largest term is 1.
+__device__ __forceinline__ float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The larger element of each half of two packed 16-bit words, in their own type (exact).
+__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b, __nv_bfloat16) {
+    const __nv_bfloat162 m = __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&m);
+}
+__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b, __half) {
+    const __half2 m = __hmax2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&m);
+}
+
+// The largest element of N vectors: 16-bit ones compared packed, two a instruction, and only
+// the last pair widened.
+template <int N>
+__device__ __forceinline__ float vectors_max(const uint4 (&raw)[N]) {
+#if VEC == 4
+    float top = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        top = fmaxf(top, fmaxf(fmaxf(__uint_as_float(raw[k].x), __uint_as_float(raw[k].y)), fmaxf(__uint_as_float(raw[k].z), __uint_as_float(raw[k].w))));
+    return top;
+#else
+    uint32_t w = max2(raw[0].x, raw[0].y, T());
+    w = max2(w, max2(raw[0].z, raw[0].w, T()), T());
+#pragma unroll
+    for (int k = 1; k < N; ++k) w = max2(w, max2(max2(raw[k].x, raw[k].y, T()), max2(raw[k].z, raw[k].w, T()), T()), T());
+    const T* pair = reinterpret_cast<const T*>(&w);
+    return fmaxf(to_float(pair[0]), to_float(pair[1]));
+#endif
+}
+
 // An online log-sum-exp in base 2: the largest value m seen (times log2 e) and the sum s of
 // 2^(v·log2 e − m) over the values seen.
 struct OnlineLse {
     float m = -INFINITY, s = 0.f;
 
-    // Adds n values: the sum is rescaled once for all of them. Without branches (while nothing
-    // but -inf is seen, the shift is 0 and every term 2^-inf = 0), so that a warp's lanes stay
-    // converged up to the barriers and shuffles after.
-    __device__ __forceinline__ void add(const float* v, int n) {
-        float top = v[0];
-        for (int j = 1; j < n; ++j) top = fmaxf(top, v[j]);
-        const float next = fmaxf(m, top * LOG2E), shift = next == -INFINITY ? 0.f : next;
-        s *= exp2f(m - shift);
-        for (int j = 0; j < n; ++j) s += exp2f(fmaf(v[j], LOG2E, -shift));
+    // Adds one value. Without branches (while nothing but -inf is seen, the shift is 0 and
+    // every term 2^-inf = 0), so that a warp's lanes stay converged up to the barriers and
+    // shuffles after.
+    __device__ __forceinline__ void add(float v) {
+        const float next = fmaxf(m, v * LOG2E), shift = next == -INFINITY ? 0.f : next;
+        s = fmaf(s, exp2_ftz(m - shift), exp2_ftz(fmaf(v, LOG2E, -shift)));
+        m = next;
+    }
+
+    // Adds the elements of N vectors (a round of loads), their max taken first: the sum is
+    // rescaled once for all of them, one exponential an element. Branch-free as `add`.
+    template <int N>
+    __device__ __forceinline__ void add(const uint4 (&raw)[N]) {
+        const float next = fmaxf(m, vectors_max(raw) * LOG2E), shift = next == -INFINITY ? 0.f : next;
+        s *= exp2_ftz(m - shift);
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            const T* e = reinterpret_cast<const T*>(&raw[k]);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) s += exp2_ftz(fmaf(to_float(e[j]), LOG2E, -shift));
+        }
         m = next;
     }
 
     __device__ __forceinline__ void merge(float om, float os) {
         const float next = fmaxf(m, om), shift = next == -INFINITY ? 0.f : next;
-        s = s * exp2f(m - shift) + os * exp2f(om - shift);
+        s = s * exp2_ftz(m - shift) + os * exp2_ftz(om - shift);
         m = next;
     }
 
@@ -220,40 +271,33 @@ struct OnlineLse {
     }
 };
 
-__device__ __forceinline__ void add_vector(OnlineLse& lse, const uint4& raw) {
-    const T* e = reinterpret_cast<const T*>(&raw);
-    float v[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] = to_float(e[j]);
-    lse.add(v, VEC);
-}
-
 // Participant `me` of `n`'s share of row x: the elements before its first 16-byte boundary and
-// past its last whole vector one at a time, every n-th vector between them, U loads in flight
-// before any is used (the last round's too, each load guarded).
+// past its last whole vector one at a time, every n-th vector between them in rounds of U
+// loads, all in flight before any is used (the last round's too, each load guarded and the
+// vectors past the row read as -inf).
 template <int U>
 __device__ __forceinline__ OnlineLse row_share(const T* __restrict__ x, int cols, int me, int n) {
     OnlineLse lse;
     const int head = row_head(x, cols), nvec = (cols - head) / VEC;
-    for (int i = me; i < head; i += n) { const float v = to_float(x[i]); lse.add(&v, 1); }
+    for (int i = me; i < head; i += n) lse.add(to_float(x[i]));
     const uint4* vx = reinterpret_cast<const uint4*>(x + head);
     int v = me;
     for (; v + (U - 1) * n < nvec; v += U * n) {
         uint4 raw[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) raw[u] = __ldcs(&vx[v + u * n]);
-#pragma unroll
-        for (int u = 0; u < U; ++u) add_vector(lse, raw[u]);
+        lse.add(raw);
     }
-    uint4 raw[U - 1];
+    if (v < nvec) {
+        const T fill = from_float<T>(-INFINITY);
+        const uint32_t word = VEC == 4 ? __float_as_uint(-INFINITY) : *reinterpret_cast<const unsigned short*>(&fill) * 0x10001u;
+        uint4 raw[U - 1];
 #pragma unroll
-    for (int u = 0; u < U - 1; ++u)
-        if (v + u * n < nvec) raw[u] = __ldcs(&vx[v + u * n]);
-#pragma unroll
-    for (int u = 0; u < U - 1; ++u)
-        if (v + u * n < nvec) add_vector(lse, raw[u]);
+        for (int u = 0; u < U - 1; ++u) raw[u] = v + u * n < nvec ? __ldcs(&vx[v + u * n]) : make_uint4(word, word, word, word);
+        lse.add(raw);
+    }
     if (CHECKED)
-        for (int i = head + nvec * VEC + me; i < cols; i += n) { const float e = to_float(x[i]); lse.add(&e, 1); }
+        for (int i = head + nvec * VEC + me; i < cols; i += n) lse.add(to_float(x[i]));
     return lse;
 }
 
