@@ -83,7 +83,12 @@ pub fn median_ms(
 /// `median_ms` of N sides at once, interleaved: round i calls `run(i, side)` for each side in
 /// turn, so that every side sees the GPU's clocks and temperature of the same moments (timed
 /// one after the other, a problem's second side ran on a GPU that the first had heated: 5-10%
-/// on multi-millisecond problems).
+/// on multi-millisecond problems). Each timed call follows an untimed call of its own side (on
+/// the previous round's set, the coldest but its own), so that each side is timed in its own
+/// steady state: timed right after the other side, a call pays for the lines the other left
+/// dirty in the L2. A read-only kernel timed after a copy took 12% longer than after itself,
+/// where the copy timed after it (nothing dirty) ran 4% faster than its own steady state
+/// (cross_entropy, H200, 2026-11-30: docs/rowwise/NOTES.md, v12).
 pub fn medians_ms<const N: usize>(
     stream: &Arc<CudaStream>,
     warmup_calls: usize,
@@ -107,8 +112,12 @@ pub fn medians_ms<const N: usize>(
     let event = || stream.context().new_event(flags).map_err(|e| format!("creating an event: {e}"));
     let pairs = (0..runs * N).map(|_| Ok((event()?, event()?))).collect::<Result<Vec<_>, String>>()?;
     for (i, (start, end)) in pairs.iter().enumerate() {
+        let (round, side) = (warmup + i / N, i % N);
+        if N > 1 {
+            run(round - 1, side)?;
+        }
         start.record(stream).map_err(|e| format!("recording an event: {e}"))?;
-        run(warmup + i / N, i % N)?;
+        run(round, side)?;
         end.record(stream).map_err(|e| format!("recording an event: {e}"))?;
     }
     stream.synchronize().map_err(|e| format!("waiting for the timed runs: {e}"))?;
