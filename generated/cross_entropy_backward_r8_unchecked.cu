@@ -7,6 +7,7 @@
 //   backend = elementwise
 //   warps = 8
 //   rows_per_block = 8
+//   vectors = 4
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

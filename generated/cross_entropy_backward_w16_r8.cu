@@ -7,6 +7,7 @@
 //   backend = elementwise
 //   warps = 16
 //   rows_per_block = 8
+//   vectors = 4
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
