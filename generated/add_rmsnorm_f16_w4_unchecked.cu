@@ -7,6 +7,7 @@
 //   backend = block
 //   warps = 4
 //   vectors = 1
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 

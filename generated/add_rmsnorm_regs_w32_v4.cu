@@ -7,6 +7,7 @@
 //   backend = regs
 //   warps = 32
 //   vectors = 4
+//   cluster = 1
 //   bounds = checked
 //   targets = SASS sm_90; PTX compute_90
 
@@ -353,6 +354,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 add_rmsnorm_regs_w32_v4(const T* __restrict__ X, T* __restrict__ R, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, int ldx, int ldr, int ldy, float eps)
 {
     __shared__ float scratch[32];
+    __shared__ float parts[CLUSTER];
     RowBlock rb = row_block();
     T* r = R + rb.row * ldr;
     // Slots follow R's alignment; X's vectors are whole where it sits alike (always, unchecked).
@@ -375,7 +377,7 @@ add_rmsnorm_regs_w32_v4(const T* __restrict__ X, T* __restrict__ R, const T* __r
         for (int j = 0; j < VEC; ++j) ss = fmaf(e[j], e[j], ss);
     }
     store_slots(r, cols, lead, rb.rank, raw, [](int, float (&)[VEC]) {});
-    const float scale = rsqrtf(fmaf(row_reduce(ss, [](float p, float q) { return p + q; }, scratch, (float*)nullptr, rb), 1.f / cols, eps));
+    const float scale = rsqrtf(fmaf(row_reduce(ss, [](float p, float q) { return p + q; }, scratch, parts, rb), 1.f / cols, eps));
     store_slots(Y + rb.row * ldy, cols, lead, rb.rank, raw, [&](int i, float (&e)[VEC]) {
         float w[VEC];
         unpack(load_vector<false>(W, i, cols, 0.f), w);

@@ -7,6 +7,7 @@
 //   backend = regs
 //   warps = 4
 //   vectors = 4
+//   cluster = 1
 //   bounds = unchecked
 //   targets = SASS sm_90; PTX compute_90
 
@@ -354,6 +355,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 layernorm_f32_regs_w4_v4_unchecked(const T* __restrict__ X, const T* __restrict__ W, const T* __restrict__ B, T* __restrict__ Y, int rows, int cols, int ldx, int ldy, float eps)
 {
     __shared__ float scratch[2][32];
+    __shared__ float parts[2][CLUSTER];
     RowBlock rb = row_block();
     const T* x = X + rb.row * ldx;
     const int lead = row_lead(x);
@@ -368,7 +370,7 @@ layernorm_f32_regs_w4_v4_unchecked(const T* __restrict__ X, const T* __restrict_
 #pragma unroll
         for (int j = 0; j < VEC; ++j) s += e[j];
     }
-    const float mean = row_reduce(s, add, scratch[0], (float*)nullptr, rb) / cols;
+    const float mean = row_reduce(s, add, scratch[0], parts[0], rb) / cols;
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -382,7 +384,7 @@ layernorm_f32_regs_w4_v4_unchecked(const T* __restrict__ X, const T* __restrict_
             ss = fmaf(d, d, ss);
         }
     }
-    const float scale = rsqrtf(row_reduce(ss, add, scratch[1], (float*)nullptr, rb) / cols + eps);
+    const float scale = rsqrtf(row_reduce(ss, add, scratch[1], parts[1], rb) / cols + eps);
     store_slots(Y + rb.row * ldy, cols, lead, rb.rank, raw, [&](int i, float (&e)[VEC]) {
         float w[VEC], b[VEC];
         unpack(load_vector<false>(W, i, cols, 0.f), w);
