@@ -1676,15 +1676,18 @@ fn replay_of_a_family_table_holds_each_entry_out() {
     assert!(out.contains("which goes in softmax/NVIDIA_H200-132sm.json"), "{out}");
 }
 
-// Issue 37: a backend's `cost_bytes` names only its family's quantities and `elem`.
+// Issue 37: a backend's `cost_bytes` (and, issue 60, its `bytes_in_flight`) names only its
+// family's quantities, `elem` and its count axes.
 #[test]
-fn cost_bytes_naming_what_the_family_lacks_is_refused_at_gen() {
-    let bad = TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ncost_bytes = \"2 * m * q * elem\"\n");
-    assert_ne!(bad, TRANSPOSE_ONLY);
-    let out = fails(Some(scratch(&bad).path()), &["gen"]);
-    assert!(out.contains("cost_bytes") && out.contains("`q`"), "{out}");
-    let good = TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", "ptx = \"compute_80\"\ncost_bytes = \"2 * m * n * elem\"\n");
-    succeeds(Some(scratch(&good).path()), &["gen"]);
+fn cost_model_expressions_naming_what_the_family_lacks_are_refused_at_gen() {
+    for (field, bad, good) in [("cost_bytes", "2 * m * q * elem", "2 * m * n * elem"), ("bytes_in_flight", "vectors * 16", "4 * elem")] {
+        let with = |expr: &str| TRANSPOSE_ONLY.replace("ptx = \"compute_80\"\n", &format!("ptx = \"compute_80\"\n{field} = \"{expr}\"\n"));
+        assert_ne!(with(bad), TRANSPOSE_ONLY);
+        let out = fails(Some(scratch(&with(bad)).path()), &["gen"]);
+        let unknown = if field == "cost_bytes" { "`q`" } else { "`vectors`" };
+        assert!(out.contains(field) && out.contains(unknown), "{out}");
+        succeeds(Some(scratch(&with(good)).path()), &["gen"]);
+    }
 }
 
 // Issue 37: `tune --family` refuses bad arguments before it looks for a GPU, naming the rule.

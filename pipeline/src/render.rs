@@ -185,6 +185,7 @@ impl Renderer {
             targets: Targets { sass: declared.backend.sass.clone(), ptx: declared.backend.ptx.clone() },
             gflops_per_sm: declared.backend.gflops_per_sm,
             cost_bytes: declared.backend.cost_bytes.clone(),
+            bytes_in_flight: declared.backend.bytes_in_flight.clone(),
         };
         // The contract is checked before the source is rendered from it.
         entry.check().map_err(|rule| fail(format!("template {template}: {rule}")))?;

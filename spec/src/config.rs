@@ -82,6 +82,11 @@ pub struct Backend {
     /// narrow loads).
     #[serde(default)]
     pub cost_bytes: Option<crate::Expr>,
+    /// The bytes a thread of this backend keeps in flight at once, where not one 16-byte load:
+    /// an expression of the same names as `cost_bytes` (the `regs` backends issue `vectors`
+    /// 16-byte loads before using any). The chooser's cost model draws bandwidth by it.
+    #[serde(default)]
+    pub bytes_in_flight: Option<crate::Expr>,
 }
 
 /// A variant as declared: its axes, where it came from, and its backend's build data.

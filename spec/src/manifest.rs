@@ -159,6 +159,9 @@ pub struct Entry {
     /// Its backend's declared `cost_bytes`, for the chooser's cost model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_bytes: Option<crate::Expr>,
+    /// Its backend's declared `bytes_in_flight` (a thread's), for the chooser's cost model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_in_flight: Option<crate::Expr>,
 }
 
 /// The assumptions a variant makes of its arguments, which the runtime checks before launch.
@@ -357,17 +360,19 @@ impl Entry {
             return Err(format!("its source_sha256 `{}` is not a SHA-256 in hex", self.source_sha256));
         }
         self.requires.check(&self.declaration)?;
-        if let Some(bytes) = &self.cost_bytes {
-            let elems = self.declaration.elem_names();
-            let known: Vec<&str> = self
-                .declaration
-                .all_quantities()
-                .into_iter()
-                .chain([crate::family::ELEM])
-                .chain(elems.iter().map(String::as_str))
-                .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
-                .collect();
-            bytes.check_names(&known).map_err(|rule| format!("its backend's cost_bytes: {rule}"))?;
+        let elems = self.declaration.elem_names();
+        let known: Vec<&str> = self
+            .declaration
+            .all_quantities()
+            .into_iter()
+            .chain([crate::family::ELEM])
+            .chain(elems.iter().map(String::as_str))
+            .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
+            .collect();
+        for (field, bytes) in [("cost_bytes", &self.cost_bytes), ("bytes_in_flight", &self.bytes_in_flight)] {
+            if let Some(bytes) = bytes {
+                bytes.check_names(&known).map_err(|rule| format!("its backend's {field}: {rule}"))?;
+            }
         }
         // Thread-block clusters are Hopper's (compute capability 9.0): an older target cannot
         // launch them.
