@@ -892,7 +892,7 @@ pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call:
     // 512 threads of 8 vectors leaves most of them idle. With this and `bytes_in_flight`, the
     // picks of the H200's row-wise tables replayed went from 0.43-0.70 of the fastest, 9 in 10,
     // to 0.78-0.89 (calls of 1-16 rows had been the worst).
-    let per_block = (threads as f64 * in_flight).min(bytes / blocks as f64);
+    let per_block = (threads as f64 * in_flight).min(bytes / blocks as f64).max(1.0);
     let drawn = resident as f64 * per_block / LOAD_LATENCY;
     let bandwidth = drawn.min(BANDWIDTH_FRACTION * f64::from(clocks.memory_gbps.max(1)) * 1e9);
     let gflops = kernel.info().entry.gflops_per_sm.unwrap_or(UNDECLARED_GFLOPS_PER_SM);
