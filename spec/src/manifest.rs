@@ -360,18 +360,23 @@ impl Entry {
             return Err(format!("its source_sha256 `{}` is not a SHA-256 in hex", self.source_sha256));
         }
         self.requires.check(&self.declaration)?;
-        let elems = self.declaration.elem_names();
-        let known: Vec<&str> = self
-            .declaration
-            .all_quantities()
-            .into_iter()
-            .chain([crate::family::ELEM])
-            .chain(elems.iter().map(String::as_str))
-            .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
-            .collect();
-        for (field, bytes) in [("cost_bytes", &self.cost_bytes), ("bytes_in_flight", &self.bytes_in_flight)] {
-            if let Some(bytes) = bytes {
-                bytes.check_names(&known).map_err(|rule| format!("its backend's {field}: {rule}"))?;
+        let declared = [("cost_bytes", &self.cost_bytes), ("bytes_in_flight", &self.bytes_in_flight)];
+        // The names are gathered only for entries that declare an expression: every entry of a
+        // manifest is checked as it is read.
+        if declared.iter().any(|(_, bytes)| bytes.is_some()) {
+            let elems = self.declaration.elem_names();
+            let known: Vec<&str> = self
+                .declaration
+                .all_quantities()
+                .into_iter()
+                .chain([crate::family::ELEM])
+                .chain(elems.iter().map(String::as_str))
+                .chain(self.declaration.axes.iter().filter(|a| a.range.is_some()).map(|a| a.name.as_str()))
+                .collect();
+            for (field, bytes) in declared {
+                if let Some(bytes) = bytes {
+                    bytes.check_names(&known).map_err(|rule| format!("its backend's {field}: {rule}"))?;
+                }
             }
         }
         // Thread-block clusters are Hopper's (compute capability 9.0): an older target cannot
