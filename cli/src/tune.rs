@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, env = "TILESMITH_TUNING_DIR")]
     out: Option<PathBuf>,
     /// Measure again the problems of the set that the table already holds (their entries are
-    /// replaced; the table's other entries stay).
+    /// replaced; the table's other entries stay). Without it, a run measures those the table
+    /// lacks and those whose entries time a variant whose source changed since.
     #[arg(long)]
     fresh: bool,
     /// GPUs to tune on, comma-separated ordinals (default: every GPU). The problems are shared

@@ -5,7 +5,7 @@
 //! file, so that an interrupt leaves the old one), until the problems or the time run out.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
@@ -32,8 +32,16 @@ impl<P> Item<P> {
         (self.dtype, &self.class, self.batch, &self.problem)
     }
 
-    fn held_in(&self, table: &FamilyTable) -> bool {
-        table.entries.iter().any(|e| (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity())
+    /// Whether `table` holds the problem measured as the sources are now: an entry for it none
+    /// of whose timings is of a source changed since (`source`: a variant's SHA-256 now, none
+    /// for a variant no longer built). A run without --fresh measures the others, so a tune
+    /// after a template change (which leaves its variants' timings hints) re-measures just the
+    /// problems that time them, over as many runs as it takes.
+    fn held_in<'s>(&self, table: &FamilyTable, source: impl Fn(&str) -> Option<&'s str>) -> bool {
+        table.entries.iter().any(|e| {
+            (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity()
+                && !e.ranked.iter().any(|t| source(&t.variant).is_some_and(|now| t.is_stale(now)))
+        })
     }
 }
 
@@ -117,8 +125,10 @@ pub fn tune<P: Clone + Send + Sync>(
         table.compiler = compiler.clone();
         table.device.clocks = device.clocks;
         let mut queued = HashSet::new();
+        let sources: HashMap<&str, &str> = chooser.kernels().iter().map(|k| (k.name(), k.info().entry.source_sha256.as_str())).collect();
+        let source = |variant: &str| sources.get(variant).copied();
         let queue: VecDeque<Item<P>> =
-            items.iter().filter(|item| (run.fresh || !item.held_in(&table)) && queued.insert(item.identity())).cloned().collect();
+            items.iter().filter(|item| (run.fresh || !item.held_in(&table, source)) && queued.insert(item.identity())).cloned().collect();
         let gpus = devices.iter().filter(|d| d.is(device)).count();
         println!("tuning {} of {} {family} problems on {gpus} {device} into {}", queue.len(), items.len(), path.display());
         kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
@@ -405,7 +415,43 @@ impl Regret {
 
 #[cfg(test)]
 mod tests {
-    use super::Regret;
+    use super::{Item, Regret};
+    use std::collections::BTreeMap;
+    use tilesmith_runtime::Dtype;
+    use tilesmith_spec::family_table::{FamilyEntry, FamilyTable, Timed};
+    use tilesmith_spec::tuning::Device;
+
+    #[test]
+    fn a_problem_counts_as_held_only_where_its_entry_times_the_sources_as_they_are() {
+        let timed = |variant: &str, source: &str| Timed { variant: variant.into(), strategy: None, ms: 1.0, source: Some(source.into()) };
+        let h200 = Device { name: "NVIDIA H200".into(), capability: [9, 0], sms: 132, clocks: None };
+        let mut table = FamilyTable::new("softmax", h200, String::new(), vec!["rows".into(), "cols".into()]);
+        let entry = FamilyEntry {
+            dtype: Dtype::Bf16,
+            class: BTreeMap::new(),
+            problem: vec![64, 4096],
+            batch: 1,
+            baseline_ms: 1.0,
+            ranked: vec![timed("a", "aaaa"), timed("b", "bbbb"), timed("gone", "cccc")],
+        };
+        table.entries.push(entry);
+        let item =
+            |problem: Vec<u64>| Item { dtype: Dtype::Bf16, class: BTreeMap::new(), batch: 1, problem, label: String::new(), what: () };
+        let now = |a: &'static str, b: &'static str| {
+            move |variant: &str| match variant {
+                "a" => Some(a),
+                "b" => Some(b),
+                _ => None,
+            }
+        };
+        assert!(item(vec![64, 4096]).held_in(&table, now("aaaa0000", "bbbb0000")));
+        // A variant whose source changed since: the problem is measured again.
+        assert!(!item(vec![64, 4096]).held_in(&table, now("aaaa0000", "dddd0000")));
+        // Another problem, or dtype, is not held at all.
+        assert!(!item(vec![128, 4096]).held_in(&table, now("aaaa0000", "bbbb0000")));
+        let f32 = Item { dtype: Dtype::F32, ..item(vec![64, 4096]) };
+        assert!(!f32.held_in(&table, now("aaaa0000", "bbbb0000")));
+    }
 
     #[test]
     fn regret_reads_each_pick_against_the_fastest() {
