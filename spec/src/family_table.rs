@@ -92,6 +92,12 @@ impl Timed {
         self.source.as_deref().is_some_and(|own| !current.is_empty() && !current.starts_with(own))
     }
 
+    /// [`Timed::is_stale`] against the sources as `current` gives them (a variant's
+    /// `source_sha256` now, none where it is not held).
+    pub fn is_stale_in<'s>(&self, current: impl Fn(&str) -> Option<&'s str>) -> bool {
+        current(&self.variant).is_some_and(|now| self.is_stale(now))
+    }
+
     /// Whether it ran the variant on the call's own buffers.
     pub fn is_direct(&self) -> bool {
         self.strategy.is_none()
@@ -446,8 +452,7 @@ impl FamilyTable {
     /// The timings of variants whose source changed since (`current` gives a variant's
     /// `source_sha256` now, none where it is not held): how many, and the variants, by name.
     pub fn stale<'s>(&self, current: impl Fn(&str) -> Option<&'s str>) -> (usize, Vec<String>) {
-        let stale: Vec<&Timed> =
-            self.entries.iter().flat_map(|e| &e.ranked).filter(|t| current(&t.variant).is_some_and(|now| t.is_stale(now))).collect();
+        let stale: Vec<&Timed> = self.entries.iter().flat_map(|e| &e.ranked).filter(|t| t.is_stale_in(&current)).collect();
         let mut variants: Vec<String> = stale.iter().map(|t| t.variant.clone()).collect();
         variants.sort();
         variants.dedup();
@@ -461,7 +466,7 @@ impl FamilyTable {
         (count > 0).then(|| {
             format!(
                 "{count} timing(s) of {} variant(s) whose source changed since they were timed ({}{}): the chooser reads them as \
-                 hints; `tilesmith tune --family {} --fresh` measures them again",
+                 hints; `tilesmith tune --family {}` measures them again",
                 variants.len(),
                 first.join(", "),
                 if variants.len() > 3 { ", ..." } else { "" },

@@ -39,8 +39,7 @@ impl<P> Item<P> {
     /// problems that time them, over as many runs as it takes.
     fn held_in<'s>(&self, table: &FamilyTable, source: impl Fn(&str) -> Option<&'s str>) -> bool {
         table.entries.iter().any(|e| {
-            (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity()
-                && !e.ranked.iter().any(|t| source(&t.variant).is_some_and(|now| t.is_stale(now)))
+            (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity() && !e.ranked.iter().any(|t| t.is_stale_in(&source))
         })
     }
 }
