@@ -189,10 +189,59 @@ __device__ __forceinline__ void store_regs(T* __restrict__ row, int cols, const 
     }
 }
 
-#if CLUSTER > 1
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count));
+}
+
+// Arrives and tells the barrier how many bytes of asynchronous copies complete this phase.
+__device__ __forceinline__ void mbar_expect_bytes(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+
+// Waits for the phase of the given parity to complete. A fresh barrier counts its phase of
+// parity 1 as complete, which lets producers start on empty buffers.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    asm volatile(
+        "{\n.reg .pred done;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+}
+
+// Makes this thread's mbarrier.init visible to the cluster (the blocks that will complete
+// transactions on it) before its arrive on the cluster barrier.
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The cluster barrier without ordering: what it orders is the mbarriers' initialisation (the
+// fence above) and, at the end, nothing.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// `value` into the array at `slots` in block `rank` of the cluster, at this block's place in it
+// (its rank times `stride` bytes), completing 4 bytes on that block's mbarrier at `bar`'s offset.
+// The block's rank is read here, not kept from the kernel's start: ptxas spilled a kernel whose
+// loads had one register fewer.
+__device__ __forceinline__ void st_async_own_slot(uint32_t slots, uint32_t stride, uint32_t bar, uint32_t rank, uint32_t value) {
+    asm volatile(
+        "{\n.reg .b32 me, ra, rb;\nmov.u32 me, %%cluster_ctarank;\nmad.lo.u32 ra, me, %1, %0;\n"
+        "mapa.shared::cluster.u32 ra, ra, %3;\nmapa.shared::cluster.u32 rb, %2, %3;\n"
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [ra], %4, [rb];\n}\n"
+        :: "r"(slots), "r"(stride), "r"(bar), "r"(rank), "r"(value) : "memory");
+}
 
 // Elements of the 16-byte vector holding `row`'s first element that come before it; 0 for
 // unchecked kernels, whose rows start aligned. The launch contract leaves room for them.
@@ -304,48 +353,89 @@ __device__ __forceinline__ void store_slots(T* __restrict__ out, int cols, int l
 __device__ __forceinline__ float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ float2 shfl_xor(float2 v, int o) { return make_float2(shfl_xor(v.x, o), shfl_xor(v.y, o)); }
 
-// The block's row and its place in the row's cluster. The kernel arrives on the cluster barrier
-// as it starts (row_block); the first exchange waits on that (`waited`), so that no block writes
-// into one not yet running.
+// One exchange of a row's statistic: each warp's part, then (over a cluster) each block's,
+// pushed by every block into every other's. A kernel declares one a statistic it exchanges,
+// in shared memory.
+template <typename P>
+struct Exchange {
+    P warps[32];
+#if CLUSTER > 1
+    P blocks[CLUSTER];
+#endif
+};
+
+// The block's row and its place in the row's cluster; over a cluster, the mbarrier that counts
+// the bytes pushed into the block (one phase an exchange) and the exchanges done.
 struct RowBlock {
     long long row;
     int rank;
-    bool waited;
+    uint32_t bar;
+    int exchanges;
 };
 
+// Called first. Over a cluster: the block's mbarrier is set up, and the block arrives on the
+// cluster barrier, which its first exchange waits on, so that no block pushes into one whose
+// mbarrier is not yet set. Both relaxed: a release (cooperative groups' barrier) costs a
+// MEMBAR.ALL.GPU, which waits behind the multiprocessor's loads in flight (0.71-0.86 of a copy
+// against 0.93-0.95 over clusters of 8 and 16; docs/rowwise/NOTES.md, v14).
 __device__ __forceinline__ RowBlock row_block() {
+    RowBlock rb = { (long long)(blockIdx.x / CLUSTER), (int)(blockIdx.x % CLUSTER), 0, 0 };
 #if CLUSTER > 1
-    cg::this_cluster().barrier_arrive();
+    __shared__ alignas(8) uint64_t bar;
+    rb.bar = smem_addr(&bar);
+    if (threadIdx.x == 0) {
+        mbar_init(rb.bar, 1);
+        fence_mbar_init();
+    }
+    cluster_arrive_relaxed();
 #endif
-    return { (long long)(blockIdx.x / CLUSTER), (int)(blockIdx.x % CLUSTER), false };
+    return rb;
 }
 
 // The row's statistic from every thread's `mine`, combined by f (associative); every thread of
-// the cluster gets it. `scratch` (32 entries) and `parts` (CLUSTER entries) are shared memory
-// used by this exchange alone: a kernel exchanging twice gives each its own. After the cluster's
-// barrier no block touches another's shared memory, so a block may then leave.
+// the cluster gets it. Each exchange of a kernel is used once.
 template <typename P, typename F>
-__device__ __forceinline__ P row_reduce(P mine, F f, P* scratch, P* parts, RowBlock& rb) {
+__device__ __forceinline__ P row_reduce(P mine, F f, Exchange<P>& ex, RowBlock& rb) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mine = f(mine, shfl_xor(mine, o));
     if (THREADS > 32) {
-        if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = mine;
+        if (threadIdx.x % 32 == 0) ex.warps[threadIdx.x / 32] = mine;
         __syncthreads();
-        mine = scratch[0];
+        mine = ex.warps[0];
 #pragma unroll
-        for (int w = 1; w < THREADS / 32; ++w) mine = f(mine, scratch[w]);
+        for (int w = 1; w < THREADS / 32; ++w) mine = f(mine, ex.warps[w]);
     }
 #if CLUSTER > 1
-    cg::cluster_group cluster = cg::this_cluster();
-    if (!rb.waited) cluster.barrier_wait();
-    rb.waited = true;
-    if (threadIdx.x < CLUSTER) cluster.map_shared_rank(parts, threadIdx.x)[cluster.block_rank()] = mine;
-    cluster.sync();
-    mine = parts[0];
+    // Every block has set its mbarrier up (first exchange) or seen the phase before this one
+    // complete: a part pushed now completes this phase. It may land before thread 0 arms the
+    // phase (the count goes below zero); the phase then waits for that arrival.
+    cluster_wait();
+    if (threadIdx.x == 0) mbar_expect_bytes(rb.bar, CLUSTER * sizeof(P));
+    if (threadIdx.x < CLUSTER) {
+        uint32_t words[sizeof(P) / 4];
+        memcpy(words, &mine, sizeof(P));
 #pragma unroll
-    for (int q = 1; q < CLUSTER; ++q) mine = f(mine, parts[q]);
+        for (int j = 0; j < (int)(sizeof(P) / 4); ++j)
+            st_async_own_slot(smem_addr(ex.blocks) + 4 * j, sizeof(P), rb.bar, threadIdx.x, words[j]);
+    }
+    mbar_wait(rb.bar, rb.exchanges % 2);
+    ++rb.exchanges;
+    cluster_arrive_relaxed();
+    mine = ex.blocks[0];
+    // Four parts at a time: all of them at once, ptxas spilled f16's checked add_rmsnorm over
+    // 16 blocks.
+#pragma unroll 4
+    for (int q = 1; q < CLUSTER; ++q) mine = f(mine, ex.blocks[q]);
 #endif
     return mine;
+}
+
+// Called last. Over a cluster, a block leaves only when every block has seen its last exchange
+// complete: distributed shared memory is written only while its block runs.
+__device__ __forceinline__ void row_leave(const RowBlock&) {
+#if CLUSTER > 1
+    cluster_wait();
+#endif
 }
 
 // Y = (X − mean) · rsqrt(var + eps) · W + B, row by row (X and Y rows × cols, W and B cols),
@@ -354,8 +444,7 @@ __device__ __forceinline__ P row_reduce(P mine, F f, P* scratch, P* parts, RowBl
 extern "C" __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 layernorm_regs_w32_v4_c4_unchecked(const T* __restrict__ X, const T* __restrict__ W, const T* __restrict__ B, T* __restrict__ Y, int rows, int cols, int ldx, int ldy, float eps)
 {
-    __shared__ float scratch[2][32];
-    __shared__ float parts[2][CLUSTER];
+    __shared__ Exchange<float> ex[2];  // the mean, then the squared deviations
     RowBlock rb = row_block();
     const T* x = X + rb.row * ldx;
     const int lead = row_lead(x);
@@ -370,7 +459,7 @@ layernorm_regs_w32_v4_c4_unchecked(const T* __restrict__ X, const T* __restrict_
 #pragma unroll
         for (int j = 0; j < VEC; ++j) s += e[j];
     }
-    const float mean = row_reduce(s, add, scratch[0], parts[0], rb) / cols;
+    const float mean = row_reduce(s, add, ex[0], rb) / cols;
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -384,7 +473,7 @@ layernorm_regs_w32_v4_c4_unchecked(const T* __restrict__ X, const T* __restrict_
             ss = fmaf(d, d, ss);
         }
     }
-    const float scale = rsqrtf(row_reduce(ss, add, scratch[1], parts[1], rb) / cols + eps);
+    const float scale = rsqrtf(row_reduce(ss, add, ex[1], rb) / cols + eps);
     store_slots(Y + rb.row * ldy, cols, lead, rb.rank, raw, [&](int i, float (&e)[VEC]) {
         float w[VEC], b[VEC];
         unpack(load_vector<false>(W, i, cols, 0.f), w);
@@ -392,4 +481,5 @@ layernorm_regs_w32_v4_c4_unchecked(const T* __restrict__ X, const T* __restrict_
 #pragma unroll
         for (int j = 0; j < VEC; ++j) e[j] = fmaf((e[j] - mean) * scale, w[j], b[j]);
     });
+    row_leave(rb);
 }

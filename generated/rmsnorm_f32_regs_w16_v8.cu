@@ -189,11 +189,6 @@ __device__ __forceinline__ void store_regs(T* __restrict__ row, int cols, const 
     }
 }
 
-#if CLUSTER > 1
-#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-#endif
-
 // Elements of the 16-byte vector holding `row`'s first element that come before it; 0 for
 // unchecked kernels, whose rows start aligned. The launch contract leaves room for them.
 __device__ __forceinline__ int row_lead(const T* row) {
@@ -304,48 +299,89 @@ __device__ __forceinline__ void store_slots(T* __restrict__ out, int cols, int l
 __device__ __forceinline__ float shfl_xor(float v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ float2 shfl_xor(float2 v, int o) { return make_float2(shfl_xor(v.x, o), shfl_xor(v.y, o)); }
 
-// The block's row and its place in the row's cluster. The kernel arrives on the cluster barrier
-// as it starts (row_block); the first exchange waits on that (`waited`), so that no block writes
-// into one not yet running.
+// One exchange of a row's statistic: each warp's part, then (over a cluster) each block's,
+// pushed by every block into every other's. A kernel declares one a statistic it exchanges,
+// in shared memory.
+template <typename P>
+struct Exchange {
+    P warps[32];
+#if CLUSTER > 1
+    P blocks[CLUSTER];
+#endif
+};
+
+// The block's row and its place in the row's cluster; over a cluster, the mbarrier that counts
+// the bytes pushed into the block (one phase an exchange) and the exchanges done.
 struct RowBlock {
     long long row;
     int rank;
-    bool waited;
+    uint32_t bar;
+    int exchanges;
 };
 
+// Called first. Over a cluster: the block's mbarrier is set up, and the block arrives on the
+// cluster barrier, which its first exchange waits on, so that no block pushes into one whose
+// mbarrier is not yet set. Both relaxed: a release (cooperative groups' barrier) costs a
+// MEMBAR.ALL.GPU, which waits behind the multiprocessor's loads in flight (0.71-0.86 of a copy
+// against 0.93-0.95 over clusters of 8 and 16; docs/rowwise/NOTES.md, v14).
 __device__ __forceinline__ RowBlock row_block() {
+    RowBlock rb = { (long long)(blockIdx.x / CLUSTER), (int)(blockIdx.x % CLUSTER), 0, 0 };
 #if CLUSTER > 1
-    cg::this_cluster().barrier_arrive();
+    __shared__ alignas(8) uint64_t bar;
+    rb.bar = smem_addr(&bar);
+    if (threadIdx.x == 0) {
+        mbar_init(rb.bar, 1);
+        fence_mbar_init();
+    }
+    cluster_arrive_relaxed();
 #endif
-    return { (long long)(blockIdx.x / CLUSTER), (int)(blockIdx.x % CLUSTER), false };
+    return rb;
 }
 
 // The row's statistic from every thread's `mine`, combined by f (associative); every thread of
-// the cluster gets it. `scratch` (32 entries) and `parts` (CLUSTER entries) are shared memory
-// used by this exchange alone: a kernel exchanging twice gives each its own. After the cluster's
-// barrier no block touches another's shared memory, so a block may then leave.
+// the cluster gets it. Each exchange of a kernel is used once.
 template <typename P, typename F>
-__device__ __forceinline__ P row_reduce(P mine, F f, P* scratch, P* parts, RowBlock& rb) {
+__device__ __forceinline__ P row_reduce(P mine, F f, Exchange<P>& ex, RowBlock& rb) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mine = f(mine, shfl_xor(mine, o));
     if (THREADS > 32) {
-        if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = mine;
+        if (threadIdx.x % 32 == 0) ex.warps[threadIdx.x / 32] = mine;
         __syncthreads();
-        mine = scratch[0];
+        mine = ex.warps[0];
 #pragma unroll
-        for (int w = 1; w < THREADS / 32; ++w) mine = f(mine, scratch[w]);
+        for (int w = 1; w < THREADS / 32; ++w) mine = f(mine, ex.warps[w]);
     }
 #if CLUSTER > 1
-    cg::cluster_group cluster = cg::this_cluster();
-    if (!rb.waited) cluster.barrier_wait();
-    rb.waited = true;
-    if (threadIdx.x < CLUSTER) cluster.map_shared_rank(parts, threadIdx.x)[cluster.block_rank()] = mine;
-    cluster.sync();
-    mine = parts[0];
+    // Every block has set its mbarrier up (first exchange) or seen the phase before this one
+    // complete: a part pushed now completes this phase. It may land before thread 0 arms the
+    // phase (the count goes below zero); the phase then waits for that arrival.
+    cluster_wait();
+    if (threadIdx.x == 0) mbar_expect_bytes(rb.bar, CLUSTER * sizeof(P));
+    if (threadIdx.x < CLUSTER) {
+        uint32_t words[sizeof(P) / 4];
+        memcpy(words, &mine, sizeof(P));
 #pragma unroll
-    for (int q = 1; q < CLUSTER; ++q) mine = f(mine, parts[q]);
+        for (int j = 0; j < (int)(sizeof(P) / 4); ++j)
+            st_async_own_slot(smem_addr(ex.blocks) + 4 * j, sizeof(P), rb.bar, threadIdx.x, words[j]);
+    }
+    mbar_wait(rb.bar, rb.exchanges % 2);
+    ++rb.exchanges;
+    cluster_arrive_relaxed();
+    mine = ex.blocks[0];
+    // Four parts at a time: all of them at once, ptxas spilled f16's checked add_rmsnorm over
+    // 16 blocks.
+#pragma unroll 4
+    for (int q = 1; q < CLUSTER; ++q) mine = f(mine, ex.blocks[q]);
 #endif
     return mine;
+}
+
+// Called last. Over a cluster, a block leaves only when every block has seen its last exchange
+// complete: distributed shared memory is written only while its block runs.
+__device__ __forceinline__ void row_leave(const RowBlock&) {
+#if CLUSTER > 1
+    cluster_wait();
+#endif
 }
 
 // Y = X · rsqrt(mean(X²) + eps) · W, row by row (X and Y rows × cols, W cols), in f32.
@@ -353,8 +389,7 @@ __device__ __forceinline__ P row_reduce(P mine, F f, P* scratch, P* parts, RowBl
 extern "C" __global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 rmsnorm_f32_regs_w16_v8(const T* __restrict__ X, const T* __restrict__ W, T* __restrict__ Y, int rows, int cols, int ldx, int ldy, float eps)
 {
-    __shared__ float scratch[32];
-    __shared__ float parts[CLUSTER];
+    __shared__ Exchange<float> ex[1];
     RowBlock rb = row_block();
     const T* x = X + rb.row * ldx;
     const int lead = row_lead(x);
@@ -368,7 +403,7 @@ rmsnorm_f32_regs_w16_v8(const T* __restrict__ X, const T* __restrict__ W, T* __r
 #pragma unroll
         for (int j = 0; j < VEC; ++j) ss = fmaf(e[j], e[j], ss);
     }
-    const float total = row_reduce(ss, [](float a, float b) { return a + b; }, scratch, parts, rb);
+    const float total = row_reduce(ss, [](float a, float b) { return a + b; }, ex[0], rb);
     const float scale = rsqrtf(total / cols + eps);
     // W is read as it is used (from L2 after the first row): holding it beside the row would
     // double the registers.
@@ -378,4 +413,5 @@ rmsnorm_f32_regs_w16_v8(const T* __restrict__ X, const T* __restrict__ W, T* __r
 #pragma unroll
         for (int j = 0; j < VEC; ++j) e[j] = e[j] * scale * w[j];
     });
+    row_leave(rb);
 }
