@@ -221,8 +221,8 @@ __device__ __forceinline__ void fence_mbar_init() {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-// The cluster barrier without ordering: what it orders is the mbarriers' initialisation (the
-// fence above) and, at the end, nothing.
+// The cluster barrier without a memory fence. What it has to order, the mbarriers' set-up, the
+// fence above orders; between exchanges it says only that every block has seen a phase end.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -233,8 +233,8 @@ __device__ __forceinline__ void cluster_wait() {
 
 // `value` into the array at `slots` in block `rank` of the cluster, at this block's place in it
 // (its rank times `stride` bytes), completing 4 bytes on that block's mbarrier at `bar`'s offset.
-// The block's rank is read here, not kept from the kernel's start: ptxas spilled a kernel whose
-// loads had one register fewer.
+// The block's rank is read here, not kept from the kernel's start: kept, it held a register
+// across the loads, and ptxas spilled f16's checked add_rmsnorm.
 __device__ __forceinline__ void st_async_own_slot(uint32_t slots, uint32_t stride, uint32_t bar, uint32_t rank, uint32_t value) {
     asm volatile(
         "{\n.reg .b32 me, ra, rb;\nmov.u32 me, %%cluster_ctarank;\nmad.lo.u32 ra, me, %1, %0;\n"
