@@ -25,7 +25,9 @@ const FLOORS: [(&str, f64, f64, f64); 17] = [
     ("attention_varlen/NVIDIA_H200-132sm.json", 1.000, 1.000, 1.0),
     ("cross_entropy/NVIDIA_H100_80GB_HBM3-132sm.json", 0.987, 0.940, 12.0 / 16.0),
     ("cross_entropy/NVIDIA_H200-132sm.json", 0.997, 0.947, 49.0 / 58.0),
-    ("cross_entropy_backward/NVIDIA_H200-132sm.json", 0.986, 0.942, 11.0 / 18.0),
+    // Its 18 old entries timed sources since changed (read as hints, not measurements); measured
+    // again in bf16, f16 and f32 (27 entries, 2026-11-30), every held-out pick reaches 0.93.
+    ("cross_entropy_backward/NVIDIA_H200-132sm.json", 0.970, 0.941, 14.0 / 27.0),
     ("gemm/NVIDIA_H100_80GB_HBM3-132sm.json", 0.989, 0.792, 304.0 / 531.0),
     ("gemm/NVIDIA_H200-132sm.json", 0.994, 0.789, 406.0 / 655.0),
     // The H100 row-wise tables predate the `regs` backend (issue 60): held out, an entry's
