@@ -166,7 +166,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                     let shape_start = rows.records.len();
                     let mut runnable = Vec::new();
                     for &kernel in members {
-                        match declared::with_lds(kernel, shape.clone(), 0).and_then(|full| declared::takes(kernel, &full, gpu.sms())) {
+                        match declared::with_lds(kernel, shape.clone(), 0)
+                            .and_then(|full| declared::takes(kernel, &full, gpu.sms(), gpu.smem_per_block()))
+                        {
                             Ok(()) => runnable.push(kernel),
                             Err(rule) => rows.skipped.push(format!("{} {what}: {rule}", kernel.name())),
                         }
@@ -197,8 +199,9 @@ pub fn run(args: Args, registry: &Registry, default_out: PathBuf) -> Result<(), 
                         // The fastest variant of this shape that takes the call as made (packed
                         // rows), timed in turns with it in one case: the rows above were each
                         // timed in a turn of its own.
-                        let takes_call =
-                            |name: &str| registry.kernel(name).is_ok_and(|k| declared::takes(&k, &case.shape, gpu.sms()).is_ok());
+                        let takes_call = |name: &str| {
+                            registry.kernel(name).is_ok_and(|k| declared::takes(&k, &case.shape, gpu.sms(), gpu.smem_per_block()).is_ok())
+                        };
                         let fastest = rows.records[shape_start..]
                             .iter()
                             .filter(|r| takes_call(&r.variant))

@@ -42,7 +42,8 @@ pub struct Args {
     out: Option<PathBuf>,
     /// Measure again the problems of the set that the table already holds (their entries are
     /// replaced; the table's other entries stay). Without it, a run measures those the table
-    /// lacks and those whose entries time a variant whose source changed since.
+    /// lacks, those whose entries time a variant whose source changed since, and (--family, but
+    /// GEMM's) those whose entries lack a variant that takes the problem now.
     #[arg(long)]
     fresh: bool,
     /// GPUs to tune on, comma-separated ordinals (default: every GPU). The problems are shared

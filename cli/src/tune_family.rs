@@ -5,7 +5,7 @@
 //! loop ([`tilesmith_trials::tune::tune`]), into `tuning/<family>/<GPU>-<SMs>sm.json`.
 
 use std::path::Path;
-use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Registry};
+use tilesmith_runtime::{runs_on, Chooser, Dtype, Gpu, Kernel, Registry};
 use tilesmith_spec::family_table::{self, Timed};
 use tilesmith_trials::declared::{self, Case, Shape};
 use tilesmith_trials::tune::{tune, Item, Measured, Run, Timer};
@@ -99,12 +99,22 @@ struct Copied<'r> {
     chooser: &'r Chooser,
 }
 
+impl Copied<'_> {
+    fn shape(&self, item: &Item<()>) -> Shape {
+        self.chooser.declaration().quantities.iter().cloned().zip(item.problem.iter().copied()).collect()
+    }
+}
+
 impl Timer<()> for Copied<'_> {
     fn measure(&self, gpu: &Gpu, item: &Item<()>, _warn: &dyn Fn(String)) -> Result<Option<Measured>, String> {
-        let quantities = &self.chooser.declaration().quantities;
-        let shape: Shape = quantities.iter().cloned().zip(item.problem.iter().copied()).collect();
-        let measured = measure(gpu, self.registry, self.chooser, item.dtype, &shape)?;
+        let measured = measure(gpu, self.registry, self.chooser, item.dtype, &self.shape(item))?;
         Ok(measured.map(|(baseline_ms, timed)| Measured { baseline_ms, timed, skipped: 0 }))
+    }
+
+    /// Every variant that takes the problem is timed, so an entry lacking one (a variant
+    /// added since it was measured) is measured again.
+    fn candidates(&self, gpu: &Gpu, item: &Item<()>) -> Option<Vec<String>> {
+        Some(takers(gpu, self.chooser, item.dtype, &self.shape(item)).map(|(kernel, _)| kernel.name().to_string()).collect())
     }
 
     fn best(&self, ranked: &[Timed], baseline_ms: f64) -> String {
@@ -121,17 +131,24 @@ fn best_per_call(registry: &Registry, ranked: &[Timed], baseline_ms: f64) -> Str
     best.iter().map(|timed| format!("{} {:.2}x the copy", timed.variant, baseline_ms / timed.ms)).collect::<Vec<_>>().join(", ")
 }
 
+/// The variants of `dtype` that take the problem on `gpu`, each with the shape it is timed on
+/// (packed, as its leading-dimension rules allow).
+fn takers<'c>(gpu: &'c Gpu, chooser: &'c Chooser, dtype: Dtype, shape: &'c Shape) -> impl Iterator<Item = (&'c Kernel, Shape)> + 'c {
+    chooser.kernels().iter().filter(move |k| k.variant().dtype == dtype && runs_on(&k.info().entry.targets, gpu.capability())).filter_map(
+        move |kernel| {
+            let full = declared::with_lds(kernel, shape.clone(), 0).ok()?;
+            declared::takes(kernel, &full, gpu.sms(), gpu.smem_per_block()).ok()?;
+            Some((kernel, full))
+        },
+    )
+}
+
 /// The baseline's time and each variant's that takes the problem (packed), or none.
 fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shape: &Shape) -> Result<Option<(f64, Vec<Timed>)>, String> {
-    let capability = gpu.capability();
     let mut cases: Vec<(Shape, Case)> = Vec::new();
     let mut timed = Vec::new();
     let mut baseline_ms = None;
-    for kernel in chooser.kernels().iter().filter(|k| k.variant().dtype == dtype && runs_on(&k.info().entry.targets, capability)) {
-        let Ok(full) = declared::with_lds(kernel, shape.clone(), 0) else { continue };
-        if declared::takes(kernel, &full, gpu.sms()).is_err() {
-            continue;
-        }
+    for (kernel, full) in takers(gpu, chooser, dtype, shape) {
         // Variants whose leading-dimension rules give the same shape share a case.
         let index = match cases.iter().position(|(s, _)| *s == full) {
             Some(index) => index,
@@ -142,7 +159,8 @@ fn measure(gpu: &Gpu, registry: &Registry, chooser: &Chooser, dtype: Dtype, shap
                 cases.len() - 1
             }
         };
-        // A variant refusing the launch (shared memory past this GPU's) is left out.
+        // A variant refusing the launch for a reason its plan does not show is left out (the
+        // next run without --fresh measures the problem again).
         match cases[index].1.time_kernel(gpu, registry, kernel) {
             Ok(ms) => {
                 let source = family_table::stamp(&kernel.info().entry.source_sha256);

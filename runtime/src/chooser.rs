@@ -8,7 +8,7 @@
 //! generic answers: one class, each variant directly, the cost model [`estimate_seconds`].
 
 use crate::first_call;
-use crate::gpu::static_smem;
+use crate::gpu::block_smem;
 use crate::kernel::{CallBuilder, Kernel, Target};
 use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
@@ -665,7 +665,7 @@ impl Chooser {
         let fits_there = |k: &Kernel, entry: &FamilyEntry| {
             let value = |q: &str| table.quantities.iter().position(|n| n == q).and_then(|i| entry.problem.get(i).copied());
             let dynamic = k.info().entry.launch.dynamic_smem_bytes.eval(&value);
-            dynamic.is_ok_and(|bytes| bytes + u64::from(static_smem(k.info())) <= u64::from(smem_per_block))
+            dynamic.is_ok_and(|bytes| block_smem(k.info(), bytes) <= u64::from(smem_per_block))
         };
         let stands = |entry: &FamilyEntry, timings: &HashMap<usize, family_table::Timing>| {
             let Some(enough) = reading.partial_entries else { return true };
@@ -775,7 +775,7 @@ fn generic_ways(chooser: &Chooser, device: &Device, smem_per_block: u32, call: &
         }
         match plan_call(kernel.info(), call, device.sms) {
             Ok(Some(launch)) => {
-                let smem = u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem(kernel.info()));
+                let smem = block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes));
                 if smem > u64::from(smem_per_block) {
                     let rule = format!("the call needs {smem} bytes of shared memory a block; {} allows {smem_per_block}", device.name);
                     refusals.push((kernel.name().to_string(), rule));
@@ -880,7 +880,7 @@ pub fn estimate_seconds(family: &Family, kernel: &Kernel, launch: &Launch, call:
     let sms = u64::from(device.sms.max(1));
     let threads = u64::from(launch.block.iter().product::<u32>().max(1));
     let blocks: u64 = launch.grid.iter().map(|&g| u64::from(g.max(1))).product();
-    let smem = u64::from(launch.dynamic_smem_bytes) + kernel.info().resources.first().map_or(0, |r| u64::from(r.static_smem_bytes));
+    let smem = block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes));
     let per_sm = (THREADS_PER_SM / threads).min(BLOCKS_PER_SM).min(SMEM_PER_SM / smem.max(1)).max(1);
     // A cluster's blocks share a GPC, whose last cluster-less-one slots stay idle on average
     // (H200, a kernel of 2 blocks an SM: 14 clusters of 16 fit at once, 30 of 8, 132 of 2).

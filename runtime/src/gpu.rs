@@ -195,13 +195,15 @@ impl Gpu {
     pub(crate) fn launch(&self, info: &Built, fatbin: &Fatbin, launch: Launch) -> Result<()> {
         let name = info.entry.variant.name.as_str();
         // Before loading: a call past the limit is refused without touching the driver.
-        let static_smem = static_smem(info);
-        if u64::from(launch.dynamic_smem_bytes) + u64::from(static_smem) > u64::from(self.smem_opt_in) {
+        if block_smem(info, u64::from(launch.dynamic_smem_bytes)) > u64::from(self.smem_opt_in) {
             return Err(Error::Refused {
                 name: name.to_string(),
                 rule: format!(
-                    "this call needs {} bytes of dynamic and {static_smem} of static shared memory; {} allows {} a block",
-                    launch.dynamic_smem_bytes, self.name, self.smem_opt_in
+                    "this call needs {} bytes of dynamic and {} of static shared memory; {} allows {} a block",
+                    launch.dynamic_smem_bytes,
+                    static_smem(info),
+                    self.name,
+                    self.smem_opt_in
                 ),
             });
         }
@@ -376,6 +378,12 @@ impl Gpu {
 /// ptxas's static shared memory, which counts against the same per-block limit as the dynamic.
 pub(crate) fn static_smem(info: &Built) -> u32 {
     info.resources.iter().map(|r| r.static_smem_bytes).max().unwrap_or(0)
+}
+
+/// The shared memory a block of `info`'s launch needs: `dynamic` bytes and ptxas's static ones,
+/// both against the GPU's [`Gpu::smem_per_block`].
+pub fn block_smem(info: &Built, dynamic: u64) -> u64 {
+    dynamic + u64::from(static_smem(info))
 }
 
 /// The driver's tensor map for a checked [`TensorMapArg`]: TMA copies its boxes, zero-filling

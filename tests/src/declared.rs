@@ -10,7 +10,7 @@ use half::{bf16, f16};
 use rand::Rng;
 use std::collections::BTreeMap;
 use tilesmith_runtime::{
-    plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
+    block_smem, plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
 };
 use tilesmith_spec::family::{Family, Law, Offsets, OperandDecl, Values};
 use tilesmith_spec::{Access, Variant};
@@ -1064,11 +1064,17 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
     Ok(format!("{family} {}: {}; {}", describe(&shape), pick.kernel().name(), pick.reason))
 }
 
-/// Whether `kernel` takes `shape` (its multiples, sizes and limits), planned on buffers that hold
-/// exactly what the operands span: no GPU needed.
-pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32) -> Result<(), String> {
+/// Whether `kernel` takes `shape` (its multiples, sizes and limits) on a GPU of `sms`
+/// multiprocessors whose blocks may use `smem_per_block` bytes of shared memory, planned on
+/// buffers that hold exactly what the operands span: no GPU needed.
+pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32, smem_per_block: u32) -> Result<(), String> {
     let entry = &kernel.info().entry;
-    plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms).map(drop)
+    let launch = plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms)?;
+    let smem = launch.map_or(0, |l| block_smem(kernel.info(), u64::from(l.dynamic_smem_bytes)));
+    if smem > u64::from(smem_per_block) {
+        return Err(format!("the call needs {smem} bytes of shared memory a block; the GPU allows {smem_per_block}"));
+    }
+    Ok(())
 }
 
 /// A call of `shape` on buffers that hold exactly what the operands of `variant` span, apart

@@ -32,14 +32,17 @@ impl<P> Item<P> {
         (self.dtype, &self.class, self.batch, &self.problem)
     }
 
-    /// Whether `table` holds the problem measured as the sources are now: an entry for it none
+    /// Whether `table` holds the problem measured as the registry is now: an entry for it none
     /// of whose timings is of a source changed since (`source`: a variant's SHA-256 now, none
-    /// for a variant no longer built). A run without --fresh measures the others, so a tune
-    /// after a template change (which leaves its variants' timings hints) re-measures just the
-    /// problems that time them, over as many runs as it takes.
-    fn held_in<'s>(&self, table: &FamilyTable, source: impl Fn(&str) -> Option<&'s str>) -> bool {
+    /// for a variant no longer built) and that times each of `candidates` (where the timer
+    /// names them). A run without --fresh measures the others, so a tune after a template
+    /// change (which leaves its variants' timings hints) or after variants were added
+    /// re-measures just the problems they concern, over as many runs as it takes.
+    fn held_in<'s>(&self, table: &FamilyTable, source: impl Fn(&str) -> Option<&'s str>, candidates: Option<&[String]>) -> bool {
         table.entries.iter().any(|e| {
-            (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity() && !e.ranked.iter().any(|t| t.is_stale_in(&source))
+            (e.dtype, &e.class, e.batch, e.problem.as_slice()) == self.identity()
+                && !e.ranked.iter().any(|t| t.is_stale_in(&source))
+                && candidates.is_none_or(|names| names.iter().all(|name| e.ranked.iter().any(|t| t.variant == *name)))
         })
     }
 }
@@ -66,6 +69,13 @@ pub trait Timer<P>: Sync {
     /// The problem's timings, none where no candidate takes it or none ran; `warn` says why a
     /// candidate was left out.
     fn measure(&self, gpu: &Gpu, item: &Item<P>, warn: &dyn Fn(String)) -> Result<Option<Measured>, String>;
+
+    /// The candidates `measure` would time for the problem on `gpu`, where the timer knows them
+    /// without timing (none: a timer that prunes, whose entries rank only some); a problem whose
+    /// entry lacks one of them is measured again.
+    fn candidates(&self, _gpu: &Gpu, _item: &Item<P>) -> Option<Vec<String>> {
+        None
+    }
 
     /// The fastest of a ranking as a line says it (`variant 1.20x the copy`).
     fn best(&self, ranked: &[Timed], baseline_ms: f64) -> String {
@@ -99,11 +109,11 @@ pub fn tune<P: Clone + Send + Sync>(
     let quantities = chooser.declaration().quantities.clone();
     let deadline = Instant::now() + Duration::from_secs_f64(run.minutes * 60.0);
     let ordinals = gpus(run.gpus)?;
-    let devices: Vec<Device> =
-        ordinals.iter().map(|&o| Gpu::new(o).map(|g| g.device())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let handles: Vec<Gpu> = ordinals.iter().map(|&o| Gpu::new(o)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let devices: Vec<Device> = handles.iter().map(Gpu::device).collect();
     let compiler = chooser.kernels().first().map(|k| k.info().compiler.clone()).unwrap_or_default();
     let mut kinds: Vec<Kind<P>> = Vec::new();
-    for device in &devices {
+    for (gpu, device) in handles.iter().zip(&devices) {
         if kinds.iter().any(|k| k.device.is(device)) {
             continue;
         }
@@ -126,8 +136,13 @@ pub fn tune<P: Clone + Send + Sync>(
         let mut queued = HashSet::new();
         let sources: HashMap<&str, &str> = chooser.kernels().iter().map(|k| (k.name(), k.info().entry.source_sha256.as_str())).collect();
         let source = |variant: &str| sources.get(variant).copied();
-        let queue: VecDeque<Item<P>> =
-            items.iter().filter(|item| (run.fresh || !item.held_in(&table, source)) && queued.insert(item.identity())).cloned().collect();
+        let queue: VecDeque<Item<P>> = items
+            .iter()
+            .filter(|item| {
+                (run.fresh || !item.held_in(&table, source, timer.candidates(gpu, item).as_deref())) && queued.insert(item.identity())
+            })
+            .cloned()
+            .collect();
         let gpus = devices.iter().filter(|d| d.is(device)).count();
         println!("tuning {} of {} {family} problems on {gpus} {device} into {}", queue.len(), items.len(), path.display());
         kinds.push(Kind { device: device.clone(), path, table: Mutex::new(table), queue: Mutex::new(queue) });
@@ -443,13 +458,18 @@ mod tests {
                 _ => None,
             }
         };
-        assert!(item(vec![64, 4096]).held_in(&table, now("aaaa0000", "bbbb0000")));
+        assert!(item(vec![64, 4096]).held_in(&table, now("aaaa0000", "bbbb0000"), None));
         // A variant whose source changed since: the problem is measured again.
-        assert!(!item(vec![64, 4096]).held_in(&table, now("aaaa0000", "dddd0000")));
+        assert!(!item(vec![64, 4096]).held_in(&table, now("aaaa0000", "dddd0000"), None));
         // Another problem, or dtype, is not held at all.
-        assert!(!item(vec![128, 4096]).held_in(&table, now("aaaa0000", "bbbb0000")));
+        assert!(!item(vec![128, 4096]).held_in(&table, now("aaaa0000", "bbbb0000"), None));
         let f32 = Item { dtype: Dtype::F32, ..item(vec![64, 4096]) };
-        assert!(!f32.held_in(&table, now("aaaa0000", "bbbb0000")));
+        assert!(!f32.held_in(&table, now("aaaa0000", "bbbb0000"), None));
+        // Where the timer names the candidates: held while the entry times each of them, not
+        // once a variant it never timed takes the problem (one added since).
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(item(vec![64, 4096]).held_in(&table, now("aaaa0000", "bbbb0000"), Some(&names(&["a", "b"]))));
+        assert!(!item(vec![64, 4096]).held_in(&table, now("aaaa0000", "bbbb0000"), Some(&names(&["a", "b", "new"]))));
     }
 
     #[test]

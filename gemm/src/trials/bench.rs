@@ -29,7 +29,7 @@ pub fn group(gpu: &Gpu, registry: &Registry, group: &BenchGroup<'_>, rows: &mut 
             let mut timed: Vec<(f64, &Kernel)> = Vec::new();
             for &kernel in members {
                 let record = declared::with_lds(kernel, shape.clone(), 0)
-                    .and_then(|full| declared::takes(kernel, &full, gpu.sms()))
+                    .and_then(|full| declared::takes(kernel, &full, gpu.sms(), gpu.smem_per_block()))
                     .and_then(|()| flops_record(gpu, registry, kernel, shape.clone()));
                 if let Ok(record) = &record {
                     timed.push((record.kernel_ms, kernel));

@@ -67,7 +67,7 @@ pub fn flops_record_chosen(
     let mut record = flops_row(gpu, pick.kernel(), &case, ms)?;
     record.variant = format!("dispatch:{}", pick.kernel().name());
     record.host_us = Some(host_us);
-    if let Some(fastest) = fastest.filter(|k| declared::takes(k, &case.shape, gpu.sms()).is_ok()) {
+    if let Some(fastest) = fastest.filter(|k| declared::takes(k, &case.shape, gpu.sms(), gpu.smem_per_block()).is_ok()) {
         let [chosen_ms, fastest_ms] = case.time_beside(gpu, chooser, fastest)?;
         record.beside = Some((fastest.name().to_string(), fastest_ms / chosen_ms));
     }
