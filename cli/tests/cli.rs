@@ -1650,15 +1650,18 @@ fn replay_of_a_family_table_holds_each_entry_out() {
     let registry = common::shipped_registry();
     let table = workspace().join("tuning/softmax/NVIDIA_H200-132sm.json");
     let out = succeeds(None, &["replay", table.to_str().unwrap(), "--registry", registry.path().to_str().unwrap(), "--verbose"]);
-    let entries = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&table).unwrap()).unwrap()["entries"]
-        .as_array()
-        .map_or(0, Vec::len);
+    let parsed = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(&table).unwrap()).unwrap();
+    let entries = parsed["entries"].as_array().unwrap();
+    let count = entries.len();
     assert!(
-        out.contains(&format!("{entries} of the {entries} entries of softmax on NVIDIA H200 (132 SMs, compute capability 9.0) replayed:")),
+        out.contains(&format!("{count} of the {count} entries of softmax on NVIDIA H200 (132 SMs, compute capability 9.0) replayed:")),
         "{out}"
     );
     assert!(out.contains("| table, entry held out | ") && out.contains("| no table: cost model | "), "{out}");
-    assert!(out.contains("rows=8192 cols=8192 bf16: fastest softmax_unchecked; held out "), "{out}");
+    // Each entry's line names the fastest it measured.
+    let square = entries.iter().find(|e| e["dtype"] == "bf16" && e["problem"] == serde_json::json!([8192, 8192])).unwrap();
+    let fastest = square["ranked"][0]["variant"].as_str().unwrap();
+    assert!(out.contains(&format!("rows=8192 cols=8192 bf16: fastest {fastest}; held out ")), "{out}");
     // Another GPU's table of the family picks too; one of another family is refused.
     let reg = registry.path().to_str().unwrap();
     let other = workspace().join("tuning/softmax/NVIDIA_H100_80GB_HBM3-132sm.json");
