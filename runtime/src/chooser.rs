@@ -8,7 +8,7 @@
 //! generic answers: one class, each variant directly, the cost model [`estimate_seconds`].
 
 use crate::first_call;
-use crate::gpu::block_smem;
+use crate::gpu::{block_smem, check_block_smem};
 use crate::kernel::{CallBuilder, Kernel, Target};
 use crate::plan::{plan_call, runs_on, Call, Launch};
 use crate::{Error, Gpu, Result};
@@ -774,15 +774,10 @@ fn generic_ways(chooser: &Chooser, device: &Device, smem_per_block: u32, call: &
             continue;
         }
         match plan_call(kernel.info(), call, device.sms) {
-            Ok(Some(launch)) => {
-                let smem = block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes));
-                if smem > u64::from(smem_per_block) {
-                    let rule = format!("the call needs {smem} bytes of shared memory a block; {} allows {smem_per_block}", device.name);
-                    refusals.push((kernel.name().to_string(), rule));
-                } else {
-                    ways.push(Way { kernel: kernel.clone(), strategy: None, plan: Arc::new(launch) });
-                }
-            }
+            Ok(Some(launch)) => match check_block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes), smem_per_block, &device.name) {
+                Ok(()) => ways.push(Way { kernel: kernel.clone(), strategy: None, plan: Arc::new(launch) }),
+                Err(rule) => refusals.push((kernel.name().to_string(), rule)),
+            },
             Ok(None) => return Ok(Ways::NothingWritten(kernel.clone())),
             Err(rule) => refusals.push((kernel.name().to_string(), rule)),
         }

@@ -382,8 +382,18 @@ pub(crate) fn static_smem(info: &Built) -> u32 {
 
 /// The shared memory a block of `info`'s launch needs: `dynamic` bytes and ptxas's static ones,
 /// both against the GPU's [`Gpu::smem_per_block`].
-pub fn block_smem(info: &Built, dynamic: u64) -> u64 {
+pub(crate) fn block_smem(info: &Built, dynamic: u64) -> u64 {
     dynamic + u64::from(static_smem(info))
+}
+
+/// Whether a block of `info`'s launch with `dynamic` bytes fits the `smem_per_block` that `gpu`
+/// (a GPU's name, as a refusal says it) allows; the refusal's rule where it does not.
+pub fn check_block_smem(info: &Built, dynamic: u64, smem_per_block: u32, gpu: &str) -> std::result::Result<(), String> {
+    let smem = block_smem(info, dynamic);
+    if smem > u64::from(smem_per_block) {
+        return Err(format!("the call needs {smem} bytes of shared memory a block; {gpu} allows {smem_per_block}"));
+    }
+    Ok(())
 }
 
 /// The driver's tensor map for a checked [`TensorMapArg`]: TMA copies its boxes, zero-filling

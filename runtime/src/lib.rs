@@ -39,7 +39,7 @@ pub use extensions::Extensions;
 pub use fatbin::Fatbin;
 /// The 8-bit float element types (`e4m3`, `e5m2`), for buffers of fp8 kernels.
 pub use float8::{F8E4M3, F8E5M2};
-pub use gpu::{block_smem, Gpu};
+pub use gpu::{check_block_smem, Gpu};
 /// How a plug-in registers its [`Policy`]: `tilesmith_runtime::inventory::submit! { PolicyOf { .. } }`.
 pub use inventory;
 pub use kernel::{CallBuilder, Element, Kernel, Planned, Target};

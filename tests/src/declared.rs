@@ -10,7 +10,8 @@ use half::{bf16, f16};
 use rand::Rng;
 use std::collections::BTreeMap;
 use tilesmith_runtime::{
-    block_smem, plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3, F8E5M2,
+    check_block_smem, plan_call, Buffer, Call, CallBuilder, Chooser, Dtype, Element, Error, Gpu, Kernel, Pick, Registry, Target, F8E4M3,
+    F8E5M2,
 };
 use tilesmith_spec::family::{Family, Law, Offsets, OperandDecl, Values};
 use tilesmith_spec::{Access, Variant};
@@ -1069,12 +1070,10 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
 /// buffers that hold exactly what the operands span: no GPU needed.
 pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32, smem_per_block: u32) -> Result<(), String> {
     let entry = &kernel.info().entry;
-    let launch = plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms)?;
-    let smem = launch.map_or(0, |l| block_smem(kernel.info(), u64::from(l.dynamic_smem_bytes)));
-    if smem > u64::from(smem_per_block) {
-        return Err(format!("the call needs {smem} bytes of shared memory a block; the GPU allows {smem_per_block}"));
+    match plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms)? {
+        Some(launch) => check_block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes), smem_per_block, "the GPU"),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A call of `shape` on buffers that hold exactly what the operands of `variant` span, apart
