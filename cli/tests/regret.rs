@@ -14,7 +14,12 @@ const FLOORS: [(&str, f64, f64, f64); 17] = [
     ("add_rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.004, 0.990, 15.0 / 16.0),
     // The five H200 row-wise tables: measured again after the regs kernels' cluster exchange
     // lost its release fence (issue 60, 2026-11-30), every problem in bf16 and f32.
-    ("add_rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.974, 43.0 / 47.0),
+    // Then (2026-12-01) the row-wise H200 tables gained 64-row entries at 4k-64k columns, a
+    // regime whose picks (clusters of small blocks) differ from their 16- and 128-row
+    // neighbours': held out, those entries and their neighbours are predicted from the other
+    // regime, so the floors below fell; 50 calls no table holds (40-96 rows, 8k-50k columns),
+    // dispatched, went from a geometric mean of 0.863 of a copy to 0.894 (rowwise NOTES, v15).
+    ("add_rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.915, 48.0 / 55.0),
     // The H100 attention tables time splitkv as it was before it split a row tile's keys over
     // clusters (issue 60), without source stamps, so they are read as measurements of today's
     // code: held out, the cost model's splitkv_c2 (the fastest on the H200 since) is judged by
@@ -24,7 +29,7 @@ const FLOORS: [(&str, f64, f64, f64); 17] = [
     ("attention_varlen/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.657, 6.0 / 9.0),
     ("attention_varlen/NVIDIA_H200-132sm.json", 1.000, 1.000, 1.0),
     ("cross_entropy/NVIDIA_H100_80GB_HBM3-132sm.json", 0.987, 0.940, 12.0 / 16.0),
-    ("cross_entropy/NVIDIA_H200-132sm.json", 0.997, 0.947, 49.0 / 58.0),
+    ("cross_entropy/NVIDIA_H200-132sm.json", 0.997, 0.928, 52.0 / 66.0),
     // Its 18 old entries timed sources since changed (read as hints, not measurements); measured
     // again in bf16, f16 and f32 (27 entries, 2026-11-30), every held-out pick reaches 0.93.
     ("cross_entropy_backward/NVIDIA_H200-132sm.json", 0.970, 0.941, 14.0 / 27.0),
@@ -35,12 +40,11 @@ const FLOORS: [(&str, f64, f64, f64); 17] = [
     // variant's speed changes sharply with how full its registers are. Tuned again on an H100,
     // these move up, as the H200's did.
     ("layernorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.957, 14.0 / 16.0),
-    ("layernorm/NVIDIA_H200-132sm.json", 1.000, 0.956, 39.0 / 47.0),
+    ("layernorm/NVIDIA_H200-132sm.json", 1.000, 0.947, 46.0 / 55.0),
     ("rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.918, 49.0 / 59.0),
-    // Its few-row entries (1-16 rows of 4,096 and 16,384 columns) measured again with the
-    // few-row cluster variants (2026-12-01): near ties (the whole ranking within 5-10% at 1 row),
-    // so their held-out neighbours' picks moved a little.
-    ("rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.966, 105.0 / 117.0),
+    // Its few-row entries (1-16 rows of 4,096 and 16,384 columns) were also measured again with
+    // the few-row cluster variants: near ties (the whole ranking within 5-10% at 1 row).
+    ("rmsnorm/NVIDIA_H200-132sm.json", 1.000, 0.943, 106.0 / 124.0),
     ("softmax/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.940, 55.0 / 64.0),
     ("softmax/NVIDIA_H200-132sm.json", 1.000, 0.911, 94.0 / 117.0),
 ];
