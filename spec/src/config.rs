@@ -111,6 +111,13 @@ pub struct Config {
 /// The table name the project's build settings take; no family may have it.
 pub const BUILD_TABLE: &str = "build";
 
+/// The table name of the shape lists several families tune at (`trials.tune_sets` names them);
+/// no family may have it.
+pub const SHAPE_SETS_TABLE: &str = "shape_sets";
+
+/// `[shape_sets]`: named lists of shapes, quantity by quantity.
+type ShapeSets = BTreeMap<String, Vec<BTreeMap<String, u64>>>;
+
 /// The project's build settings, `[build]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,10 +128,11 @@ pub struct Build {
     pub arch: Option<Vec<String>>,
 }
 
-/// The file's top level: `[build]` and the families, each in the toml deserializer's own
-/// hands so that spans reach every nested value.
+/// The file's top level: `[build]`, `[shape_sets]` and the families, each in the toml
+/// deserializer's own hands so that spans reach every nested value.
 struct File {
     build: Option<Spanned<Build>>,
+    shape_sets: ShapeSets,
     families: Vec<(String, Spanned<FamilyDecl>)>,
 }
 
@@ -134,13 +142,15 @@ impl<'de> Deserialize<'de> for File {
         impl<'de> serde::de::Visitor<'de> for Top {
             type Value = File;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("tables of families and an optional [build]")
+                f.write_str("tables of families, an optional [build] and an optional [shape_sets]")
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<File, M::Error> {
-                let mut file = File { build: None, families: Vec::new() };
+                let mut file = File { build: None, shape_sets: ShapeSets::new(), families: Vec::new() };
                 while let Some(key) = map.next_key::<String>()? {
                     if key == BUILD_TABLE {
                         file.build = Some(map.next_value()?);
+                    } else if key == SHAPE_SETS_TABLE {
+                        file.shape_sets = map.next_value()?;
                     } else {
                         file.families.push((key, map.next_value()?));
                     }
@@ -245,7 +255,7 @@ impl Parser<'_> {
                 self.report(at, None, format!("family name `{name}` must be lowercase letters, digits and `_`, starting with a letter"));
                 continue;
             }
-            variants.extend(self.family(&name, decl));
+            variants.extend(self.family(&name, decl, &file.shape_sets));
         }
         if variants.is_empty() && self.diagnostics.is_empty() {
             self.report(
@@ -270,7 +280,7 @@ impl Parser<'_> {
         build
     }
 
-    fn family(&mut self, family: &str, decl: Spanned<FamilyDecl>) -> Vec<Declared> {
+    fn family(&mut self, family: &str, decl: Spanned<FamilyDecl>, shape_sets: &ShapeSets) -> Vec<Declared> {
         let family_offset = decl.span().start;
         let decl = decl.into_inner();
         let Some(family_decl) = decl.family else {
@@ -282,7 +292,18 @@ impl Parser<'_> {
             return Vec::new();
         };
         let declaration_offset = family_decl.span().start;
-        let declaration = Arc::new(family_decl.into_inner());
+        let mut declaration = family_decl.into_inner();
+        for set in std::mem::take(&mut declaration.trials.tune_sets) {
+            match shape_sets.get(&set) {
+                Some(shapes) => declaration.trials.tune.extend(shapes.iter().cloned()),
+                None => self.report(
+                    declaration_offset,
+                    None,
+                    format!("[{family}.family]: trials.tune_sets names `{set}`, which [{SHAPE_SETS_TABLE}] does not declare"),
+                ),
+            }
+        }
+        let declaration = Arc::new(declaration);
         let problems = declaration.check();
         for problem in &problems {
             self.report(declaration_offset, None, format!("[{family}.family]: {problem}"));

@@ -560,6 +560,11 @@ pub struct Trials {
     /// factor of two of a call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tune: Vec<BTreeMap<String, u64>>,
+    /// Lists of `[shape_sets]` (problems several families tune at) whose shapes join `tune`'s,
+    /// after them. Resolved as variants.toml is read: a declaration past the parser (the
+    /// manifest's) lists them in `tune` and names none here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tune_sets: Vec<String>,
 }
 
 /// The most shapes one of `trials.shapes`, `trials.bench` and `trials.tune` lists.

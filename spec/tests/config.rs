@@ -469,6 +469,33 @@ fn bad_declarations_are_reported_at_the_family_table() {
     }
 }
 
+/// Problems several families tune at are declared once, in `[shape_sets]`, and join the
+/// `trials.tune` of each family naming them, after its own; a set no one declared is an error
+/// at the family's table.
+#[test]
+fn shape_sets_join_the_tune_lists_naming_them() {
+    let family = shipped_table("gemm.family");
+    let text = |sets: &str| {
+        let family = family.replacen("[gemm.family]\n", &format!("[gemm.family]\ntrials.tune = [{{ m = 1, n = 2, k = 3 }}]\n{sets}\n"), 1);
+        format!("[shape_sets]\nsmall = [{{ m = 64, n = 64, k = 64 }}, {{ m = 8, n = 16, k = 32 }}]\n{BASE}\n[[gemm.groups]]\n\n{family}")
+    };
+    let config = Config::parse(Path::new("variants.toml"), &text("trials.tune_sets = [\"small\"]")).unwrap();
+    let trials = &config.variants[0].family.trials;
+    let tune: Vec<Vec<u64>> = trials.tune.iter().map(|shape| ["m", "n", "k"].iter().map(|q| shape[*q]).collect()).collect();
+    assert_eq!(tune, [[1, 2, 3], [64, 64, 64], [8, 16, 32]]);
+    assert!(trials.tune_sets.is_empty(), "resolved, so the manifest lists the shapes, not the sets");
+
+    let text = text("trials.tune_sets = [\"large\"]");
+    let line = text.lines().position(|l| l == "[gemm.family]").unwrap() + 1;
+    let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!(
+            "variants.toml:{line}: [gemm.family]: trials.tune_sets names `large`, which [shape_sets] does not declare"
+        )),
+        "{message}"
+    );
+}
+
 /// An operand typed by an axis says `in` for the variant's own dtype: `out = "bf16"` on bf16
 /// inputs would name one kernel twice.
 #[test]
