@@ -22,7 +22,7 @@
 
 use crate::arch;
 use crate::axes::{Axis, Domain, Value};
-use crate::family::{Family, SAME_DTYPE};
+use crate::family::{Family, MAX_TRIAL_SHAPES, SAME_DTYPE};
 use crate::variant::Variant;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -294,14 +294,21 @@ impl Parser<'_> {
         let declaration_offset = family_decl.span().start;
         let mut declaration = family_decl.into_inner();
         for set in std::mem::take(&mut declaration.trials.tune_sets) {
-            match shape_sets.get(&set) {
-                Some(shapes) => declaration.trials.tune.extend(shapes.iter().cloned()),
-                None => self.report(
-                    declaration_offset,
-                    None,
-                    format!("[{family}.family]: trials.tune_sets names `{set}`, which [{SHAPE_SETS_TABLE}] does not declare"),
-                ),
+            let Some(shapes) = shape_sets.get(&set) else {
+                let rule = format!("[{family}.family]: trials.tune_sets names `{set}`, which [{SHAPE_SETS_TABLE}] does not declare");
+                self.report(declaration_offset, None, rule);
+                continue;
+            };
+            // Checked before the copy: a large set named many times would otherwise grow the
+            // list past any memory.
+            if declaration.trials.tune.len() + shapes.len() > MAX_TRIAL_SHAPES {
+                let rule = format!(
+                    "[{family}.family]: trials.tune with its tune_sets lists more than the {MAX_TRIAL_SHAPES} shapes a list may hold"
+                );
+                self.report(declaration_offset, None, rule);
+                break;
             }
+            declaration.trials.tune.extend(shapes.iter().cloned());
         }
         let declaration = Arc::new(declaration);
         let problems = declaration.check();

@@ -485,6 +485,11 @@ fn shape_sets_join_the_tune_lists_naming_them() {
     assert_eq!(tune, [[1, 2, 3], [64, 64, 64], [8, 16, 32]]);
     assert!(trials.tune_sets.is_empty(), "resolved, so the manifest lists the shapes, not the sets");
 
+    // A set named again and again stops at the list's limit, not at memory's.
+    let many = format!("trials.tune_sets = [{}]", vec!["\"small\""; 6000].join(", "));
+    let message = Config::parse(Path::new("variants.toml"), &text(&many)).unwrap_err().to_string();
+    assert!(message.contains("trials.tune with its tune_sets lists more than the 10000 shapes a list may hold"), "{message}");
+
     let text = text("trials.tune_sets = [\"large\"]");
     let line = text.lines().position(|l| l == "[gemm.family]").unwrap() + 1;
     let message = Config::parse(Path::new("variants.toml"), &text).unwrap_err().to_string();
