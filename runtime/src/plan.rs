@@ -100,12 +100,14 @@ pub struct OffsetsCheck {
     pub len: usize,
     pub total: u64,
     pub longest: Option<u64>,
+    /// The operand holds the pieces' ends only ([`Offsets::ends`](tilesmith_spec::family::Offsets::ends)).
+    pub ends: bool,
 }
 
 impl OffsetsCheck {
     /// The rules of [`Offsets`](tilesmith_spec::family::Offsets) on the values read back.
     pub fn check(&self, values: &[i32]) -> Result<(), String> {
-        tilesmith_spec::family::Offsets::check(&self.operand, values, self.total, self.longest)
+        tilesmith_spec::family::Offsets::check(&self.operand, values, self.total, self.longest, self.ends)
     }
 }
 
@@ -650,7 +652,7 @@ fn lower(built: &Built, bound: &Bound<'_>, stored: &BTreeMap<&str, Stored>, sms:
         .filter_map(|decl| Some((decl, decl.offsets.as_ref()?, stored.get(decl.name.as_str())?)))
         .map(|(decl, offsets, o)| {
             let (total, longest) = offsets.bounds(&env)?;
-            Ok(OffsetsCheck { operand: decl.name.clone(), addr: o.buffer.addr, len: o.cols, total, longest })
+            Ok(OffsetsCheck { operand: decl.name.clone(), addr: o.buffer.addr, len: o.cols, total, longest, ends: offsets.ends })
         })
         .collect::<Result<Vec<_>, String>>()?;
     Ok(Some(Launch { grid, block: spec.block, cluster: spec.cluster, persistent, dynamic_smem_bytes, args, offsets }))

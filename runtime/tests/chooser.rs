@@ -536,3 +536,49 @@ fn stale_timings_are_hints_and_are_named() {
     bad.entries[0].ranked[0].source = Some("xyz".into());
     assert!(bad.check().unwrap_err().contains("source stamp is not 16 hex digits"));
 }
+
+/// A grouped GEMM call: `m` rows over `experts` experts of [n, k] weights, packed.
+fn grouped_call(experts: u64, m: u64, n: u64, k: u64) -> Call {
+    let [a, w, offs, c] = Buffer::unallocated([(m * k) as usize, (experts * n * k) as usize, experts as usize, (m * n) as usize]);
+    Call::default()
+        .operand("a", Dtype::Bf16, a)
+        .operand("w", Dtype::Bf16, w)
+        .operand("offs", Dtype::I32, offs)
+        .operand("c", Dtype::Bf16, c)
+        .quantity("experts", experts)
+        .quantity("m", m)
+        .quantity("n", n)
+        .quantity("k", k)
+        .quantity("lda", k)
+        .quantity("swe", n * k)
+        .quantity("swn", k)
+        .quantity("ldc", n)
+}
+
+#[test]
+fn grouped_gemm_offsets_are_ends_checked_before_the_launch() {
+    let registry = registry(Vec::new()).unwrap();
+    let planned = registry.kernel("grouped_gemm_128x256x64").unwrap().plan(132, &grouped_call(8, 1000, 512, 256)).unwrap().unwrap();
+    let launch = planned.launch();
+    // Persistent: no more blocks than the tiles there can be, (8 row tiles + one partial an
+    // expert) x 2 column tiles.
+    assert_eq!(launch.grid, [32, 1, 1]);
+    let checks: Vec<(&str, usize, u64, bool)> = launch.offsets.iter().map(|c| (c.operand.as_str(), c.len, c.total, c.ends)).collect();
+    assert_eq!(checks, [("offs", 8, 1000, true)]);
+    let offs = &launch.offsets[0];
+    assert_eq!(offs.check(&[0, 0, 100, 100, 500, 999, 1000, 1000]), Ok(()));
+    assert_eq!(offs.check(&[0, 0, 0, 0, 0, 0, 0, 0]), Ok(()));
+    let refused = |values: &[i32]| offs.check(values).unwrap_err();
+    assert!(refused(&[-1, 0, 100, 100, 500, 999, 1000, 1000]).contains("offs[0] = -1 is less than the first piece's start = 0"));
+    assert!(refused(&[0, 200, 100, 100, 500, 999, 1000, 1000]).contains("offs[2] = 100 is less than offs[1] = 200"));
+    assert!(refused(&[0, 0, 100, 100, 500, 999, 1000, 1001]).contains("offs[7] = 1001 is past the end: offsets end at 1000 or less"));
+    // One offset an expert, not one more.
+    let mut long = grouped_call(8, 1000, 512, 256);
+    long.operands[2].2.len = 9;
+    let planned = registry.kernel("grouped_gemm_128x256x64").unwrap().plan(132, &long).unwrap().unwrap();
+    assert_eq!(planned.launch().offsets[0].len, 8);
+    let mut short = grouped_call(8, 1000, 512, 256);
+    short.operands[2].2.len = 7;
+    let message = registry.kernel("grouped_gemm_128x256x64").unwrap().plan(132, &short).unwrap_err().to_string();
+    assert!(message.contains("offs holds 7 elements, but it takes experts = 8"), "{message}");
+}

@@ -190,10 +190,11 @@ pub struct OperandDecl {
     pub offsets: Option<Offsets>,
 }
 
-/// Cumulative offsets of `n` + 1 elements o: piece i of a packed side spans [o[i], o[i + 1]).
-/// A call's offsets start at 0 or more, never decrease, end at `total` or less, and, with
-/// `longest`, no piece is longer. A kernel indexes with them, so the runtime copies them back
-/// and checks them before every launch (a synchronization of the stream); the trials draw
+/// Cumulative offsets of `n` + 1 elements o: piece i of a packed side spans [o[i], o[i + 1]);
+/// with `ends`, of `n` elements, each piece's end (piece 0 starts at 0: torch._grouped_mm's
+/// `offs`). A call's offsets start at 0 or more, never decrease, end at `total` or less, and,
+/// with `longest`, no piece is longer. A kernel indexes with them, so the runtime copies them
+/// back and checks them before every launch (a synchronization of the stream); the trials draw
 /// pieces of random lengths that fill `total` exactly (every one `longest` long where `total`
 /// is `longest` times the pieces).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -204,6 +205,10 @@ pub struct Offsets {
     /// The most elements one piece may have (`max_seq_q`), which a kernel's grid is sized by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest: Option<Expr>,
+    /// The operand holds the pieces' ends only, one element a piece, the first piece starting
+    /// at 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ends: bool,
 }
 
 impl Offsets {
@@ -216,25 +221,39 @@ impl Offsets {
         Ok((self.total.eval(quantity)?, longest))
     }
 
-    /// Whether `offsets` keep the rules, with `total` and `longest` evaluated; the first broken
-    /// one names the operand (`name`), the elements and the rule.
-    pub fn check(name: &str, offsets: &[i32], total: u64, longest: Option<u64>) -> Result<(), String> {
-        if let Some(&first) = offsets.first().filter(|first| **first < 0) {
+    /// The pieces an operand of `elements` offsets holds.
+    pub fn pieces(&self, elements: u64) -> u64 {
+        if self.ends {
+            elements
+        } else {
+            elements.saturating_sub(1)
+        }
+    }
+
+    /// Whether `offsets` keep the rules, with `total` and `longest` evaluated (`ends` as the
+    /// field); the first broken one names the operand (`name`), the elements and the rule.
+    pub fn check(name: &str, offsets: &[i32], total: u64, longest: Option<u64>, ends: bool) -> Result<(), String> {
+        if let Some(&first) = offsets.first().filter(|first| !ends && **first < 0) {
             return Err(format!("{name}[0] = {first}: offsets start at 0 or more"));
         }
-        for (i, pair) in offsets.windows(2).enumerate() {
-            let (start, end) = (pair[0], pair[1]);
-            if end < start {
-                return Err(format!("{name}[{}] = {end} is less than {name}[{i}] = {start}: offsets must not decrease", i + 1));
+        // Where each piece starts: the element before its end, or the implied 0.
+        let label = |i: Option<usize>| i.map_or_else(|| String::from("the first piece's start"), |i| format!("{name}[{i}]"));
+        let mut start = ends.then_some((None, 0));
+        for (i, &end) in offsets.iter().enumerate() {
+            if let Some((at, start)) = start {
+                if end < start {
+                    return Err(format!("{name}[{i}] = {end} is less than {} = {start}: offsets must not decrease", label(at)));
+                }
+                // Both at least 0 (the first is, and none decreases): the length fits a u64.
+                let length = (i64::from(end) - i64::from(start)) as u64;
+                if let Some(longest) = longest.filter(|&l| length > l) {
+                    return Err(format!(
+                        "{name}[{i}] - {} = {length}: a piece is longer than the {longest} elements the call gives as the longest",
+                        label(at)
+                    ));
+                }
             }
-            // Both at least 0 (the first is, and none decreases): the length fits a u64.
-            let length = (i64::from(end) - i64::from(start)) as u64;
-            if let Some(longest) = longest.filter(|&l| length > l) {
-                return Err(format!(
-                    "{name}[{}] - {name}[{i}] = {length}: a piece is longer than the {longest} elements the call gives as the longest",
-                    i + 1
-                ));
-            }
+            start = Some((Some(i), end));
         }
         match offsets.last() {
             Some(&last) if u64::try_from(last).is_ok_and(|last| last > total) => {

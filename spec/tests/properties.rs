@@ -76,18 +76,28 @@ proptest! {
         prop_assert_eq!(drawn.len() as u64, pieces + 1);
         prop_assert_eq!(*drawn.last().unwrap(), total);
         let wide: Vec<i32> = drawn.iter().map(|&o| o as i32).collect();
-        prop_assert_eq!(Offsets::check("cu", &wide, total, Some(longest)), Ok(()));
+        prop_assert_eq!(Offsets::check("cu", &wide, total, Some(longest), false), Ok(()));
         prop_assert!(drawn.windows(2).all(|w| w[1] >= w[0] && w[1] - w[0] <= longest));
         if pieces > 0 {
             let i = at.index(wide.len());
             let mut past = wide.clone();
             *past.last_mut().unwrap() = total as i32 + 1;
-            let refused = Offsets::check("cu", &past, total, None).unwrap_err();
+            let refused = Offsets::check("cu", &past, total, None, false).unwrap_err();
             prop_assert!(refused.contains("past the end") || refused.contains("must not decrease"), "{}", refused);
             let mut below = wide.clone();
             below[i] = -1;
-            let refused = Offsets::check("cu", &below, total, Some(longest)).unwrap_err();
+            let refused = Offsets::check("cu", &below, total, Some(longest), false).unwrap_err();
             prop_assert!(refused.starts_with("cu["), "{}", refused);
+            // The same pieces as ends only (torch's `offs`): the leading 0 implied.
+            let ends = &wide[1..];
+            prop_assert_eq!(Offsets::check("offs", ends, total, Some(longest), true), Ok(()));
+            let mut below = ends.to_vec();
+            below[at.index(ends.len())] = -1;
+            let refused = Offsets::check("offs", &below, total, Some(longest), true).unwrap_err();
+            prop_assert!(refused.contains("must not decrease"), "{}", refused);
+            let mut past = ends.to_vec();
+            *past.last_mut().unwrap() = total as i32 + 1;
+            prop_assert!(Offsets::check("offs", &past, total, None, true).is_err());
         }
         prop_assert!(Offsets::draw(pieces, pieces * longest + 1, Some(longest), &mut uniform).is_none());
     }

@@ -455,10 +455,11 @@ fn draw(op: &Stored, shape: &Shape) -> Result<impl Fn(&mut rand::rngs::ThreadRng
 fn draw_offsets(op: &Stored, offsets: &Offsets, shape: &Shape, rng: &mut rand::rngs::ThreadRng) -> Result<Vec<f64>, String> {
     let name = &op.decl.name;
     let (total, longest) = offsets.bounds(&lookup(shape))?;
-    let pieces = op.span().saturating_sub(1) as u64;
+    let pieces = offsets.pieces(op.span() as u64);
     let drawn = Offsets::draw(pieces, total, longest, &mut |lo, hi| rng.random_range(lo..=hi))
         .ok_or_else(|| format!("operand `{name}`: {pieces} pieces of at most {longest:?} elements cannot fill {total}"))?;
-    Ok(drawn.into_iter().map(|v| v as f64).collect())
+    // The leading 0 is implied where the operand holds the ends only.
+    Ok(drawn.into_iter().skip(usize::from(offsets.ends)).map(|v| v as f64).collect())
 }
 
 /// An output operand after a call: its region's values, how many of them were left unwritten
@@ -735,15 +736,16 @@ fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>,
         let name = &op.decl.name;
         let (total, longest) = offsets.bounds(&lookup(shape))?;
         let n = good[name].len();
-        if n < 2 {
+        if offsets.pieces(n as u64) == 0 {
             return Err(format!("offsets `{name}` of {n} elements: a trial shape needs at least one piece"));
         }
-        // One offset changed: the second below the first, the last past the total, the first
-        // piece too long.
+        // One offset changed: the first piece's end below its start, the last past the total,
+        // the first piece too long.
+        let first_end = usize::from(!offsets.ends);
         let breaks = [
-            ("decreasing", 1, Some(-1.0)),
+            ("decreasing", first_end, Some(-1.0)),
             ("past the total", n - 1, Some(total as f64 + 1.0)),
-            ("too long", 1, longest.map(|l| l as f64 + 1.0)),
+            ("too long", first_end, longest.map(|l| l as f64 + 1.0)),
         ];
         for (what, at, value) in breaks.into_iter().filter_map(|(what, at, v)| Some((what, at, v?))) {
             let mut inputs = good.clone();
