@@ -8,6 +8,7 @@
 //   backend = wgmma
 //   warps = 12
 //   stages = 6
+//   store = tma
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -183,6 +184,12 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
         :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
 }
 
+// A box of shared memory into a 2D tensor; as tma_store_3d.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, { %1, %2 }], [%3];\n"
+                 :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
+}
+
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128] (bf16, 32 bytes of K), both from
 // shared memory: D is overwritten when `accumulate` is 0. TA / TB are set when A / B are stored
 // MN-major (wgmma transposes them).
@@ -256,16 +263,42 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
 struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 
 // Consumer c's 64 rows of a tile, from its sums: thread t = (warp, lane) holds rows r and r + 8
-// of each 8-column chunk j, two adjacent columns each. Each round stages 64 columns, then the
-// warpgroup stores them a 16-byte piece per thread, rows below `rows` (the expert's, counted
-// from the tile's first) and columns below N only.
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, T* __restrict__ C,
+// of each 8-column chunk j, two adjacent columns each. Each round stages 64 columns in shared
+// memory, once the previous round's stores have read it. Where the expert owns all 64 rows
+// and the columns end at N or at a whole 16-byte piece (TMA writes whole pieces), they go in
+// the 128-byte swizzle TMA reads (16-byte piece q of row r at piece q ^ (r % 8), which also
+// spreads a warp's 8 rows over the banks) and one thread stores them with TMA, which runs on
+// while the next tile's MMAs start; elsewhere stores them a 16-byte piece per thread, rows below
+// `rows` (the expert's, counted from the block's first) and columns below N only.
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, const CUtensorMap* tmC, T* __restrict__ C,
                                          int row0, int rows, int col0, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int round = 0; round < TN / 64; ++round) {
-        // The previous round's reads are done.
+        const int col = col0 + round * 64;
+        if (col >= N) break;
+        if (t == 0) bulk_wait_read();
         named_sync(1 + c, 128);
+        if (rows >= 64 && (col + 64 <= N || N % VEC == 0)) {
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                const int j = round * 8 + jj;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = warp * 16 + lane / 4 + 8 * h;
+                    const Pair pair{ from_float<T>(d[4 * j + 2 * h]), from_float<T>(d[4 * j + 2 * h + 1]) };
+                    const int byte = (jj * 8 + 2 * (lane % 4)) * sizeof(T);
+                    st_shared_u32(out + r * 128 + ((byte / 16) ^ (r % 8)) * 16 + byte % 16, *reinterpret_cast<const uint32_t*>(&pair));
+                }
+            }
+            fence_async_shared();
+            named_sync(1 + c, 128);
+            if (t == 0) {
+                tma_store_2d(tmC, out, col, row0);
+                bulk_commit();
+            }
+            continue;
+        }
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
             const int j = round * 8 + jj;
@@ -280,14 +313,14 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 #pragma unroll
         for (int i = t; i < 64 * 64 / VEC; i += 128) {
             const int r = i / (64 / VEC), piece = i % (64 / VEC);
-            const int col = col0 + round * 64 + piece * VEC;
-            if (r >= rows || col >= N) continue;
+            const int at = col + piece * VEC;
+            if (r >= rows || at >= N) continue;
             const Vec v = *reinterpret_cast<const Vec*>(out_ptr + r * STAGED_LD + piece * 16);
-            T* p = C + (long long)(row0 + r) * ldc + col;
-            if (col + VEC <= N) {
+            T* p = C + (long long)(row0 + r) * ldc + at;
+            if (at + VEC <= N) {
                 *reinterpret_cast<Vec*>(p) = v;
             } else {
-                for (int e = 0; e < N - col; ++e) p[e] = v.e[e];
+                for (int e = 0; e < N - at; ++e) p[e] = v.e[e];
             }
         }
     }
@@ -295,7 +328,7 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 
 // Warp specialization needs the register cap at entry that (THREADS, 1) gives, for setmaxnreg.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-grouped_gemm_128x128x64_s6(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmW, const int* __restrict__ Offs, T* __restrict__ C, int experts, int M, int N, int K, int ldc)
+grouped_gemm_128x128x64_s6(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmW, const __grid_constant__ CUtensorMap tmC, const int* __restrict__ Offs, T* __restrict__ C, int experts, int M, int N, int K, int ldc)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -306,6 +339,7 @@ grouped_gemm_128x128x64_s6(const __grid_constant__ CUtensorMap tmA, const __grid
     if (threadIdx.x == 0) {
         prefetch_tensor_map(&tmA);
         prefetch_tensor_map(&tmW);
+        prefetch_tensor_map(&tmC);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(smem_addr(&full[s]), 1);
             mbar_init(smem_addr(&empty[s]), CONSUMERS);
@@ -345,6 +379,18 @@ grouped_gemm_128x128x64_s6(const __grid_constant__ CUtensorMap tmA, const __grid
         for (int tile = blockIdx.x; walk_to(w, tile, Offs, experts, M, tiles_n); tile += gridDim.x) {
             int tile_m, tile_n;
             tile_coords(tile - w.tile0, w.tiles_m, tiles_n, tile_m, tile_n);
+            const int first = tile_m * TM + c * 64;
+            if (first >= w.rows) {
+                // All of this consumer's rows lie past its expert's end (the expert's last tile
+                // holds 64 rows or fewer): it multiplies nothing and frees each buffer as it
+                // arrives, which spares the tensor cores' power for the other consumer.
+                for (int kb = 0; kb < k_blocks; ++kb) {
+                    mbar_wait(smem_addr(&full[stage]), phase);
+                    if (t == 0) mbar_arrive(smem_addr(&empty[stage]));
+                    if (++stage == STAGES) { stage = 0; phase ^= 1; }
+                }
+                continue;
+            }
             if (k_blocks == 0) {
 #pragma unroll
                 for (int i = 0; i < TN / 2; ++i) d[i] = 0.0f;
@@ -367,8 +413,9 @@ grouped_gemm_128x128x64_s6(const __grid_constant__ CUtensorMap tmA, const __grid
             }
             wgmma_wait<0>();
             if (t == 0 && k_blocks > 0) mbar_arrive(smem_addr(&empty[previous]));
-            const int first = tile_m * TM + c * 64;
-            epilogue(d, out, out_ptr, C, w.row0 + first, w.rows - first, tile_n * TN, N, ldc, c, t);
+            epilogue(d, out, out_ptr, &tmC, C, w.row0 + first, w.rows - first, tile_n * TN, N, ldc, c, t);
         }
+        // The last stores must have read the block's shared memory before it goes away.
+        if (t == 0) bulk_wait_read();
     }
 }

@@ -8,6 +8,7 @@
 //   backend = reference
 //   warps = 4
 //   stages = 4
+//   store = tma
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
