@@ -9,6 +9,7 @@
 //   warps = 12
 //   stages = 6
 //   store = tma
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -204,6 +205,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
+typedef __nv_bfloat16 TC;
+// Outputs per 16-byte store.
+#define OUT_VEC 8
+struct alignas(16) OutVec { TC e[OUT_VEC]; };
+
 #define TM 128
 #define TN 128
 #define TK 64
@@ -260,7 +266,7 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
     tile_n = (tile % per_group / rows + group) % tiles_n;
 }
 
-struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
+struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
 
 // Consumer c's 64 rows of a tile, from its sums: thread t = (warp, lane) holds rows r and r + 8
 // of each 8-column chunk j, two adjacent columns each. Each round stages 64 columns in shared
@@ -270,7 +276,7 @@ struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
 // spreads a warp's 8 rows over the banks) and one thread stores them with TMA, which runs on
 // while the next tile's MMAs start; elsewhere stores them a 16-byte piece per thread, rows below
 // `rows` (the expert's, counted from the block's first) and columns below N only.
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, const CUtensorMap* tmC, T* __restrict__ C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, const CUtensorMap* tmC, TC* __restrict__ C,
                                          int row0, int rows, int col0, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -279,15 +285,15 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
         if (col >= N) break;
         if (t == 0) bulk_wait_read();
         named_sync(1 + c, 128);
-        if (rows >= 64 && (col + 64 <= N || N % VEC == 0)) {
+        if (rows >= 64 && (col + 64 <= N || N % OUT_VEC == 0)) {
 #pragma unroll
             for (int jj = 0; jj < 8; ++jj) {
                 const int j = round * 8 + jj;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = warp * 16 + lane / 4 + 8 * h;
-                    const Pair pair{ from_float<T>(d[4 * j + 2 * h]), from_float<T>(d[4 * j + 2 * h + 1]) };
-                    const int byte = (jj * 8 + 2 * (lane % 4)) * sizeof(T);
+                    const Pair pair{ from_float<TC>(d[4 * j + 2 * h]), from_float<TC>(d[4 * j + 2 * h + 1]) };
+                    const int byte = (jj * 8 + 2 * (lane % 4)) * sizeof(TC);
                     st_shared_u32(out + r * 128 + ((byte / 16) ^ (r % 8)) * 16 + byte % 16, *reinterpret_cast<const uint32_t*>(&pair));
                 }
             }
@@ -305,20 +311,20 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
-                const Pair pair{ from_float<T>(d[4 * j + 2 * h]), from_float<T>(d[4 * j + 2 * h + 1]) };
-                st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(T), *reinterpret_cast<const uint32_t*>(&pair));
+                const Pair pair{ from_float<TC>(d[4 * j + 2 * h]), from_float<TC>(d[4 * j + 2 * h + 1]) };
+                st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(TC), *reinterpret_cast<const uint32_t*>(&pair));
             }
         }
         named_sync(1 + c, 128);
 #pragma unroll
-        for (int i = t; i < 64 * 64 / VEC; i += 128) {
-            const int r = i / (64 / VEC), piece = i % (64 / VEC);
-            const int at = col + piece * VEC;
+        for (int i = t; i < 64 * 64 / OUT_VEC; i += 128) {
+            const int r = i / (64 / OUT_VEC), piece = i % (64 / OUT_VEC);
+            const int at = col + piece * OUT_VEC;
             if (r >= rows || at >= N) continue;
-            const Vec v = *reinterpret_cast<const Vec*>(out_ptr + r * STAGED_LD + piece * 16);
-            T* p = C + (long long)(row0 + r) * ldc + at;
-            if (at + VEC <= N) {
-                *reinterpret_cast<Vec*>(p) = v;
+            const OutVec v = *reinterpret_cast<const OutVec*>(out_ptr + r * STAGED_LD + piece * 16);
+            TC* p = C + (long long)(row0 + r) * ldc + at;
+            if (at + OUT_VEC <= N) {
+                *reinterpret_cast<OutVec*>(p) = v;
             } else {
                 for (int e = 0; e < N - at; ++e) p[e] = v.e[e];
             }

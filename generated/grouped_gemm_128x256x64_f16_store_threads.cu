@@ -9,6 +9,7 @@
 //   warps = 12
 //   stages = 4
 //   store = threads
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_90a; PTX compute_90a
 
@@ -204,6 +205,11 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TA), "n"(TB));
 }
 
+typedef __half TC;
+// Outputs per 16-byte store.
+#define OUT_VEC 8
+struct alignas(16) OutVec { TC e[OUT_VEC]; };
+
 #define TM 128
 #define TN 256
 #define TK 64
@@ -260,13 +266,13 @@ __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, 
     tile_n = (tile % per_group / rows + group) % tiles_n;
 }
 
-struct alignas(2 * sizeof(T)) Pair { T lo, hi; };
+struct alignas(2 * sizeof(TC)) Pair { TC lo, hi; };
 
 // Consumer c's 64 rows of a tile, from its sums: thread t = (warp, lane) holds rows r and r + 8
 // of each 8-column chunk j, two adjacent columns each. Each round stages 64 columns in shared
 // memory, once the previous round's stores have read it. The warpgroup stores them a 16-byte piece per thread, rows below
 // `rows` (the expert's, counted from the block's first) and columns below N only.
-__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, T* __restrict__ C,
+__device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out, const unsigned char* out_ptr, TC* __restrict__ C,
                                          int row0, int rows, int col0, int N, int ldc, int c, int t) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
@@ -280,20 +286,20 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = warp * 16 + lane / 4 + 8 * h;
-                const Pair pair{ from_float<T>(d[4 * j + 2 * h]), from_float<T>(d[4 * j + 2 * h + 1]) };
-                st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(T), *reinterpret_cast<const uint32_t*>(&pair));
+                const Pair pair{ from_float<TC>(d[4 * j + 2 * h]), from_float<TC>(d[4 * j + 2 * h + 1]) };
+                st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(TC), *reinterpret_cast<const uint32_t*>(&pair));
             }
         }
         named_sync(1 + c, 128);
 #pragma unroll
-        for (int i = t; i < 64 * 64 / VEC; i += 128) {
-            const int r = i / (64 / VEC), piece = i % (64 / VEC);
-            const int at = col + piece * VEC;
+        for (int i = t; i < 64 * 64 / OUT_VEC; i += 128) {
+            const int r = i / (64 / OUT_VEC), piece = i % (64 / OUT_VEC);
+            const int at = col + piece * OUT_VEC;
             if (r >= rows || at >= N) continue;
-            const Vec v = *reinterpret_cast<const Vec*>(out_ptr + r * STAGED_LD + piece * 16);
-            T* p = C + (long long)(row0 + r) * ldc + at;
-            if (at + VEC <= N) {
-                *reinterpret_cast<Vec*>(p) = v;
+            const OutVec v = *reinterpret_cast<const OutVec*>(out_ptr + r * STAGED_LD + piece * 16);
+            TC* p = C + (long long)(row0 + r) * ldc + at;
+            if (at + OUT_VEC <= N) {
+                *reinterpret_cast<OutVec*>(p) = v;
             } else {
                 for (int e = 0; e < N - at; ++e) p[e] = v.e[e];
             }

@@ -9,6 +9,7 @@
 //   warps = 4
 //   stages = 4
 //   store = tma
+//   out = in
 //   bounds = checked
 //   targets = SASS sm_80, sm_90; PTX compute_80
 
@@ -44,6 +45,8 @@ __device__ __forceinline__ bool rows_aligned(const void* p, int ld) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % VEC == 0;
 }
 
+typedef float TC;
+
 extern "C" __global__ void __launch_bounds__(128)
 grouped_gemm_1x1x1_f32_reference_w4(const T* __restrict__ A, const T* __restrict__ W, const int* __restrict__ Offs, T* __restrict__ C, int experts, int M, int N, int K, int lda, long long swe, int swn, int ldc)
 {
@@ -61,6 +64,6 @@ grouped_gemm_1x1x1_f32_reference_w4(const T* __restrict__ A, const T* __restrict
         const T* w = W + lo * swe + (long long)col * swn;
         double sum = 0.0;
         for (int k = 0; k < K; ++k) sum += (double)to_float(a[k]) * (double)to_float(w[k]);
-        C[(long long)row * ldc + col] = from_float<T>((float)sum);
+        C[(long long)row * ldc + col] = from_float<TC>((float)sum);
     }
 }

@@ -87,7 +87,7 @@ pub fn run(args: Args, registry: &Registry) -> Result<(), String> {
             .filter(|k| k.variant().dtype == dtype)
             .min_by_key(|k| k.info().entry.requires.ld_multiple)
             .ok_or_else(|| format!("the registry has no {dtype} variant of {}", args.family))?;
-        declared::unallocated_call(family, packer.variant(), &declared::with_lds(packer, shape, 0)?)?
+        declared::unallocated_call(&packer.info().entry, &declared::with_lds(packer, shape, 0)?)?
     };
     let pick = chooser.pick(&device, args.smem_per_block, &call)?;
     for (way, estimate) in pick.takers.iter() {

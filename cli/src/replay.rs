@@ -154,7 +154,7 @@ fn packed_call(chooser: &Chooser, entry: &FamilyEntry) -> Result<Call, String> {
         .min_by_key(|k| k.info().entry.requires.ld_multiple)
         .ok_or_else(|| format!("the registry has no {} variant of {}", entry.dtype, chooser.name()))?;
     let shape: declared::Shape = family.quantities.iter().cloned().zip(entry.problem.iter().copied()).collect();
-    declared::unallocated_call(family, kernel.variant(), &declared::with_lds(kernel, shape, 0)?)
+    declared::unallocated_call(&kernel.info().entry, &declared::with_lds(kernel, shape, 0)?)
 }
 
 #[cfg(test)]

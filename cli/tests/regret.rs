@@ -39,9 +39,11 @@ const FLOORS: [(&str, f64, f64, f64); 18] = [
     // neighbours offer regs variants it never timed (unmeasured, not counted), and a regs
     // variant's speed changes sharply with how full its registers are. Tuned again on an H100,
     // these move up, as the H200's did.
-    // Grouped GEMM's first table (issue 61, 2026-12-01): 8 problems, 4 bf16 variants, near ties
-    // between the two stores.
-    ("grouped_gemm/NVIDIA_H200-132sm.json", 0.973, 0.933, 5.0 / 8.0),
+    // Grouped GEMM's first table (issue 61, 2026-12-01): 8 problems in bf16 and in e4m3, 4
+    // variants each, near ties between the two stores (the worst held out, 0.848, at Mixtral's
+    // down projection). Replay reads the bf16 entries only: it replays variants at the family's
+    // computing defaults (`out = in`), and e4m3's write bf16.
+    ("grouped_gemm/NVIDIA_H200-132sm.json", 0.976, 0.848, 6.0 / 8.0),
     ("layernorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.957, 14.0 / 16.0),
     ("layernorm/NVIDIA_H200-132sm.json", 1.000, 0.947, 46.0 / 55.0),
     ("rmsnorm/NVIDIA_H100_80GB_HBM3-132sm.json", 1.000, 0.918, 49.0 / 59.0),

@@ -423,12 +423,7 @@ fn check<'a>(built: &'a Built, bound: &Bound<'a>) -> Result<BTreeMap<&'a str, St
     }
     // What the variant takes; an optional operand or a defaulted scalar it does not take is
     // refused when the call asks for it, rather than silently left out.
-    let params = &entry.launch.params;
-    let takes_operand = |name: &str| {
-        params
-            .iter()
-            .any(|p| matches!(&p.kind, ParamKind::Pointer { operand, .. } | ParamKind::TensorMap { operand, .. } if operand == name))
-    };
+    let takes_operand = |name: &str| entry.launch.takes_operand(name);
     if let Some(batch) = family.batch.as_deref() {
         if problems > 1 && !entry.launch.takes_quantity(batch) {
             return Err(format!(

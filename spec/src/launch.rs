@@ -307,6 +307,13 @@ impl LaunchSpec {
         self.params.iter().any(|p| matches!(&p.kind, ParamKind::I32 { value } | ParamKind::I64 { value } if value == quantity))
     }
 
+    /// Whether a parameter passes this operand (its address or a tensor map of it).
+    pub fn takes_operand(&self, operand: &str) -> bool {
+        self.params
+            .iter()
+            .any(|p| matches!(&p.kind, ParamKind::Pointer { operand: o, .. } | ParamKind::TensorMap { operand: o, .. } if o == operand))
+    }
+
     /// Whether a parameter passes this scalar of the family's.
     pub fn takes_scalar(&self, scalar: &str) -> bool {
         self.params.iter().any(|p| matches!(&p.kind, ParamKind::Scalar { scalar: s } if s == scalar))

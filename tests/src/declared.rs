@@ -14,7 +14,7 @@ use tilesmith_runtime::{
     F8E5M2,
 };
 use tilesmith_spec::family::{Family, Law, Offsets, OperandDecl, Values};
-use tilesmith_spec::{Access, Variant};
+use tilesmith_spec::{Access, Entry};
 
 /// A call's quantities, shape and leading dimensions, by name.
 pub type Shape = BTreeMap<String, u64>;
@@ -180,10 +180,14 @@ fn lookup(shape: &Shape) -> impl Fn(&str) -> Option<u64> + '_ {
 
 /// The operands of `variant` as stored for `shape` (rows of a column-major operand are its
 /// columns; a vector is one row).
-pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<Stored>, String> {
+pub fn stored(entry: &Entry, shape: &Shape) -> Result<Vec<Stored>, String> {
+    let (family, variant) = (&entry.declaration, &entry.variant);
     family
         .operands
         .iter()
+        // An optional input the variant does not take (e4m3's scales beside a bf16 variant) is
+        // one a call of it must leave out.
+        .filter(|decl| !decl.optional || decl.access.writes() || entry.launch.takes_operand(&decl.name))
         .map(|decl| {
             // Leading dimensions not chosen yet are taken as the row length.
             let quantity = |name: &str| Some(shape.get(name).copied().unwrap_or(0));
@@ -201,13 +205,18 @@ pub fn stored(family: &Family, variant: &Variant, shape: &Shape) -> Result<Vec<S
         .collect()
 }
 
+/// The family's scalars `entry`'s variant takes: a call of it passes their trial values, and
+/// leaves out the others (e4m3's scales beside a bf16 variant), which it would refuse.
+pub fn taken_scalars(entry: &Entry) -> Vec<String> {
+    entry.declaration.scalars.iter().filter(|s| entry.launch.takes_scalar(&s.name)).map(|s| s.name.clone()).collect()
+}
+
 /// `shape` completed with strides: each stored row's length plus `pad`, rounded up to the
 /// variant's multiple, and each outer side's stride the span of the sides within it, so
 /// rounded.
 pub fn with_lds(kernel: &Kernel, mut shape: Shape, pad: u64) -> Result<Shape, String> {
-    let family = &kernel.info().entry.declaration;
     let step = u64::from(kernel.info().entry.requires.ld_multiple.max(1));
-    for op in stored(family, kernel.variant(), &shape)? {
+    for op in stored(&kernel.info().entry, &shape)? {
         let names: Vec<&str> = op.decl.stride_names().collect();
         if let Some((row, outer)) = names.split_last() {
             let ld = (op.cols as u64 + pad).max(1).next_multiple_of(step);
@@ -361,22 +370,35 @@ impl Buffers {
 
     /// Launches `kernel` on these buffers.
     pub fn launch(&mut self, gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<(), Error> {
-        let family = &kernel.info().entry.declaration;
-        self.bound(kernel.call(gpu), family, shape).launch()
+        let entry = &kernel.info().entry;
+        self.bound(kernel.call(gpu), &entry.declaration, shape, &taken_scalars(entry)).launch()
     }
 
-    /// Launches the call through the family's chooser, asking these computing axes; returns
-    /// its pick.
-    pub fn launch_chosen(&mut self, gpu: &Gpu, chooser: &Chooser, shape: &Shape, axes: &[(String, String)]) -> Result<Pick, Error> {
-        let mut call = self.bound(chooser.call(gpu), chooser.declaration(), shape);
+    /// Launches the call through the family's chooser, asking these computing axes and passing
+    /// these scalars (those of the variant the call stands for); returns its pick.
+    pub fn launch_chosen(
+        &mut self,
+        gpu: &Gpu,
+        chooser: &Chooser,
+        shape: &Shape,
+        axes: &[(String, String)],
+        scalars: &[String],
+    ) -> Result<Pick, Error> {
+        let mut call = self.bound(chooser.call(gpu), chooser.declaration(), shape, scalars);
         for (axis, value) in axes {
             call = call.axis(axis, value);
         }
         call.launch()
     }
 
-    /// `call` with these buffers, the shape's quantities and the trial scalars bound.
-    fn bound<'a, T: Target>(&'a mut self, mut call: CallBuilder<'a, T>, family: &Family, shape: &Shape) -> CallBuilder<'a, T> {
+    /// `call` with these buffers, the shape's quantities and the trial values of `scalars` bound.
+    fn bound<'a, T: Target>(
+        &'a mut self,
+        mut call: CallBuilder<'a, T>,
+        family: &Family,
+        shape: &Shape,
+        scalars: &[String],
+    ) -> CallBuilder<'a, T> {
         for (op, buf) in self.ops.iter().zip(self.bufs.iter_mut()) {
             call = match op.decl.access {
                 Access::Read => buf.bind(call, &op.decl.name),
@@ -386,7 +408,7 @@ impl Buffers {
         for (q, v) in shape {
             call = call.quantity(q, *v as usize);
         }
-        for scalar in &family.scalars {
+        for scalar in family.scalars.iter().filter(|s| scalars.contains(&s.name)) {
             call = call.scalar(&scalar.name, scalar.trial_value());
         }
         call
@@ -531,9 +553,8 @@ fn check_ulps(
     mine: &Buffers,
     (ulps, exact_dtype): (f64, Dtype),
 ) -> Result<f64, String> {
-    let family = &kernel.info().entry.declaration;
     let exact = reference_of(registry, kernel, exact_dtype)?;
-    let mut theirs = Buffers::new(gpu, stored(family, exact.variant(), shape)?, inputs)?;
+    let mut theirs = Buffers::new(gpu, stored(&exact.info().entry, shape)?, inputs)?;
     theirs.launch(gpu, exact, shape).map_err(|e| format!("the reference {}: {e}", exact.name()))?;
     gpu.synchronize().map_err(|e| e.to_string())?;
     let mut worst: f64 = 0.0;
@@ -577,7 +598,7 @@ fn describe(shape: &Shape) -> String {
 /// within the tolerance; then a call the variant must refuse.
 pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<String, String> {
     let reference = reference(registry, kernel)?;
-    let (family, variant) = (&kernel.info().entry.declaration, kernel.variant());
+    let family = &kernel.info().entry.declaration;
     let shapes = shapes(kernel)?;
     let mut worst: f64 = 0.0;
     let mut worst_ulps: Option<f64> = None;
@@ -585,10 +606,10 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
     let mut left_out = String::new();
     for (shape, may_refuse) in &shapes {
         let what = describe(shape);
-        let ops = stored(family, variant, shape)?;
+        let ops = stored(&kernel.info().entry, shape)?;
         let inputs = Buffers::random_inputs(&ops, shape)?;
         let mut mine = Buffers::new(gpu, ops.clone(), &inputs)?;
-        let mut theirs = Buffers::new(gpu, stored(family, reference.variant(), shape)?, &inputs)?;
+        let mut theirs = Buffers::new(gpu, stored(&reference.info().entry, shape)?, &inputs)?;
         match mine.launch(gpu, kernel, shape) {
             Err(Error::Refused { rule, .. }) if *may_refuse => {
                 if !mine.untouched(gpu, &inputs)? {
@@ -613,7 +634,7 @@ pub fn correctness(gpu: &Gpu, registry: &Registry, kernel: &Kernel) -> Result<St
             left_out = ops.iter().filter(|op| optional(op)).map(|op| op.decl.name.clone()).collect::<Vec<_>>().join(", ");
             let what = format!("{what} with {left_out} left out");
             let lean_of = |ops: Vec<Stored>| Buffers::new(gpu, ops.into_iter().filter(|op| !optional(op)).collect(), &inputs);
-            let (mut lean, mut lean_theirs) = (lean_of(ops.clone())?, lean_of(stored(family, reference.variant(), shape)?)?);
+            let (mut lean, mut lean_theirs) = (lean_of(ops.clone())?, lean_of(stored(&reference.info().entry, shape)?)?);
             lean.launch(gpu, kernel, shape).map_err(|e| format!("{what}: {e}"))?;
             lean_theirs.launch(gpu, reference, shape).map_err(|e| format!("{what}: the reference {}: {e}", reference.name()))?;
             gpu.synchronize().map_err(|e| e.to_string())?;
@@ -699,7 +720,7 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
         }
         _ => (good.clone(), 1),
     };
-    let ops = stored(family, variant, &shape)?;
+    let ops = stored(&kernel.info().entry, &shape)?;
     let output = ops.iter().position(|op| op.decl.access.writes()).ok_or("the family writes no operand")?;
     let inputs = Buffers::random_inputs(&ops, &shape)?;
     let span = ops[output].span();
@@ -724,7 +745,7 @@ fn refusal(gpu: &Gpu, kernel: &Kernel, good: &Shape) -> Result<String, String> {
 /// longest (where declared). The rules, as refused.
 fn bad_offsets(gpu: &Gpu, kernel: &Kernel, shape: &Shape) -> Result<Vec<String>, String> {
     let entry = &kernel.info().entry;
-    let ops = stored(&entry.declaration, &entry.variant, shape)?;
+    let ops = stored(entry, shape)?;
     if ops.iter().all(|op| op.decl.offsets.is_none()) {
         return Ok(Vec::new());
     }
@@ -773,9 +794,10 @@ pub struct Case {
     initial: Vec<Option<Buf>>,
     copies: Vec<(CudaSlice<u8>, CudaSlice<u8>)>,
     bytes: u64,
-    /// What the variant it was made for computes (attention's `causal`): the call through the
-    /// chooser asks the same.
+    /// What the variant it was made for computes (attention's `causal`) and the scalars it
+    /// takes: the call through the chooser asks and passes the same.
     axes: Vec<(String, String)>,
+    scalars: Vec<String>,
     /// The reference's outputs on the first set's inputs (over the first [`SAMPLED`] elements),
     /// by reference variant: the same for every variant checked on the case (the sets hold the
     /// same inputs), so made once, not once a variant timed (each a NaN-filled output made on
@@ -787,7 +809,7 @@ impl Case {
     pub fn new(gpu: &Gpu, kernel: &Kernel, shape: Shape) -> Result<Case, String> {
         let entry = &kernel.info().entry;
         let (family, variant) = (&entry.declaration, &entry.variant);
-        let ops = stored(family, variant, &shape)?;
+        let ops = stored(&kernel.info().entry, &shape)?;
         let bytes = family.work.bytes.eval(&|name| family.work_value(variant, name, &lookup(&shape)))?;
         let per_set: usize = ops.iter().map(|op| op.span() * op.dtype.size_bytes() as usize).sum();
         let count = rotation(gpu, per_set)?;
@@ -814,7 +836,16 @@ impl Case {
                 Ok((src, dst))
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Case { shape, sets, initial, copies, bytes, axes: call_axes(kernel), references: BTreeMap::new() })
+        Ok(Case {
+            shape,
+            sets,
+            initial,
+            copies,
+            bytes,
+            axes: call_axes(kernel),
+            scalars: taken_scalars(entry),
+            references: BTreeMap::new(),
+        })
     }
 
     /// How many sets of inputs the timed runs rotate through.
@@ -872,7 +903,7 @@ impl Case {
     fn reference_outputs(&self, gpu: &Gpu, reference: &Kernel) -> Result<Vec<Output>, String> {
         let shape = &self.shape;
         let first = &self.sets[0];
-        let ops = stored(&reference.info().entry.declaration, reference.variant(), shape)?;
+        let ops = stored(&reference.info().entry, shape)?;
         let bufs = ops
             .iter()
             .zip(first.bufs.iter().zip(&self.initial))
@@ -916,17 +947,17 @@ impl Case {
         const HOST_CALLS: usize = 64;
         let (shape, count) = (&self.shape, self.sets.len());
         let (sets, copies) = (&mut self.sets, &mut self.copies);
-        let axes = &self.axes;
-        let pick = sets[0].launch_chosen(gpu, chooser, shape, axes).map_err(|e| e.to_string())?;
+        let (axes, scalars) = (&self.axes, &self.scalars);
+        let pick = sets[0].launch_chosen(gpu, chooser, shape, axes, scalars).map_err(|e| e.to_string())?;
         let rotated = if N == 1 { count } else { count.max(copies.len()) };
         let ms = medians_ms(gpu.stream(), WARMUP, RUNS, rotated, |i, side| match side {
-            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes).map(drop).map_err(|e| e.to_string()),
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes, scalars).map(drop).map_err(|e| e.to_string()),
             _ => copy_once(gpu, copies, i),
         })?;
         gpu.synchronize().map_err(|e| e.to_string())?;
         let start = std::time::Instant::now();
         for i in 0..HOST_CALLS {
-            sets[i % count].launch_chosen(gpu, chooser, shape, axes).map_err(|e| e.to_string())?;
+            sets[i % count].launch_chosen(gpu, chooser, shape, axes, scalars).map_err(|e| e.to_string())?;
         }
         let host_us = start.elapsed().as_secs_f64() * 1e6 / HOST_CALLS as f64;
         gpu.synchronize().map_err(|e| e.to_string())?;
@@ -955,10 +986,10 @@ impl Case {
     /// what says whether the pick is as fast as the fastest variant, without the spread between
     /// cases timed apart (up to 15% on 0.05-0.1 ms calls).
     pub fn time_beside(&mut self, gpu: &Gpu, chooser: &Chooser, kernel: &Kernel) -> Result<[f64; 2], String> {
-        let (shape, count, axes) = (&self.shape, self.sets.len(), &self.axes);
+        let (shape, count, axes, scalars) = (&self.shape, self.sets.len(), &self.axes, &self.scalars);
         let sets = &mut self.sets;
         medians_ms(gpu.stream(), WARMUP, RUNS, count, |i, side| match side {
-            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes).map(drop).map_err(|e| e.to_string()),
+            0 => sets[i % count].launch_chosen(gpu, chooser, shape, axes, scalars).map(drop).map_err(|e| e.to_string()),
             _ => sets[i % count].launch(gpu, kernel, shape).map_err(|e| e.to_string()),
         })
     }
@@ -1040,16 +1071,16 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
     let of = |dtype: Dtype| chooser.kernels().iter().filter(runs).find(|k| k.variant().dtype == dtype);
     let kernel = of(Dtype::Bf16).or_else(|| chooser.kernels().iter().find(runs)).ok_or("no variant of it runs here")?;
     let mut case = Case::new(gpu, kernel, perf_shape(kernel)?)?;
-    let (shape, axes) = (case.shape.clone(), case.axes.clone());
-    let pick = case.sets[0].launch_chosen(gpu, chooser, &shape, &axes).map_err(|e| e.to_string())?;
+    let (shape, axes, scalars) = (case.shape.clone(), case.axes.clone(), case.scalars.clone());
+    let pick = case.sets[0].launch_chosen(gpu, chooser, &shape, &axes, &scalars).map_err(|e| e.to_string())?;
     gpu.synchronize().map_err(|e| e.to_string())?;
     case.compare_first(gpu, registry, pick.kernel())?;
     if pick.takers.len() > 1 && !pick.reason.starts_with("timed on first call") {
         return Err(format!("{} variants take {}, and the pick was not timed: {}", pick.takers.len(), describe(&shape), pick.reason));
     }
     let second = 1 % case.sets.len();
-    let again = case.sets[second].launch_chosen(gpu, chooser, &shape, &axes).map_err(|e| e.to_string())?;
-    let read = case.sets[0].bound(two.family(family).map_err(|e| e.to_string())?.call(gpu), chooser.declaration(), &shape);
+    let again = case.sets[second].launch_chosen(gpu, chooser, &shape, &axes, &scalars).map_err(|e| e.to_string())?;
+    let read = case.sets[0].bound(two.family(family).map_err(|e| e.to_string())?.call(gpu), chooser.declaration(), &shape, &scalars);
     let read = axes.iter().fold(read, |call, (axis, value)| call.axis(axis, value)).choose().map_err(|e| e.to_string())?;
     if pick.takers.len() > 1 {
         if again.kernel().name() != pick.kernel().name() || again.reason != pick.reason {
@@ -1072,23 +1103,25 @@ pub fn first_call(gpu: &Gpu, registry: &Registry, family: &str) -> Result<String
 /// buffers that hold exactly what the operands span: no GPU needed.
 pub fn takes(kernel: &Kernel, shape: &Shape, sms: u32, smem_per_block: u32) -> Result<(), String> {
     let entry = &kernel.info().entry;
-    match plan_call(kernel.info(), &unallocated_call(&entry.declaration, &entry.variant, shape)?, sms)? {
+    match plan_call(kernel.info(), &unallocated_call(entry, shape)?, sms)? {
         Some(launch) => check_block_smem(kernel.info(), u64::from(launch.dynamic_smem_bytes), smem_per_block, "the GPU"),
         None => Ok(()),
     }
 }
 
-/// A call of `shape` on buffers that hold exactly what the operands of `variant` span, apart
-/// and unallocated, with the family's trial scalars: for planning and choosing without a GPU.
-pub fn unallocated_call(family: &Family, variant: &Variant, shape: &Shape) -> Result<Call, String> {
+/// A call of `shape` on buffers that hold exactly what the operands of `entry`'s variant span,
+/// apart and unallocated, with the family's trial scalars: for planning and choosing without a
+/// GPU.
+pub fn unallocated_call(entry: &Entry, shape: &Shape) -> Result<Call, String> {
+    let family = &entry.declaration;
     let mut call = Call::default();
-    for (index, op) in stored(family, variant, shape)?.into_iter().enumerate() {
+    for (index, op) in stored(entry, shape)?.into_iter().enumerate() {
         call = call.operand(&op.decl.name, op.dtype, Buffer { len: op.span(), addr: (index as u64 + 1) << 48 });
     }
     for (q, v) in shape {
         call = call.quantity(q, *v);
     }
-    for scalar in &family.scalars {
+    for scalar in family.scalars.iter().filter(|s| entry.launch.takes_scalar(&s.name)) {
         call = call.scalar(&scalar.name, scalar.trial_value());
     }
     Ok(call)
@@ -1112,7 +1145,25 @@ pub fn perf_shape(kernel: &Kernel) -> Result<Shape, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_per_call;
+    use super::{first_per_call, stored, taken_scalars, Shape};
+    use tilesmith_spec::manifest::Manifest;
+
+    /// The shipped generated manifest's entry of variant `name`.
+    fn shipped_entry(name: &str) -> tilesmith_spec::Entry {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../generated/manifest.json");
+        let manifest: Manifest = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        manifest.variants.into_iter().find(|e| e.variant.name == name).unwrap()
+    }
+
+    #[test]
+    fn a_call_leaves_out_the_optional_inputs_and_scalars_its_variant_does_not_take() {
+        let shape: Shape = [("experts", 4), ("m", 100), ("n", 64), ("k", 64)].into_iter().map(|(q, v)| (q.to_string(), v)).collect();
+        let names = |name: &str| stored(&shipped_entry(name), &shape).unwrap().into_iter().map(|op| op.decl.name).collect::<Vec<_>>();
+        assert_eq!(names("grouped_gemm_128x256x64"), ["a", "w", "offs", "c"]);
+        assert_eq!(names("grouped_gemm_128x256x128_e4m3_outbf16"), ["a", "w", "offs", "c", "row_scale", "col_scale"]);
+        assert!(taken_scalars(&shipped_entry("grouped_gemm_128x256x64")).is_empty());
+        assert_eq!(taken_scalars(&shipped_entry("grouped_gemm_128x256x128_e4m3_outbf16")), ["scale_a", "scale_b"]);
+    }
 
     #[test]
     fn first_per_call_keeps_the_first_item_of_each_call_in_order() {

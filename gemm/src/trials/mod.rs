@@ -15,7 +15,7 @@ mod types;
 use crate::{with_inputs, with_output, Activation, GemmShape};
 use host::Operands;
 use libtest_mimic::Trial;
-use tilesmith_runtime::{Chooser, Dtype, Gpu, Kernel, Layout, Registry};
+use tilesmith_runtime::{Chooser, Dtype, Gpu, Kernel, Layout, Registry, F8E4M3};
 use tilesmith_spec::family::Baseline;
 use tilesmith_spec::Entry;
 use tilesmith_trials::declared;
@@ -86,11 +86,14 @@ fn flops_row(gpu: &Gpu, kernel: &Kernel, case: &declared::Case, kernel_ms: f64) 
 }
 
 /// Median milliseconds of cuBLAS on the square GEMM of [`flops_gemm_side`], inputs and output
-/// of `dtype`, and its TFLOP/s.
+/// of `dtype` (e4m3: cuBLASLt's, into bf16, as the 8-bit kernels write), and its TFLOP/s.
 pub fn time_flops_gemm(gpu: &Gpu, dtype: Dtype, flops: f64) -> Result<(f64, f64), String> {
     let n = flops_gemm_side(flops);
     let shape = GemmShape::packed(n, n, n, Layout::Tn);
-    let ms = with_output!(dtype, T => timing::GemmCase::<T, T, T>::new(gpu, shape, f64::INFINITY)?.time_cublas(gpu))?;
+    let ms = match dtype {
+        Dtype::E4m3 => timing::GemmCase::<F8E4M3, half::bf16, F8E4M3>::new(gpu, shape, f64::INFINITY)?.time_cublas(gpu),
+        _ => with_output!(dtype, T => timing::GemmCase::<T, T, T>::new(gpu, shape, f64::INFINITY)?.time_cublas(gpu)),
+    }?;
     Ok((ms, 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e12))
 }
 
