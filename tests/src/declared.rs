@@ -178,8 +178,8 @@ fn lookup(shape: &Shape) -> impl Fn(&str) -> Option<u64> + '_ {
     move |name| shape.get(name).copied()
 }
 
-/// The operands of `variant` as stored for `shape` (rows of a column-major operand are its
-/// columns; a vector is one row).
+/// The operands a call of `entry`'s variant passes, as stored for `shape` (rows of a
+/// column-major operand are its columns; a vector is one row).
 pub fn stored(entry: &Entry, shape: &Shape) -> Result<Vec<Stored>, String> {
     let (family, variant) = (&entry.declaration, &entry.variant);
     family
