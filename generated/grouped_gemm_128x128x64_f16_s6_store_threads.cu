@@ -277,31 +277,40 @@ __device__ __forceinline__ void epilogue(const float (&d)[TN / 2], uint32_t out,
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int round = 0; round < TN / 64; ++round) {
+        // No break or continue in these loops: fully unrolled, they index the sums with
+        // constants and keep them in registers (a loop left rolled put them in local memory).
         const int col = col0 + round * 64;
-        if (col >= N) break;
-        named_sync(1 + c, 128);
+        if (col < N) {
+            named_sync(1 + c, 128);
+            {
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-            const int j = round * 8 + jj;
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = round * 8 + jj;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = warp * 16 + lane / 4 + 8 * h;
-                const Pair pair{ from_float<TC>(d[4 * j + 2 * h]), from_float<TC>(d[4 * j + 2 * h + 1]) };
-                st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(TC), *reinterpret_cast<const uint32_t*>(&pair));
-            }
-        }
-        named_sync(1 + c, 128);
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = warp * 16 + lane / 4 + 8 * h;
+                        const Pair pair{ from_float<TC>(d[4 * j + 2 * h]), from_float<TC>(d[4 * j + 2 * h + 1]) };
+                        st_shared_u32(out + r * STAGED_LD + (jj * 8 + 2 * (lane % 4)) * sizeof(TC), *reinterpret_cast<const uint32_t*>(&pair));
+                    }
+                }
+                named_sync(1 + c, 128);
 #pragma unroll
-        for (int i = t; i < 64 * 64 / OUT_VEC; i += 128) {
-            const int r = i / (64 / OUT_VEC), piece = i % (64 / OUT_VEC);
-            const int at = col + piece * OUT_VEC;
-            if (r >= rows || at >= N) continue;
-            const OutVec v = *reinterpret_cast<const OutVec*>(out_ptr + r * STAGED_LD + piece * 16);
-            TC* p = C + (long long)(row0 + r) * ldc + at;
-            if (at + OUT_VEC <= N) {
-                *reinterpret_cast<OutVec*>(p) = v;
-            } else {
-                for (int e = 0; e < N - at; ++e) p[e] = v.e[e];
+                for (int step = 0; step < 64 * 64 / OUT_VEC / 128; ++step) {
+                    const int i = t + step * 128;
+                    const int r = i / (64 / OUT_VEC), piece = i % (64 / OUT_VEC);
+                    const int at = col + piece * OUT_VEC;
+                    if (r < rows && at < N) {
+                        const OutVec v = *reinterpret_cast<const OutVec*>(out_ptr + r * STAGED_LD + piece * 16);
+                        TC* p = C + (long long)(row0 + r) * ldc + at;
+                        if (at + OUT_VEC <= N) {
+                            *reinterpret_cast<OutVec*>(p) = v;
+                        } else {
+#pragma unroll
+                            for (int e = 0; e < OUT_VEC; ++e)
+                                if (at + e < N) p[e] = v.e[e];
+                        }
+                    }
+                }
             }
         }
     }
