@@ -7,30 +7,16 @@
 # --fp8, torch._scaled_grouped_mm of e4m3 inputs with row-wise scales into bf16 instead (the
 # GEMM beside it stays bf16).
 import sys
-import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from torch_timing import median_ms  # noqa: E402
 
 shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[1:] if a[0].isdigit()]
 dtype = torch.bfloat16
 fp8 = "--fp8" in sys.argv
-
-
-def median_ms(fn, sets):
-    start = time.perf_counter()
-    i = 0
-    while i < max(3, sets) or time.perf_counter() - start < 0.01:
-        fn(i % sets)
-        i += 1
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(25)]
-    for k, (begin, end) in enumerate(events):
-        begin.record()
-        fn((i + k) % sets)
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(begin.elapsed_time(end) for begin, end in events)
-    return times[len(times) // 2]
 
 
 def routing(experts, m):

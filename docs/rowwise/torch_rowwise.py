@@ -6,33 +6,19 @@
 # once). Run on the device beside bench: `python3 docs/rowwise/torch_rowwise.py ROWSxCOLS ...
 # [--dtype bf16|f32] [--only NAME,...]`; prints a row per operation and shape.
 import sys
-import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from torch_timing import median_ms  # noqa: E402
 
 args = sys.argv[1:]
 dtype = torch.float32 if "--dtype" in args and args[args.index("--dtype") + 1] == "f32" else torch.bfloat16
 only = args[args.index("--only") + 1].split(",") if "--only" in args else None
 shapes = [tuple(int(v) for v in a.split("x")) for a in args if "x" in a and a[0].isdigit()]
 elem = torch.tensor([], dtype=dtype).element_size()
-
-
-def median_ms(fn, sets):
-    start = time.perf_counter()
-    i = 0
-    while i < max(3, sets) or time.perf_counter() - start < 0.01:
-        fn(i % sets)
-        i += 1
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(25)]
-    for k, (begin, end) in enumerate(events):
-        begin.record()
-        fn((i + k) % sets)
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(begin.elapsed_time(end) for begin, end in events)
-    return times[len(times) // 2]
 
 
 def operations(rows, cols, sets):
